@@ -1,0 +1,113 @@
+// Benchmark: single-rank, single-thread GPT-2 training throughput as a fraction of
+// the BLAS sgemm rate measured in the same run (before and after the training
+// steps, medians), so a noisy shared machine affects both sides alike.
+//
+//   build/bin/bench_train_gpt2 [--layers 12] [--seq-len 256] [--mb-size 4]
+//                              [--microbatches 1] [--steps 5] [--threads 1]
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/rng.hpp"
+#include "pipetrain/core/runtime_env.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+
+using namespace pipetrain;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GFLOP/s of C = A B^T with the given shape, median of `reps` runs after a warm-up.
+double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
+  std::vector<float> a(static_cast<size_t>(M) * K, 0.5f), b(static_cast<size_t>(N) * K, 0.25f),
+      c(static_cast<size_t>(M) * N);
+  be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * M * N * K / s / 1e9);
+  }
+  return median(rates);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  KokkosSession kokkos(argc, argv);
+  int layers = 12, seq_len = 256, mb_size = 4, microbatches = 1, steps = 5, threads = 1;
+  CLI::App app{"GPT-2 124M-shape training throughput vs the same-run sgemm rate"};
+  app.add_option("--layers", layers);
+  app.add_option("--seq-len", seq_len);
+  app.add_option("--mb-size", mb_size, "sequences per microbatch");
+  app.add_option("--microbatches", microbatches);
+  app.add_option("--steps", steps, "timed steps (after one warm-up step)");
+  app.add_option("--threads", threads, "BLAS threads");
+  CLI11_PARSE(app, argc, argv);
+  set_blas_threads(threads);
+
+  Config cfg;
+  cfg.model.n_layer = layers;
+  cfg.model.max_seq_len = std::max(1024, seq_len);
+  cfg.train.seq_len = seq_len;
+  cfg.train.global_batch = mb_size * microbatches;
+  cfg.train.microbatches = microbatches;
+  cfg.train.steps = steps + 1;
+  auto backend = make_cpu_backend();
+  const int vocab = cfg.model.vocab_size;
+  Trainer trainer(cfg, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
+    Rng rng = Rng::for_stream(static_cast<uint64_t>(first), "bench");
+    for (int i = 0; i < count * seq_len; ++i) {
+      in[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
+      tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
+    }
+  });
+  const int64_t nparams = trainer.model().params().count();
+  const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, seq_len);
+  const int tokens_mb = mb_size * seq_len;
+
+  fmt::print("backend: {}\nBLAS kernel: {}, threads {}\n", backend->name(), blas_kernel_name(), threads);
+  fmt::print("model: GPT-2 {} layers, d_model {}, {:.2f}M params; {} tokens/microbatch x {} microbatches\n",
+             layers, cfg.model.d_model, nparams / 1e6, tokens_mb, microbatches);
+
+  std::vector<double> gemm_square, gemm_model;
+  auto measure_gemm = [&] {
+    gemm_square.push_back(sgemm_gflops(*backend, 2048, 2048, 2048, 5));
+    gemm_model.push_back(sgemm_gflops(*backend, tokens_mb, 3 * cfg.model.d_model, cfg.model.d_model, 5));
+  };
+  measure_gemm();
+  trainer.train_step(0);  // warm-up: fills the memory pool
+  std::vector<double> step_s;
+  for (int s = 1; s <= steps; ++s) {
+    const StepMetrics m = trainer.train_step(s);
+    step_s.push_back(m.step_time_s);
+    fmt::print("step {}: loss {:.4f}, {:.3f} s\n", s, m.loss, m.step_time_s);
+    if (s == steps / 2) measure_gemm();
+  }
+  measure_gemm();
+
+  const double t = median(step_s);
+  const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / t;
+  const double model_gflops = tokens_per_s * flops_per_token / 1e9;
+  const double sq = median(gemm_square), mo = median(gemm_model);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  fmt::print("\nstep time (median of {}): {:.3f} s, {:.0f} tokens/s\n", steps, t, tokens_per_s);
+  fmt::print("model FLOP/s: {:.1f} GFLOP/s ({:.3g} GFLOP/token)\n", model_gflops, flops_per_token / 1e9);
+  fmt::print("sgemm 2048^3:           {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", sq, model_gflops / sq);
+  fmt::print("sgemm {}x{}x{} (QKV): {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", tokens_mb,
+             3 * cfg.model.d_model, cfg.model.d_model, mo, model_gflops / mo);
+  fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",
+             trainer.pool().stats().peak_in_use_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
+  return 0;
+}

@@ -1,0 +1,119 @@
+// The backend interface: every kernel the model needs, on raw device pointers.
+// One implementation per device (src/backend/cpu, later src/backend/cuda); the
+// kernel harness in tests/ checks each against a naive reference.
+//
+// Conventions: fp32, row-major, contiguous unless a leading dimension is given.
+// "N" is the number of rows (tokens), "C" the channel count. Functions whose
+// comment says "accumulates" add into their output (+=); all others overwrite.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pipetrain {
+
+enum class Device { CPU, CUDA };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS Haswell)"
+
+  // ---- memory (device memory; the pool in core sits on top of these) ----
+  virtual void* allocate(size_t bytes) = 0;  // 64-byte aligned; throws Error when out of memory
+  virtual void deallocate(void* p, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void fill(float* x, float value, size_t n) = 0;
+  // Host <-> device transfers; on the CPU backend these are plain copies.
+  virtual void to_device(void* dst, const void* host_src, size_t bytes) { copy(dst, host_src, bytes); }
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) { copy(host_dst, src, bytes); }
+
+  // ---- matrix products ----
+  // C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N, C is M x N.
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  // `batch` independent gemms; matrix i starts at A + i*stride_a (etc.).
+  virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                                    const float* A, int lda, long stride_a, const float* B, int ldb,
+                                    long stride_b, float beta, float* C, int ldc, long stride_c,
+                                    int batch) = 0;
+
+  // ---- elementwise and reductions ----
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
+  virtual void accumulate(float* out, const float* a, size_t n) = 0;          // out += a
+  virtual void scale(float* x, float s, size_t n) = 0;                        // x *= s
+  virtual double sum_squares(const float* x, size_t n) = 0;  // sum of x^2 in double
+  virtual bool all_finite(const float* x, size_t n) = 0;
+  // out[n, c] += bias[c] for an N x C matrix.
+  virtual void bias_add(float* out, const float* bias, int N, int C) = 0;
+  // dbias[c] += sum_n dout[n, c]   (accumulates)
+  virtual void bias_backward(float* dbias, const float* dout, int N, int C) = 0;
+
+  // ---- GELU, tanh approximation (GPT-2) ----
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout   (overwrites; dinp may alias dout)
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- LayerNorm over the last dimension (C), eps given ----
+  // out = (inp - mean) * rstd * weight + bias; mean[N] and rstd[N] saved for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 float eps) = 0;
+  // dinp += dL/dinp   (accumulates: the residual stream adds the branch gradient)
+  virtual void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                        const float* weight, const float* mean, const float* rstd,
+                                        int N, int C) = 0;
+  // dweight += sum_n dout * xhat; dbias += sum_n dout   (accumulates)
+  virtual void layernorm_backward_weight(float* dweight, float* dbias, const float* dout,
+                                         const float* inp, const float* mean, const float* rstd,
+                                         int N, int C) = 0;
+
+  // ---- causal multi-head self-attention on a fused QKV tensor ----
+  // qkv: (B, T, 3C) laid out [Q | K | V]; head h uses channels h*hs .. (h+1)*hs-1 of each
+  // part (hs = C / NH). att: (B, NH, T, T) receives the softmax probabilities (entries above
+  // the diagonal are 0). out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1.
+  // Scores are scaled by 1/sqrt(hs). Matrix products go through gemm.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv = dL/dqkv (overwrites). scratch: B*NH*T*T floats of workspace.
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
+                                  const float* qkv, const float* att, int B, int T, int C,
+                                  int NH) = 0;
+
+  // ---- token + position embedding ----
+  // out[b, t, :] = wte[tokens[b*T + t], :] + wpe[t, :]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  // dwte[tokens[b,t], :] += dout[b, t, :]; dwpe[t, :] += dout[b, t, :]   (accumulates)
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int B, int T, int C) = 0;
+
+  // ---- softmax cross-entropy over a padded vocabulary ----
+  // logits: N x Vp; only the first V columns are real (padded columns are excluded from the
+  // softmax). losses[n] = -log softmax(logits[n, :V])[targets[n]].
+  // If grad_scale != 0, logits is overwritten with dL/dlogits = grad_scale * (softmax - onehot)
+  // for the real columns and 0 for the padded ones (the fused classifier of llm.c).
+  virtual void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N,
+                                    int V, int Vp, float grad_scale) = 0;
+
+  // ---- AdamW, bias-corrected, decoupled weight decay ----
+  // For each i: g = grads[i] * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  // mhat = m / (1 - b1^step); vhat = v / (1 - b2^step);
+  // param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param).   step starts at 1.
+  virtual void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step,
+                     float grad_scale) = 0;
+};
+
+// The CPU backend (Kokkos host execution space + BLAS). Kokkos must be initialised
+// (see KokkosSession in core/runtime_env.hpp) before any kernel runs.
+std::unique_ptr<Backend> make_cpu_backend();
+
+// Name of the BLAS kernel in use (OpenBLAS core name), or "unknown".
+std::string blas_kernel_name();
+// Restricts BLAS to `n` threads (no-op where the BLAS cannot be told).
+void set_blas_threads(int n);
+
+}  // namespace pipetrain

@@ -1,0 +1,92 @@
+// Run configuration: the typed contents of a TOML config file plus
+// `--set section.key=value` overrides. Parsing and validation live in
+// src/core/config.cpp; every error names the offending key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipetrain {
+
+struct ModelConfig {
+  std::string arch = "gpt2";
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;
+  int vocab_size = 50257;  // real vocabulary; padded_vocab() rounds up to 128
+  int max_seq_len = 1024;
+  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+};
+
+struct ParallelConfig {
+  int dp = 1, pp = 1, tp = 1;
+  int virtual_stages = 1;
+};
+
+struct ScheduleConfig {
+  std::string name = "1f1b";
+  std::string file;  // a schedule CSV; overrides name when set
+};
+
+struct TrainConfig {
+  int steps = 100;
+  int global_batch = 8;   // sequences per step, over all dp replicas
+  int microbatches = 1;   // per dp replica per step
+  int seq_len = 256;
+  double lr = 6e-4;
+  std::string lr_schedule = "cosine";  // constant | cosine
+  int warmup_steps = 0;
+  double min_lr = 0.0;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  bool decay_2d_only = true;  // decay only matrices (not LayerNorm, biases)
+  double grad_clip = 1.0;     // global-norm clip; 0 = off
+  uint64_t seed = 1337;
+};
+
+struct DataConfig {
+  std::vector<std::string> train;
+  std::vector<std::string> val;
+  std::string sampling = "sequential";  // sequential | shuffle
+};
+
+struct CheckpointConfig {
+  std::string dir = "checkpoints";
+  int every = 0;  // 0 = never (until the checkpoint issue lands: at the end only if > 0)
+  int keep = 3;
+};
+
+struct LogConfig {
+  int every = 1;
+  std::string metrics;  // JSON Lines file; empty = none
+  std::string file;     // per-run log file; empty = none
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  std::string source;  // the file the config came from (for messages)
+};
+
+// Reads `path` (TOML), applies `overrides` ("section.key=value", value in TOML
+// syntax or a bare string), validates, and returns the result. Throws
+// pipetrain::Error naming the file and key on any unknown key, wrong type or
+// impossible value.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text already in memory (`origin` names it in messages).
+Config parse_config(const std::string& toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks cross-field constraints (divisibility, ranges); throws naming the key.
+void validate_config(const Config& cfg);
+
+// The config as TOML text (round-trips through parse_config).
+std::string to_toml(const Config& cfg);
+
+}  // namespace pipetrain

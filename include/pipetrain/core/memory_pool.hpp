@@ -1,0 +1,52 @@
+// MemoryPool: caches device allocations by exact size so that the steady state of
+// training allocates nothing (every step asks for the same sizes in the same order).
+// Buffers are handed out as shared_ptr<PoolBlock>; dropping the last reference
+// returns the block to the pool's free list, not to the system.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace pipetrain {
+
+class Backend;
+class MemoryPool;
+
+struct PoolBlock {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+struct PoolStats {
+  size_t reserved_bytes = 0;      // obtained from the backend, cached or in use
+  size_t in_use_bytes = 0;        // currently handed out
+  size_t peak_in_use_bytes = 0;   // high-water mark of in_use_bytes
+  size_t system_allocations = 0;  // calls to Backend::allocate so far
+};
+
+class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
+ public:
+  static std::shared_ptr<MemoryPool> create(Backend& backend);
+  ~MemoryPool();
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  // A block of at least `bytes` bytes (64-byte aligned), reused when one is free.
+  std::shared_ptr<PoolBlock> acquire(size_t bytes);
+  // Returns every cached free block to the backend.
+  void release_cached();
+  PoolStats stats() const;
+  Backend& backend() const { return backend_; }
+
+ private:
+  explicit MemoryPool(Backend& backend) : backend_(backend) {}
+  void give_back(PoolBlock* block);
+
+  Backend& backend_;
+  mutable std::mutex mutex_;
+  std::multimap<size_t, void*> free_;  // size -> cached block
+  PoolStats stats_;
+};
+
+}  // namespace pipetrain

@@ -1,0 +1,154 @@
+// Token datasets on disk (HDF5) and the sampler that turns them into batches.
+//
+// Exports:
+//   - the file format constants (kTokensDataset, kVocabAttr, kTokenizerAttr);
+//   - h5io::Id / h5io::Quiet: RAII for HDF5 ids and a scoped silencer of HDF5's own
+//     error printing (shared by the token-file reader and writer);
+//   - TokenFileInfo + inspect_token_file(): what one token file holds;
+//   - TokenDataset: a list of token files read as one stream, cut into windows;
+//   - BatchSampler: global sample number -> window, and batch filling.
+//
+// File format: a 1-D dataset `/tokens` of uint16 (vocab <= 65536) or uint32, chunked;
+// attributes `vocab_size` (int64) and `tokenizer` (string) on the root group. Readers
+// also accept the attributes on `/tokens`, and files without them (vocab unknown).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipetrain {
+
+inline constexpr const char* kTokensDataset = "tokens";
+inline constexpr const char* kVocabAttr = "vocab_size";
+inline constexpr const char* kTokenizerAttr = "tokenizer";
+
+namespace h5io {
+
+// Owns one HDF5 id (file, dataset, dataspace, datatype, attribute, property list,
+// group) and closes it with the matching H5*close. Move-only.
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  ~Id() { reset(); }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  Id(Id&& o) noexcept : id_(o.id_) { o.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& o) noexcept;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes now; returns false if HDF5 reported an error while closing.
+  bool reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+// While alive, HDF5 does not print its error stack (our messages replace it).
+class Quiet {
+ public:
+  Quiet();
+  ~Quiet();
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// The most specific message on HDF5's error stack ("" if none); clears the stack.
+std::string last_error();
+
+}  // namespace h5io
+
+// What one token file holds, as read from its dataset and attributes.
+struct TokenFileInfo {
+  std::string path;
+  int64_t num_tokens = 0;
+  int64_t vocab_size = 0;  // 0 = the file has no vocab_size attribute
+  std::string tokenizer;   // "" = the file has no tokenizer attribute
+  std::string dtype;       // "uint16" or "uint32"
+};
+
+// Opens `path`, checks /tokens, reads the attributes. Throws pipetrain::Error naming
+// the file (no such file, not an HDF5 file, no /tokens, wrong rank or type).
+TokenFileInfo inspect_token_file(const std::string& path);
+
+// A list of token files read as one stream (file 0's tokens, then file 1's, ...).
+// Every file stays open for the object's life. Not thread-safe.
+class TokenDataset {
+ public:
+  // Opens every file, checks /tokens exists and is 1-D uint16/uint32, reads attributes.
+  // model_vocab: tokens must be < model_vocab (error if a file's vocab_size exceeds it).
+  // seq_len: a window is seq_len+1 tokens; window w starts at token w*seq_len;
+  // n = floor((N-1)/seq_len) windows (N = total tokens over all files).
+  TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab);
+  ~TokenDataset();
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  int64_t num_tokens() const { return total_; }
+  int64_t num_windows() const { return windows_; }
+  int seq_len() const { return seq_len_; }
+  // The largest vocab_size attribute over the files; 0 if none has one.
+  int vocab_size() const { return vocab_; }
+  // The files' tokenizer attribute ("" if none has one; all files must agree).
+  const std::string& tokenizer() const { return tokenizer_; }
+  const std::vector<std::string>& files() const { return paths_; }
+
+  // Reads window w's seq_len+1 tokens (may span a file boundary) as int32 into out.
+  // Throws pipetrain::Error naming file and position if any token >= model_vocab.
+  void read_window(int64_t w, int32_t* out) const;
+  // Reads tokens [first, first+count) of the stream into out (checked like read_window).
+  void read_tokens(int64_t first, int64_t count, int32_t* out) const;
+
+ private:
+  struct File {
+    std::string path;
+    h5io::Id file, dataset;
+    int64_t first = 0;  // index of this file's token 0 in the stream
+    int64_t count = 0;
+  };
+  std::vector<std::string> paths_;
+  std::vector<File> files_;
+  int seq_len_ = 0;
+  int model_vocab_ = 0;
+  int vocab_ = 0;
+  std::string tokenizer_;
+  int64_t total_ = 0;
+  int64_t windows_ = 0;
+};
+
+// Maps global sample numbers to windows and fills batches. Keeps a reference to the
+// dataset (which must outlive it). Not thread-safe (caches the epoch's permutation).
+class BatchSampler {
+ public:
+  // sampling: "sequential" -> sample i uses window i mod n; "shuffle" -> epoch
+  // e = i / n uses a permutation of the n windows seeded by (seed, e), and sample i
+  // uses perm_e[i mod n]. Deterministic across platforms (mt19937_64 + own Fisher-Yates).
+  BatchSampler(const TokenDataset& data, std::string sampling, uint64_t seed);
+
+  int64_t window_of(int64_t sample) const;
+  // For samples first..first+count-1: inputs[k*T + t] = window[t],
+  // targets[k*T + t] = window[t+1] (T = seq_len). Either pointer may be null.
+  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets);
+
+  const std::string& sampling() const { return sampling_; }
+
+  // The permutation of 0..n-1 used by `shuffle` for epoch `epoch` (exposed for tests).
+  static std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch);
+
+ private:
+  const TokenDataset& data_;
+  std::string sampling_;
+  uint64_t seed_ = 0;
+  bool shuffle_ = false;
+  mutable int64_t perm_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+  std::vector<int32_t> window_;
+};
+
+}  // namespace pipetrain

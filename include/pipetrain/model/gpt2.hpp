@@ -1,0 +1,34 @@
+// GPT-2 as a sequence of "units" a pipeline stage can own a contiguous run of:
+// unit 0 = embedding, units 1..n_layer = blocks, unit n_layer+1 = loss head.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/layer.hpp"
+
+namespace pipetrain {
+
+int gpt2_num_units(const ModelConfig& cfg);
+
+class Gpt2Stage {
+ public:
+  // Builds units [first, last) and declares their parameters.
+  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit);
+  static Gpt2Stage whole_model(const ModelConfig& cfg) { return {cfg, 0, gpt2_num_units(cfg)}; }
+
+  ParameterStore& params() { return params_; }
+  std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
+  bool has_embedding() const { return first_ == 0; }
+  bool has_head() const { return last_ == num_units_; }
+
+ private:
+  int first_, last_, num_units_;
+  ParameterStore params_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+// Model FLOPs per token for training: 6 * params + 6 * n_layer * d_model * seq_len.
+double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len);
+
+}  // namespace pipetrain

@@ -1,0 +1,69 @@
+// The Layer interface every model piece implements. Backward is split in two so
+// zero-bubble schedules can defer weight gradients:
+//   forward          x -> y, saving what backward needs in a per-microbatch Stash
+//   backward_input   dy -> dx, keeping what backward_weight needs in the same Stash
+//   backward_weight  accumulates parameter gradients, then the Stash can be dropped
+// backward() is their composition. Stashes hold pooled tensors, so dropping one
+// returns its memory to the pool.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "pipetrain/core/tensor.hpp"
+#include "pipetrain/model/parameters.hpp"
+
+namespace pipetrain {
+
+class Backend;
+
+// What every layer can see while running one microbatch.
+struct MicrobatchContext {
+  Backend* backend = nullptr;
+  MemoryPool* pool = nullptr;
+  int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
+  Tensor tokens;           // (B*T) int32 inputs (first stage)
+  Tensor targets;          // (B*T) int32 targets (last stage)
+  float loss_scale = 0.f;  // d(step loss)/d(token loss); 0 = forward only (evaluation)
+};
+
+struct Stash {
+  virtual ~Stash() = default;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string name() const = 0;
+  // x is undefined for the embedding (it reads ctx.tokens). The loss head returns the
+  // per-token losses (B*T).
+  virtual Tensor forward(const MicrobatchContext& ctx, const Tensor& x,
+                         std::unique_ptr<Stash>& stash) = 0;
+  // dy is undefined for the loss head. Returns dx (undefined for the embedding).
+  virtual Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) = 0;
+  virtual void backward_weight(const MicrobatchContext& ctx, Stash& stash) = 0;
+
+  Tensor backward(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+    Tensor dx = backward_input(ctx, dy, stash);
+    backward_weight(ctx, stash);
+    return dx;
+  }
+};
+
+// Small helpers shared by the layer implementations.
+namespace layer_util {
+// Typed access to a layer's own stash type.
+template <typename S>
+S& as(Stash& s) {
+  return static_cast<S&>(s);
+}
+// Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
+void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
+                    int N);
+// dX = dY W  (overwrites)
+void linear_backward_input(Backend& be, float* dx, const float* dy, const Parameter& w, int N);
+// dW += dY^T X; db += colsum(dY)
+void linear_backward_weight(Backend& be, const float* dy, const float* x, Parameter& w,
+                            Parameter* b, int N);
+}  // namespace layer_util
+
+}  // namespace pipetrain

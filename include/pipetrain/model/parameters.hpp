@@ -1,0 +1,55 @@
+// ParameterStore: every trainable tensor of a stage, under stable layout-independent
+// names ("h.3.attn.qkv.w"), laid out in four flat buffers (values, grads, AdamW m and v)
+// so reductions and the optimizer touch contiguous memory. Declaring a name twice
+// returns the same parameter: that is how the tied embedding is shared.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "pipetrain/core/tensor.hpp"
+
+namespace pipetrain {
+
+class Backend;
+
+enum class Init { Normal, Ones, Zeros };
+
+struct Parameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::Zeros;
+  double init_std = 0.0;
+  int64_t init_rows = -1;  // rows (dim 0) that get the random init; the rest stay 0 (-1 = all)
+  int64_t offset = 0;  // into the flat buffers, in elements
+  Tensor value, grad, m, v;
+  int64_t numel() const;
+};
+
+class ParameterStore {
+ public:
+  Parameter& declare(const std::string& name, std::vector<int64_t> shape, Init init,
+                     double init_std = 0.0);
+  // Lays out the flat buffers; grads and moments are zeroed.
+  void allocate(MemoryPool& pool, Backend& backend);
+  // GPT-2 initialisation: each parameter from its own named random stream, so the
+  // values do not depend on which rank or stage holds the parameter.
+  void initialize(uint64_t seed, Backend& backend);
+  void zero_grads(Backend& backend);
+
+  std::deque<Parameter>& params() { return params_; }
+  const std::deque<Parameter>& params() const { return params_; }
+  Parameter* find(const std::string& name);
+  int64_t numel() const { return total_; }  // flat buffer length (with alignment padding)
+  int64_t count() const;                     // parameter elements (the model's size)
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+
+ private:
+  std::deque<Parameter> params_;  // deque: references stay valid as we declare
+  int64_t total_ = 0;
+  Tensor values_, grads_, m_, v_;
+};
+
+}  // namespace pipetrain

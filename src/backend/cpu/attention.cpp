@@ -1,0 +1,138 @@
+// Causal multi-head self-attention on a fused (B, T, 3C) QKV tensor.
+//
+// Every matrix product is a BLAS sgemm whose leading dimensions index straight
+// into qkv (3C), out/dout (C) and the (T, T) score slice of each (b, h): no
+// copies. Queries are processed in blocks of kAttnBlock rows; block [i0, i1)
+// only multiplies against keys 0 .. i1-1, so the causal upper triangle beyond
+// the block is never computed. The row-wise softmax (and its backward) runs as
+// a Kokkos kernel over the rows of a block.
+#include <cmath>
+
+#include "cpu_kernels.hpp"
+
+namespace pipetrain::cpu {
+namespace {
+
+// Row softmax over row[0..len) in place (scores already scaled); zeroes
+// row[len..T).
+inline void causal_softmax_row(float* row, int len, int T) {
+  const float m = row_max(row, len);
+
+  float sums[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= len; c += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float e = fast_expf(row[c + j] - m);
+      row[c + j] = e;
+      sums[j] += e;
+    }
+  }
+  float sum = 0.0f;
+  for (; c < len; ++c) {
+    const float e = fast_expf(row[c] - m);
+    row[c] = e;
+    sum += e;
+  }
+  for (int j = 0; j < kLanes; ++j) sum += sums[j];
+  const float inv = 1.0f / sum;
+  for (int k = 0; k < len; ++k) row[k] *= inv;
+  for (int k = len; k < T; ++k) row[k] = 0.0f;
+}
+
+// Softmax backward for one row: ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k])
+// for j < len, written over dp; ds[len..nk) = 0.
+inline void causal_softmax_backward_row(float* dp, const float* p, int len, int nk, float scale) {
+  float acc[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= len; c += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += p[c + j] * dp[c + j];
+  }
+  float dot = 0.0f;
+  for (; c < len; ++c) dot += p[c] * dp[c];
+  for (int j = 0; j < kLanes; ++j) dot += acc[j];
+  for (int k = 0; k < len; ++k) dp[k] = scale * p[k] * (dp[k] - dot);
+  for (int k = len; k < nk; ++k) dp[k] = 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+      float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
+      for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
+        const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
+        const int nb = i1 - i0;
+        float* ab = a + static_cast<int64_t>(i0) * T;
+        // S = scale * Q_blk K[0:i1]^T   (nb x i1)
+        gemm(false, true, nb, i1, hs, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3, 0.0f,
+             ab, T);
+        Kokkos::parallel_for("pipetrain::attention_softmax", HostRange(i0, i1),
+                             [=](const int64_t i) {
+                               causal_softmax_row(a + i * T, static_cast<int>(i) + 1, T);
+                             });
+        // out_blk = P_blk V[0:i1]   (nb x hs)
+        gemm(false, false, nb, hs, i1, 1.0f, ab, T, v, C3, 0.0f, o + static_cast<int64_t>(i0) * C,
+             C);
+      }
+    }
+  }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int nblocks = (T + kAttnBlock - 1) / kAttnBlock;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const int64_t off = static_cast<int64_t>(b) * T * C3 + h * hs;
+      const float* q = qkv + off;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + off;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+      float* s = scratch + (static_cast<int64_t>(b) * NH + h) * T * T;
+      const float* dO = dout + static_cast<int64_t>(b) * T * C + h * hs;
+      // Last block first: it touches every key row, so it overwrites dK and dV
+      // (beta = 0) and the earlier blocks accumulate into them.
+      for (int blk = nblocks - 1; blk >= 0; --blk) {
+        const int i0 = blk * kAttnBlock;
+        const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
+        const int nb = i1 - i0;
+        const float beta = blk == nblocks - 1 ? 0.0f : 1.0f;
+        const float* ab = a + static_cast<int64_t>(i0) * T;
+        float* sb = s + static_cast<int64_t>(i0) * T;
+        const float* dOb = dO + static_cast<int64_t>(i0) * C;
+        // dV[0:i1] (+)= P_blk^T dO_blk   (i1 x hs)
+        gemm(true, false, i1, hs, nb, 1.0f, ab, T, dOb, C, beta, dv, C3);
+        // dP_blk = dO_blk V[0:i1]^T   (nb x i1)
+        gemm(false, true, nb, i1, hs, 1.0f, dOb, C, v, C3, 0.0f, sb, T);
+        // dS = scale * P (dP - rowsum(P dP)), in place over dP
+        Kokkos::parallel_for("pipetrain::attention_softmax_backward", HostRange(i0, i1),
+                             [=](const int64_t i) {
+                               causal_softmax_backward_row(s + i * T, a + i * T,
+                                                           static_cast<int>(i) + 1, i1, scale);
+                             });
+        // dQ_blk = dS_blk K[0:i1]   (nb x hs)
+        gemm(false, false, nb, hs, i1, 1.0f, sb, T, k, C3, 0.0f,
+             dq + static_cast<int64_t>(i0) * C3, C3);
+        // dK[0:i1] (+)= dS_blk^T Q_blk   (i1 x hs)
+        gemm(true, false, i1, hs, nb, 1.0f, sb, T, q + static_cast<int64_t>(i0) * C3, C3, beta,
+             dk, C3);
+      }
+    }
+  }
+}
+
+}  // namespace pipetrain::cpu

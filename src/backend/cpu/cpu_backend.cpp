@@ -1,0 +1,147 @@
+// CpuBackend: the Backend interface on host memory. Memory management lives
+// here; every kernel forwards to a free function in pipetrain::cpu (one file
+// per kernel family). Also exports make_cpu_backend(), blas_kernel_name() and
+// set_blas_threads().
+#include <cblas.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu_kernels.hpp"
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+namespace cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CPU; }
+  std::string name() const override {
+    return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_name() + ")";
+  }
+
+  void* allocate(size_t bytes) override {
+    if (bytes > SIZE_MAX - kAlignment) {
+      fail("cpu backend: cannot allocate {} bytes (size too large)", bytes);
+    }
+    // aligned_alloc needs a size that is a multiple of the alignment; a 0-byte
+    // request still returns a unique, freeable pointer.
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded == 0) rounded = kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr) fail("cpu backend: out of host memory allocating {} bytes", bytes);
+    return p;
+  }
+  void deallocate(void* p, size_t /*bytes*/) override { std::free(p); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+  }
+  void fill(float* x, float value, size_t n) override { cpu::fill(x, value, n); }
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override {
+    cpu::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                            const float* A, int lda, long stride_a, const float* B, int ldb,
+                            long stride_b, float beta, float* C, int ldc, long stride_c,
+                            int batch) override {
+    cpu::gemm_strided_batched(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
+                              stride_b, beta, C, ldc, stride_c, batch);
+  }
+
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    cpu::add(out, a, b, n);
+  }
+  void accumulate(float* out, const float* a, size_t n) override { cpu::accumulate(out, a, n); }
+  void scale(float* x, float s, size_t n) override { cpu::scale(x, s, n); }
+  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  bool all_finite(const float* x, size_t n) override { return cpu::all_finite(x, n); }
+  void bias_add(float* out, const float* bias, int N, int C) override {
+    cpu::bias_add(out, bias, N, C);
+  }
+  void bias_backward(float* dbias, const float* dout, int N, int C) override {
+    cpu::bias_backward(dbias, dout, N, C);
+  }
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                const float* weight, const float* mean, const float* rstd, int N,
+                                int C) override {
+    cpu::layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
+  }
+  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* mean, const float* rstd, int N,
+                                 int C) override {
+    cpu::layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                            int Vp, float grad_scale) override {
+    cpu::crossentropy_forward(losses, logits, targets, N, V, Vp, grad_scale);
+  }
+
+  void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step,
+             float grad_scale) override {
+    cpu::adamw(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  }
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+std::string blas_kernel_name() {
+#ifdef PIPETRAIN_HAVE_OPENBLAS
+  const char* core = openblas_get_corename();
+  if (core != nullptr && *core != '\0') return core;
+#endif
+  return "unknown";
+}
+
+void set_blas_threads(int n) {
+#ifdef PIPETRAIN_HAVE_OPENBLAS
+  openblas_set_num_threads(n < 1 ? 1 : n);
+#else
+  (void)n;
+#endif
+}
+
+}  // namespace pipetrain

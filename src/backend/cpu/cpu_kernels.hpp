@@ -1,0 +1,146 @@
+// Private header of the CPU backend: the free kernel functions that CpuBackend
+// forwards to, plus small helpers shared by the kernel files (the host range
+// policy, lane-accumulator width, a vectorisable exp). Semantics of every
+// function are those documented in include/pipetrain/backend/backend.hpp.
+#pragma once
+#include <Kokkos_Core.hpp>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace pipetrain::cpu {
+
+// Every non-gemm kernel runs on the default host execution space (Serial on
+// Debian, OpenMP at some sites): work items must write disjoint memory.
+using HostSpace = Kokkos::DefaultHostExecutionSpace;
+using HostRange = Kokkos::RangePolicy<HostSpace, Kokkos::IndexType<int64_t>>;
+
+// Elementwise kernels process this many elements per work item (inner loop
+// vectorised by the compiler).
+inline constexpr int64_t kChunk = 8192;
+// Reductions use this many independent accumulators ("lanes") so that g++ can
+// vectorise them without -ffast-math (no reassociation needed).
+inline constexpr int kLanes = 16;
+
+// Runs f(begin, end) over [0, n) cut into chunks of kChunk elements, one work
+// item per chunk (chunks are disjoint, so f may write its range freely).
+template <class F>
+void for_chunks(const char* label, size_t n, const F& f) {
+  const int64_t count = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+  const int64_t total = static_cast<int64_t>(n);
+  Kokkos::parallel_for(label, HostRange(0, count), [=](const int64_t ci) {
+    const int64_t begin = ci * kChunk;
+    const int64_t end = begin + kChunk < total ? begin + kChunk : total;
+    f(begin, end);
+  });
+}
+
+// Orders floats as int32 (monotonic: a < b  <=>  key(a) < key(b) for non-NaN).
+constexpr int32_t float_order_key(float f) {
+  const int32_t b = std::bit_cast<int32_t>(f);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+constexpr float float_from_order_key(int32_t k) {
+  return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff));
+}
+
+// max(x[0..n)), n >= 1, as an integer max over order keys (vectorises; a float
+// max reduction does not without -ffast-math). A positive NaN wins.
+inline float row_max(const float* x, int64_t n) {
+  int32_t m = float_order_key(x[0]);
+  for (int64_t i = 1; i < n; ++i) {
+    const int32_t k = float_order_key(x[i]);
+    m = k > m ? k : m;
+  }
+  return float_from_order_key(m);
+}
+
+// exp(x) for float, written without library calls or branches so that loops
+// calling it vectorise (g++ -O3, no -ffast-math). Cephes polynomial with
+// Cody-Waite range reduction, max relative error ~1e-7 on [-87, 88].
+// Inputs are clamped to [-87, 88] (in the integer domain: a float clamp gets
+// turned into branches by g++): exp(< -87) returns ~1.6e-38 instead of 0
+// (harmless as a softmax weight), exp(> 88) returns ~1.65e38. NaN propagates.
+inline float fast_expf(float x_in) {
+  constexpr int32_t lo = float_order_key(-87.0f);
+  constexpr int32_t hi = float_order_key(88.0f);
+  int32_t key = float_order_key(x_in);
+  key = key < lo ? lo : key;
+  key = key > hi ? hi : key;
+  const float x = float_from_order_key(key);
+  // n = round(x * log2(e)) with the 1.5 * 2^23 trick (exact under IEEE rounding).
+  const float magic = 12582912.0f;
+  const float t = x * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(magic);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  const float res = y * std::bit_cast<float>(static_cast<int32_t>((ni + 127) << 23));
+  // NaN in, NaN out (an integer mask keeps the loop branch-free).
+  const uint32_t abits = std::bit_cast<uint32_t>(x_in) & 0x7fffffffu;
+  const uint32_t nan_mask = 0u - static_cast<uint32_t>(abits > 0x7f800000u);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(res) | nan_mask);
+}
+
+// ---- memory ----
+void fill(float* x, float value, size_t n);
+
+// ---- matrix products (CBLAS sgemm, row-major) ----
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
+void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const float* A, int lda, long stride_a, const float* B, int ldb,
+                          long stride_b, float beta, float* C, int ldc, long stride_c, int batch);
+
+// ---- elementwise and reductions ----
+void add(float* out, const float* a, const float* b, size_t n);
+void accumulate(float* out, const float* a, size_t n);
+void scale(float* x, float s, size_t n);
+double sum_squares(const float* x, size_t n);
+bool all_finite(const float* x, size_t n);
+void bias_add(float* out, const float* bias, int N, int C);
+void bias_backward(float* dbias, const float* dout, int N, int C);
+
+// ---- GELU ----
+void gelu_forward(float* out, const float* inp, size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+// ---- LayerNorm ----
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps);
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int N,
+                              int C);
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C);
+
+// ---- attention ----
+// Queries are processed in blocks of this many rows; block i multiplies only
+// against keys 0 .. end of block i (the causal upper triangle is skipped).
+inline constexpr int kAttnBlock = 64;
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+
+// ---- embedding ----
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C);
+
+// ---- cross-entropy ----
+void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                          int Vp, float grad_scale);
+
+// ---- optimizer ----
+void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int step, float grad_scale);
+
+}  // namespace pipetrain::cpu

@@ -1,0 +1,402 @@
+// Run configuration: TOML file + `--set section.key=value` overrides -> Config.
+// Every key is described once in kKeys (section, name, field reference); parsing,
+// type checks, unknown-key suggestions and to_toml are all driven by that table.
+#include "pipetrain/core/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <toml++/toml.h>
+#include <type_traits>
+#include <variant>
+
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+namespace {
+
+using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+
+struct KeyDesc {
+  std::string_view section, name;
+  Ref (*ref)(Config&);
+  std::string full() const { return fmt::format("{}.{}", section, name); }
+};
+
+#define PT_KEY(sec, field) \
+  KeyDesc { #sec, #field, [](Config& c) -> Ref { return &c.sec.field; } }
+constexpr std::array kKeys{
+    PT_KEY(model, arch),          PT_KEY(model, n_layer),          PT_KEY(model, n_head),
+    PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
+    PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
+    PT_KEY(parallel, virtual_stages),                              //
+    PT_KEY(schedule, name),       PT_KEY(schedule, file),          //
+    PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
+    PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
+    PT_KEY(train, warmup_steps),  PT_KEY(train, min_lr),           PT_KEY(train, beta1),
+    PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
+    PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
+    PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
+    PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
+    PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
+};
+#undef PT_KEY
+
+const KeyDesc* find_key(std::string_view section, std::string_view name) {
+  for (const auto& k : kKeys)
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+bool is_section(std::string_view s) {
+  return std::any_of(kKeys.begin(), kKeys.end(), [&](const KeyDesc& k) { return k.section == s; });
+}
+
+// "file: " (or nothing when the config has no source).
+std::string prefix(const std::string& source) { return source.empty() ? "" : source + ": "; }
+
+// Optimal-string-alignment edit distance (a transposition counts as one edit).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean X?)" for the closest known section or key, or "" when nothing is close.
+// `name` is a full key ("model.n_layr") or a top-level name ("modle", "steps").
+std::string suggest(std::string_view name, bool top_level) {
+  std::vector<std::string> candidates;
+  std::string_view last_section;
+  for (const auto& k : kKeys) {
+    if (top_level && k.section != last_section) candidates.emplace_back(k.section);
+    last_section = k.section;
+    candidates.push_back(k.full());
+  }
+  const auto dot = name.find('.');
+  const std::string_view bare = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    const auto cdot = c.find('.');
+    // The right key name in the wrong section (or at top level) is one edit away.
+    size_t d = cdot != std::string::npos && std::string_view(c).substr(cdot + 1) == bare
+                   ? 1
+                   : edit_distance(name, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  if (best.empty() || best_d > std::max<size_t>(2, name.size() / 4)) return "";
+  return fmt::format(" (did you mean {}?)", best);
+}
+
+// A TOML basic string literal: quoted, with escapes, always on one line.
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (u < 0x20 || u == 0x7f)
+          out += fmt::format("\\u{:04X}", u);
+        else
+          out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// A double as a TOML float that parses back to exactly the same value.
+std::string format_double(double v) {
+  std::string s = fmt::format("{}", v);  // shortest round-trip representation
+  if (std::isfinite(v) && s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+// What a node holds, for messages: `string "abc"`, `float 2.5`, `table`, ...
+std::string describe(const toml::node& n) {
+  if (auto* s = n.as_string()) return "string " + quote(s->get());
+  if (auto* i = n.as_integer()) return fmt::format("integer {}", i->get());
+  if (auto* f = n.as_floating_point()) return "float " + format_double(f->get());
+  if (auto* b = n.as_boolean()) return fmt::format("boolean {}", b->get());
+  if (n.is_array()) return "an array";
+  if (n.is_table()) return "a table";
+  if (n.is_date()) return "a date";
+  if (n.is_time()) return "a time";
+  return "a date-time";
+}
+
+struct Ctx {
+  std::string source;
+  std::map<std::string, std::string> overridden;  // full key -> override text
+  std::string note(const std::string& key) const {
+    auto it = overridden.find(key);
+    return it == overridden.end() ? "" : fmt::format(" (from --set {})", it->second);
+  }
+  [[noreturn]] void type_error(const std::string& key, std::string_view expected,
+                               const toml::node& n, const std::string& note_key = "") const {
+    fail("{}{}: expected {}, got {}{}", prefix(source), key, expected, describe(n),
+         note(note_key.empty() ? key : note_key));
+  }
+};
+
+// Stores TOML node `n` into the field `ref` (full key `key`), checking its type.
+void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref) {
+  std::visit(
+      [&](auto* field) {
+        using T = std::remove_pointer_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
+          const auto* i = n.as_integer();
+          if (!i) ctx.type_error(key, std::is_same_v<T, int> ? "an integer" : "a non-negative integer", n);
+          const int64_t v = i->get();
+          if constexpr (std::is_same_v<T, int>) {
+            if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+              fail("{}{}: integer {} is out of range{}", prefix(ctx.source), key, v, ctx.note(key));
+          } else if (v < 0) {
+            ctx.type_error(key, "a non-negative integer", n);
+          }
+          *field = static_cast<T>(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (const auto* f = n.as_floating_point())
+            *field = f->get();
+          else if (const auto* i = n.as_integer())
+            *field = static_cast<double>(i->get());
+          else
+            ctx.type_error(key, "a number", n);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!n.is_boolean()) ctx.type_error(key, "a boolean (true or false)", n);
+          *field = n.as_boolean()->get();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!n.is_string()) ctx.type_error(key, "a string", n);
+          *field = n.as_string()->get();
+        } else {
+          field->clear();
+          if (const auto* s = n.as_string()) {
+            field->push_back(s->get());
+          } else if (const auto* a = n.as_array()) {
+            for (size_t i = 0; i < a->size(); ++i) {
+              const auto* e = a->get(i)->as_string();
+              if (!e) ctx.type_error(fmt::format("{}[{}]", key, i), "a string", *a->get(i), key);
+              field->push_back(e->get());
+            }
+          } else {
+            ctx.type_error(key, "a string or an array of strings", n);
+          }
+        }
+      },
+      ref);
+}
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return "";
+  return std::string(s.substr(b, s.find_last_not_of(" \t") - b + 1));
+}
+
+// Applies one "section.key=value" override to the parsed document.
+void apply_override(toml::table& doc, const std::string& text, Ctx& ctx) {
+  const auto eq = text.find('=');
+  const std::string key = trim(std::string_view(text).substr(0, eq));
+  const auto dot = key.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == key.size())
+    fail("--set {}: malformed override (expected section.key=value)", text);
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  const KeyDesc* desc = find_key(section, name);
+  if (!desc) fail("--set {}: {}: unknown key{}", text, key, suggest(key, false));
+
+  const std::string raw = trim(std::string_view(text).substr(eq + 1));
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + raw);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{};
+  }
+  const toml::node* value = parsed.size() == 1 ? parsed.get("v") : nullptr;
+  // String-valued keys take the text as written unless it is a TOML string (or list).
+  Config scratch;
+  const Ref ref = desc->ref(scratch);
+  if (value && std::holds_alternative<std::string*>(ref) && !value->is_string()) value = nullptr;
+  if (value && std::holds_alternative<std::vector<std::string>*>(ref) && !value->is_string() &&
+      !value->is_array())
+    value = nullptr;
+
+  toml::node* sec = doc.get(section);
+  if (!sec) sec = doc.insert(section, toml::table{}).first->second.as_table();
+  if (!sec->is_table()) ctx.type_error(section, "a table", *sec);
+  if (value)
+    sec->as_table()->insert_or_assign(name, *value);
+  else
+    sec->as_table()->insert_or_assign(name, raw);
+  ctx.overridden[key] = text;
+}
+
+void check(bool ok, const std::string& pre, const std::string& msg) {
+  if (!ok) throw Error(pre + msg);
+}
+
+}  // namespace
+
+Config parse_config(const std::string& toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+  Ctx ctx{origin, {}};
+  toml::table doc;
+  try {
+    doc = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    fail("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, what);
+  }
+  for (const auto& o : overrides) apply_override(doc, o, ctx);
+
+  Config cfg;
+  cfg.source = origin;
+  for (const auto& [sec_key, sec_node] : doc) {
+    const std::string section(sec_key.str());
+    if (!is_section(section))
+      fail("{}{}: unknown {}{}", prefix(origin), section, sec_node.is_table() ? "section" : "key",
+           suggest(section, true));
+    const auto* table = sec_node.as_table();
+    if (!table) ctx.type_error(section, "a table", sec_node);
+    for (const auto& [key, node] : *table) {
+      const std::string full = fmt::format("{}.{}", section, key.str());
+      const KeyDesc* desc = find_key(section, key.str());
+      if (!desc) fail("{}{}: unknown key{}", prefix(origin), full, suggest(full, false));
+      assign(ctx, full, node, desc->ref(cfg));
+    }
+  }
+  validate_config(cfg);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: cannot open file (it is a directory)", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open file ({})", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("{}: cannot read file", path);
+  return parse_config(text.str(), path, overrides);
+}
+
+void validate_config(const Config& cfg) {
+  const std::string pre = prefix(cfg.source);
+  Config copy = cfg;
+  for (const auto& k : kKeys)
+    if (const Ref r = k.ref(copy); const auto* d = std::get_if<double*>(&r))
+      check(std::isfinite(**d), pre,
+            fmt::format("{}: must be a finite number, got {}", k.full(), format_double(**d)));
+
+  const auto at_least = [&](const char* key, int64_t v, int64_t min) {
+    check(v >= min, pre, fmt::format("{} ({}) must be {}", key, v, min == 1 ? "> 0" : fmt::format(">= {}", min)));
+  };
+  const auto& m = cfg.model;
+  check(m.arch == "gpt2", pre,
+        fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\")", quote(m.arch)));
+  at_least("model.n_layer", m.n_layer, 1);
+  at_least("model.n_head", m.n_head, 1);
+  at_least("model.d_model", m.d_model, 1);
+  at_least("model.vocab_size", m.vocab_size, 1);
+  at_least("model.max_seq_len", m.max_seq_len, 1);
+  check(m.d_model % m.n_head == 0, pre,
+        fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
+
+  const auto& p = cfg.parallel;
+  at_least("parallel.dp", p.dp, 1);
+  at_least("parallel.pp", p.pp, 1);
+  at_least("parallel.tp", p.tp, 1);
+  at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  check(!cfg.schedule.name.empty() || !cfg.schedule.file.empty(), pre,
+        "schedule.name: must not be empty (or set schedule.file)");
+
+  const auto& t = cfg.train;
+  at_least("train.steps", t.steps, 0);
+  at_least("train.global_batch", t.global_batch, 1);
+  at_least("train.microbatches", t.microbatches, 1);
+  const int64_t per_step = int64_t{p.dp} * t.microbatches;
+  check(t.global_batch % per_step == 0, pre,
+        fmt::format("train.global_batch ({}) must be divisible by parallel.dp * train.microbatches ({})",
+                    t.global_batch, per_step));
+  check(t.seq_len >= 1 && t.seq_len <= m.max_seq_len, pre,
+        fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
+                    m.max_seq_len));
+  check(t.lr > 0, pre, fmt::format("train.lr ({}) must be > 0", t.lr));
+  check(t.lr_schedule == "constant" || t.lr_schedule == "cosine", pre,
+        fmt::format("train.lr_schedule: unknown schedule {} (expected \"constant\" or \"cosine\")",
+                    quote(t.lr_schedule)));
+  at_least("train.warmup_steps", t.warmup_steps, 0);
+  check(t.min_lr >= 0 && t.min_lr <= t.lr, pre,
+        fmt::format("train.min_lr ({}) must be between 0 and train.lr ({})", t.min_lr, t.lr));
+  check(t.beta1 >= 0 && t.beta1 < 1, pre, fmt::format("train.beta1 ({}) must be in [0, 1)", t.beta1));
+  check(t.beta2 >= 0 && t.beta2 < 1, pre, fmt::format("train.beta2 ({}) must be in [0, 1)", t.beta2));
+  check(t.eps > 0, pre, fmt::format("train.eps ({}) must be > 0", t.eps));
+  check(t.weight_decay >= 0, pre, fmt::format("train.weight_decay ({}) must be >= 0", t.weight_decay));
+  check(t.grad_clip >= 0, pre, fmt::format("train.grad_clip ({}) must be >= 0 (0 = off)", t.grad_clip));
+
+  const auto& d = cfg.data;
+  check(!d.train.empty(), pre, "data.train: no training dataset given");
+  for (const auto* list : {&d.train, &d.val})
+    for (size_t i = 0; i < list->size(); ++i)
+      check(!(*list)[i].empty(), pre,
+            fmt::format("data.{}[{}]: empty file name", list == &d.train ? "train" : "val", i));
+  check(d.sampling == "sequential" || d.sampling == "shuffle", pre,
+        fmt::format("data.sampling: unknown mode {} (expected \"sequential\" or \"shuffle\")",
+                    quote(d.sampling)));
+
+  at_least("checkpoint.every", cfg.checkpoint.every, 0);
+  at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
+  at_least("log.every", cfg.log.every, 1);
+}
+
+std::string to_toml(const Config& cfg) {
+  Config copy = cfg;
+  std::string out;
+  std::string_view section;
+  for (const auto& k : kKeys) {
+    if (k.section != section) {
+      out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", k.section);
+      section = k.section;
+    }
+    std::visit(
+        [&](auto* field) {
+          using T = std::remove_pointer_t<decltype(field)>;
+          std::string v;
+          if constexpr (std::is_same_v<T, double>)
+            v = format_double(*field);
+          else if constexpr (std::is_same_v<T, std::string>)
+            v = quote(*field);
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            for (const auto& s : *field) v += (v.empty() ? "" : ", ") + quote(s);
+            v = "[" + v + "]";
+          } else
+            v = fmt::format("{}", *field);
+          out += fmt::format("{} = {}\n", k.name, v);
+        },
+        k.ref(copy));
+  }
+  return out;
+}
+
+}  // namespace pipetrain

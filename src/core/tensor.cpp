@@ -1,0 +1,54 @@
+#include "pipetrain/core/tensor.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::I32: return 4;
+  }
+  return 4;
+}
+
+static int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(MemoryPool& pool, std::vector<int64_t> shape, DType dtype) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.block_ = pool.acquire(static_cast<size_t>(product(t.shape_)) * dtype_size(dtype));
+  return t;
+}
+
+Tensor Tensor::view(int64_t offset_elems, std::vector<int64_t> shape) const {
+  if (offset_elems < 0 || offset_ + offset_elems + product(shape) >
+                              static_cast<int64_t>(block_->bytes / dtype_size(dtype_)))
+    fail("tensor view [{}, +{}) out of bounds of a {} storage", offset_elems, product(shape),
+         shape_str());
+  Tensor t = *this;
+  t.offset_ = offset_ + offset_elems;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+int64_t Tensor::numel() const { return product(shape_); }
+
+std::string Tensor::shape_str() const { return fmt::format("({})", fmt::join(shape_, ", ")); }
+
+void* Tensor::raw() const {
+  return block_ ? static_cast<char*>(block_->ptr) + offset_ * static_cast<int64_t>(dtype_size(dtype_))
+                : nullptr;
+}
+float* Tensor::f32() const { return static_cast<float*>(raw()); }
+int32_t* Tensor::i32() const { return static_cast<int32_t*>(raw()); }
+
+}  // namespace pipetrain

@@ -1,0 +1,140 @@
+// TokenFileWriter and write_token_file (see pipetrain/io/data_convert.hpp): writes the
+// HDF5 token-file format into `out.tmp` and renames it into place on commit.
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/io/data_convert.hpp"
+
+namespace pipetrain {
+namespace {
+
+using h5io::Id;
+
+void write_attributes(hid_t obj, int64_t vocab, const std::string& tokenizer,
+                      const std::string& path) {
+  Id scalar(H5Screate(H5S_SCALAR));
+  Id vattr(H5Acreate2(obj, kVocabAttr, H5T_STD_I64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!vattr.valid() || H5Awrite(vattr.get(), H5T_NATIVE_INT64, &vocab) < 0)
+    fail("{}: cannot write attribute {} ({})", path, kVocabAttr, h5io::last_error());
+  // Variable-length UTF-8: h5py reads it back as str.
+  Id stype(H5Tcopy(H5T_C_S1));
+  H5Tset_size(stype.get(), H5T_VARIABLE);
+  H5Tset_cset(stype.get(), H5T_CSET_UTF8);
+  Id tattr(H5Acreate2(obj, kTokenizerAttr, stype.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* s = tokenizer.c_str();
+  if (!tattr.valid() || H5Awrite(tattr.get(), stype.get(), &s) < 0)
+    fail("{}: cannot write attribute {} ({})", path, kTokenizerAttr, h5io::last_error());
+}
+
+}  // namespace
+
+TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size,
+                                 std::string tokenizer)
+    : out_(std::move(out)), tokenizer_(std::move(tokenizer)), total_(num_tokens),
+      vocab_(vocab_size) {
+  if (out_.empty()) fail("no output file given");
+  if (num_tokens < 0) fail("{}: cannot write {} tokens", out_, num_tokens);
+  if (vocab_size < 1 || vocab_size > (int64_t{1} << 32))
+    fail("{}: vocab_size {} out of range (1 .. 2^32)", out_, vocab_size);
+  tmp_ = out_ + ".tmp";
+  const bool narrow = vocab_size <= 65536;
+  dtype_ = narrow ? "uint16" : "uint32";
+  h5io::Quiet quiet;
+  try {
+    file_ = Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file_.valid()) fail("{}: cannot create {} ({})", out_, tmp_, h5io::last_error());
+    const hsize_t dims = static_cast<hsize_t>(num_tokens);
+    Id space(H5Screate_simple(1, &dims, nullptr));
+    Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    if (num_tokens > 0) {  // chunked so huge files work; contiguous when empty
+      const hsize_t chunk = static_cast<hsize_t>(std::min(num_tokens, kTokenChunk));
+      H5Pset_chunk(dcpl.get(), 1, &chunk);
+    }
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    dataset_ = Id(H5Dcreate2(file_.get(), kTokensDataset, narrow ? H5T_STD_U16LE : H5T_STD_U32LE,
+                             space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    if (!dataset_.valid())
+      fail("{}: cannot create /{} ({})", tmp_, kTokensDataset, h5io::last_error());
+    write_attributes(file_.get(), vocab_, tokenizer_, tmp_);
+  } catch (...) {
+    discard();
+    throw;
+  }
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (!committed_) discard();
+}
+
+void TokenFileWriter::discard() {
+  h5io::Quiet quiet;
+  dataset_.reset();
+  file_.reset();
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
+}
+
+template <typename T>
+void TokenFileWriter::append_impl(std::span<const T> tokens, hid_t mem_type) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return;
+  if (committed_) fail("{}: append after commit", out_);
+  if (n > total_ - written_)
+    fail("{}: {} more tokens than the {} announced", out_, written_ + n - total_, total_);
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<int64_t>(tokens[static_cast<size_t>(i)]) >= vocab_)
+      fail("{}: token {} at position {} is >= vocab_size {}", out_,
+           tokens[static_cast<size_t>(i)], written_ + i, vocab_);
+  h5io::Quiet quiet;
+  Id space(H5Dget_space(dataset_.get()));
+  const hsize_t start = static_cast<hsize_t>(written_), cnt = static_cast<hsize_t>(n);
+  Id mem(H5Screate_simple(1, &cnt, nullptr));
+  if (!space.valid() || !mem.valid() ||
+      H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr) < 0 ||
+      H5Dwrite(dataset_.get(), mem_type, mem.get(), space.get(), H5P_DEFAULT, tokens.data()) < 0)
+    fail("{}: writing tokens [{}, {}) failed ({})", tmp_, written_, written_ + n,
+         h5io::last_error());
+  written_ += n;
+}
+
+void TokenFileWriter::append(std::span<const uint16_t> tokens) {
+  append_impl(tokens, H5T_NATIVE_UINT16);
+}
+
+void TokenFileWriter::append(std::span<const uint32_t> tokens) {
+  append_impl(tokens, H5T_NATIVE_UINT32);
+}
+
+TokenFileInfo TokenFileWriter::commit() {
+  if (committed_) fail("{}: committed twice", out_);
+  if (written_ != total_) fail("{}: wrote {} of {} tokens", out_, written_, total_);
+  {
+    h5io::Quiet quiet;
+    const bool ok = dataset_.reset() && file_.reset();
+    if (!ok) {
+      const std::string why = h5io::last_error();
+      discard();
+      fail("{}: closing {} failed ({})", out_, tmp_, why);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp_, out_, ec);
+  if (ec) {
+    discard();
+    fail("{}: cannot rename {} into place ({})", out_, tmp_, ec.message());
+  }
+  committed_ = true;
+  return TokenFileInfo{out_, total_, vocab_, tokenizer_, dtype_};
+}
+
+TokenFileInfo write_token_file(const std::string& out, std::span<const uint32_t> tokens,
+                               int64_t vocab_size, const std::string& tokenizer) {
+  TokenFileWriter w(out, static_cast<int64_t>(tokens.size()), vocab_size, tokenizer);
+  w.append(tokens);
+  return w.commit();
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,83 @@
+#include "pipetrain/model/parameters.hpp"
+
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/core/rng.hpp"
+
+namespace pipetrain {
+
+int64_t Parameter::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+Parameter& ParameterStore::declare(const std::string& name, std::vector<int64_t> shape, Init init,
+                                   double init_std) {
+  if (Parameter* p = find(name)) {
+    if (p->shape != shape) fail("parameter {} declared twice with different shapes", name);
+    return *p;
+  }
+  if (values_.defined()) fail("parameter {} declared after allocation", name);
+  Parameter& p = params_.emplace_back();
+  p.name = name;
+  p.shape = std::move(shape);
+  p.init = init;
+  p.init_std = init_std;
+  // Keep every parameter 16-float aligned inside the flat buffers.
+  p.offset = total_;
+  total_ += (p.numel() + 15) / 16 * 16;
+  return p;
+}
+
+int64_t ParameterStore::count() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+Parameter* ParameterStore::find(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void ParameterStore::allocate(MemoryPool& pool, Backend& backend) {
+  const int64_t n = std::max<int64_t>(total_, 16);
+  values_ = Tensor::empty(pool, {n});
+  grads_ = Tensor::empty(pool, {n});
+  m_ = Tensor::empty(pool, {n});
+  v_ = Tensor::empty(pool, {n});
+  for (const Tensor* t : {&values_, &grads_, &m_, &v_})
+    backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+  for (auto& p : params_) {
+    p.value = values_.view(p.offset, p.shape);
+    p.grad = grads_.view(p.offset, p.shape);
+    p.m = m_.view(p.offset, p.shape);
+    p.v = v_.view(p.offset, p.shape);
+  }
+}
+
+void ParameterStore::initialize(uint64_t seed, Backend& backend) {
+  std::vector<float> host;
+  for (auto& p : params_) {
+    host.assign(static_cast<size_t>(p.numel()), 0.0f);
+    if (p.init == Init::Ones) {
+      host.assign(host.size(), 1.0f);
+    } else if (p.init == Init::Normal) {
+      Rng rng = Rng::for_stream(seed, p.name);
+      const size_t row = static_cast<size_t>(p.numel() / p.shape[0]);
+      const size_t n = p.init_rows < 0 ? host.size() : static_cast<size_t>(p.init_rows) * row;
+      for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rng.normal() * p.init_std);
+    }
+    backend.to_device(p.value.raw(), host.data(), host.size() * sizeof(float));
+  }
+}
+
+void ParameterStore::zero_grads(Backend& backend) {
+  if (grads_.defined()) backend.fill(grads_.f32(), 0.0f, static_cast<size_t>(grads_.numel()));
+}
+
+}  // namespace pipetrain

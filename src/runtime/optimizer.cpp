@@ -1,0 +1,41 @@
+#include "pipetrain/runtime/optimizer.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "pipetrain/backend/backend.hpp"
+
+namespace pipetrain {
+
+double learning_rate(const TrainConfig& cfg, int step) {
+  if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
+    return cfg.lr * (step + 1) / cfg.warmup_steps;
+  if (cfg.lr_schedule == "constant") return cfg.lr;
+  const int decay_steps = cfg.steps - cfg.warmup_steps;
+  if (decay_steps <= 0) return cfg.lr;
+  const double progress = std::min(1.0, static_cast<double>(step - cfg.warmup_steps) / decay_steps);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return cfg.min_lr + coeff * (cfg.lr - cfg.min_lr);
+}
+
+float clip_scale(double norm, double max_norm) {
+  if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0f;
+  return static_cast<float>(max_norm / norm);
+}
+
+bool decays(const TrainConfig& cfg, const Parameter& p) {
+  return !cfg.decay_2d_only || p.shape.size() >= 2;
+}
+
+void AdamW::step(ParameterStore& params, Backend& backend, int step_count, double lr,
+                 float grad_scale) {
+  for (auto& p : params.params()) {
+    const float wd = decays(cfg_, p) ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    backend.adamw(p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(),
+                  static_cast<size_t>(p.numel()), static_cast<float>(lr),
+                  static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
+                  static_cast<float>(cfg_.eps), wd, step_count, grad_scale);
+  }
+}
+
+}  // namespace pipetrain

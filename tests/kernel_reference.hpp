@@ -1,0 +1,233 @@
+// Naive, obviously-correct reference implementations of every backend kernel,
+// on host vectors, accumulating in double. The kernel harness
+// (test_kernels.cpp) checks every backend against these. Semantics follow
+// include/pipetrain/backend/backend.hpp; nothing here is tuned for speed.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+namespace pipetrain::ref {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+// C = alpha * op(A) * op(B) + beta * C (row-major, leading dimensions given).
+inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const float* A, int lda,
+                 const float* B, int ldb, double beta, const float* C_in, float* C, int ldc) {
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      double s = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double a = ta ? A[static_cast<long>(k) * lda + i] : A[static_cast<long>(i) * lda + k];
+        const double b = tb ? B[static_cast<long>(j) * ldb + k] : B[static_cast<long>(k) * ldb + j];
+        s += a * b;
+      }
+      const long idx = static_cast<long>(i) * ldc + j;
+      C[idx] = static_cast<float>(alpha * s + beta * C_in[idx]);
+    }
+  }
+}
+
+inline double gelu(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+inline double gelu_grad(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  const double du = std::sqrt(2.0 / std::numbers::pi) * (1.0 + 3.0 * 0.044715 * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+}
+
+// out, mean, rstd as the backend's layernorm_forward.
+inline void layernorm_forward(DVec& out, DVec& mean, DVec& rstd, const Vec& inp, const Vec& w,
+                              const Vec& b, int N, int C, double eps) {
+  out.assign(static_cast<size_t>(N) * C, 0.0);
+  mean.assign(N, 0.0);
+  rstd.assign(N, 0.0);
+  for (int n = 0; n < N; ++n) {
+    const float* x = &inp[static_cast<size_t>(n) * C];
+    double m = 0.0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    double var = 0.0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= C;
+    const double r = 1.0 / std::sqrt(var + eps);
+    for (int c = 0; c < C; ++c) out[static_cast<size_t>(n) * C + c] = (x[c] - m) * r * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+// Gradients of L = sum(out * dout) for LayerNorm (mean and rstd recomputed in
+// double); the caller adds them to whatever the kernel is supposed to accumulate into.
+inline void layernorm_backward(DVec& dinp, DVec& dw, DVec& db, const Vec& dout, const Vec& inp,
+                               const Vec& w, int N, int C, double eps) {
+  dinp.assign(static_cast<size_t>(N) * C, 0.0);
+  dw.assign(C, 0.0);
+  db.assign(C, 0.0);
+  for (int n = 0; n < N; ++n) {
+    const float* x = &inp[static_cast<size_t>(n) * C];
+    const float* d = &dout[static_cast<size_t>(n) * C];
+    double m = 0.0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    double var = 0.0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= C;
+    const double r = 1.0 / std::sqrt(var + eps);
+    double mean_dn = 0.0, mean_dn_xhat = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[c] - m) * r;
+      const double dn = static_cast<double>(w[c]) * d[c];
+      mean_dn += dn / C;
+      mean_dn_xhat += dn * xhat / C;
+      dw[c] += d[c] * xhat;
+      db[c] += d[c];
+    }
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[c] - m) * r;
+      const double dn = static_cast<double>(w[c]) * d[c];
+      dinp[static_cast<size_t>(n) * C + c] = (dn - mean_dn - xhat * mean_dn_xhat) * r;
+    }
+  }
+}
+
+// Causal attention, explicit mask and softmax. att_out: (B, NH, T, T) with 0
+// above the diagonal.
+inline void attention_forward(DVec& out, DVec& att, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  out.assign(static_cast<size_t>(B) * T * C, 0.0);
+  att.assign(static_cast<size_t>(B) * NH * T * T, 0.0);
+  auto at = [&](int b, int t, int part, int h, int i) {
+    return static_cast<double>(qkv[(static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs + i]);
+  };
+  std::vector<double> s(T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < T; ++i) {
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < T; ++j) {
+          if (j > i) {
+            s[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          double dot = 0.0;
+          for (int e = 0; e < hs; ++e) dot += at(b, i, 0, h, e) * at(b, j, 1, h, e);
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < T; ++j) {
+          s[j] = std::exp(s[j] - mx);  // exp(-inf) = 0 for masked entries
+          sum += s[j];
+        }
+        double* arow = &att[((static_cast<size_t>(b) * NH + h) * T + i) * T];
+        for (int j = 0; j < T; ++j) arow[j] = s[j] / sum;
+        for (int e = 0; e < hs; ++e) {
+          double o = 0.0;
+          for (int j = 0; j < T; ++j) o += arow[j] * at(b, j, 2, h, e);
+          out[(static_cast<size_t>(b) * T + i) * C + h * hs + e] = o;
+        }
+      }
+    }
+  }
+}
+
+// dqkv of L = sum(out * dout) for the attention above (probabilities recomputed in double).
+inline void attention_backward(DVec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, int C,
+                               int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  DVec out, att;
+  attention_forward(out, att, qkv, B, T, C, NH);
+  dqkv.assign(qkv.size(), 0.0);
+  auto idx = [&](int b, int t, int part, int h, int e) {
+    return (static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs + e;
+  };
+  std::vector<double> dp(T), ds(T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < T; ++i) {
+        const double* p = &att[((static_cast<size_t>(b) * NH + h) * T + i) * T];
+        const float* d = &dout[(static_cast<size_t>(b) * T + i) * C + h * hs];
+        double dot = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          dp[j] = 0.0;
+          for (int e = 0; e < hs; ++e) dp[j] += d[e] * static_cast<double>(qkv[idx(b, j, 2, h, e)]);
+          dot += p[j] * dp[j];
+          for (int e = 0; e < hs; ++e) dqkv[idx(b, j, 2, h, e)] += p[j] * d[e];
+        }
+        for (int j = 0; j <= i; ++j) {
+          ds[j] = p[j] * (dp[j] - dot) * scale;
+          for (int e = 0; e < hs; ++e) {
+            dqkv[idx(b, i, 0, h, e)] += ds[j] * qkv[idx(b, j, 1, h, e)];
+            dqkv[idx(b, j, 1, h, e)] += ds[j] * qkv[idx(b, i, 0, h, e)];
+          }
+        }
+      }
+    }
+  }
+}
+
+// losses and (unscaled) dlosses/dlogits; padded columns ignored.
+inline void crossentropy(DVec& losses, DVec& grad, const Vec& logits, const std::vector<int32_t>& t,
+                         int N, int V, int Vp) {
+  losses.assign(N, 0.0);
+  grad.assign(static_cast<size_t>(N) * Vp, 0.0);
+  for (int n = 0; n < N; ++n) {
+    const float* x = &logits[static_cast<size_t>(n) * Vp];
+    double mx = x[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(x[v]));
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) sum += std::exp(x[v] - mx);
+    losses[n] = -(x[t[n]] - mx - std::log(sum));
+    for (int v = 0; v < V; ++v) {
+      grad[static_cast<size_t>(n) * Vp + v] = std::exp(x[v] - mx) / sum - (v == t[n] ? 1.0 : 0.0);
+    }
+  }
+}
+
+inline void embedding_forward(DVec& out, const std::vector<int32_t>& tokens, const Vec& wte,
+                              const Vec& wpe, int B, int T, int C) {
+  out.assign(static_cast<size_t>(B) * T * C, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        out[(static_cast<size_t>(b) * T + t) * C + c] =
+            static_cast<double>(wte[static_cast<size_t>(tokens[b * T + t]) * C + c]) +
+            wpe[static_cast<size_t>(t) * C + c];
+}
+
+// Accumulates into dwte/dwpe (already holding the starting values).
+inline void embedding_backward(DVec& dwte, DVec& dwpe, const Vec& dout,
+                               const std::vector<int32_t>& tokens, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const double d = dout[(static_cast<size_t>(b) * T + t) * C + c];
+        dwte[static_cast<size_t>(tokens[b * T + t]) * C + c] += d;
+        dwpe[static_cast<size_t>(t) * C + c] += d;
+      }
+}
+
+// One AdamW step in double, in place.
+inline void adamw(DVec& p, const Vec& g_in, DVec& m, DVec& v, double lr, double b1, double b2,
+                  double eps, double wd, int step, double grad_scale) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double g = g_in[i] * grad_scale;
+    m[i] = b1 * m[i] + (1.0 - b1) * g;
+    v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+    const double mhat = m[i] / (1.0 - std::pow(b1, step));
+    const double vhat = v[i] / (1.0 - std::pow(b2, step));
+    p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
+  }
+}
+
+}  // namespace pipetrain::ref

@@ -1,0 +1,43 @@
+// Shared helpers for model-level tests: a tiny GPT-2 config and random tensors.
+#pragma once
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/core/rng.hpp"
+#include "pipetrain/core/tensor.hpp"
+
+namespace pipetrain::testing {
+
+inline ModelConfig tiny_model() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 16;
+  m.vocab_size = 50;  // padded to 128
+  m.max_seq_len = 8;
+  return m;
+}
+
+inline Tensor random_tensor(MemoryPool& pool, std::vector<int64_t> shape, uint64_t seed,
+                            double scale = 1.0) {
+  Tensor t = Tensor::empty(pool, std::move(shape));
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng.normal() * scale);
+  return t;
+}
+
+inline Tensor random_tokens(MemoryPool& pool, int n, int vocab, uint64_t seed) {
+  Tensor t = Tensor::empty(pool, {n}, DType::I32);
+  Rng rng(seed);
+  for (int i = 0; i < n; ++i) t.i32()[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+inline double dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+}  // namespace pipetrain::testing

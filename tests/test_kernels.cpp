@@ -1,0 +1,506 @@
+// The kernel harness: every backend in backend_factories() is checked, kernel by
+// kernel, against the naive double-precision references in kernel_reference.hpp
+// on random inputs with awkward sizes, and its backward kernels against central
+// finite differences of its own forward kernels. Inputs travel to device memory
+// through Backend::allocate/copy (host memory for the CPU backend; a CUDA
+// backend's copy must accept host pointers, e.g. cudaMemcpyDefault, or
+// upload/download below must change).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel_reference.hpp"
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+namespace {
+
+using ref::DVec;
+using ref::Vec;
+using Tokens = std::vector<int32_t>;
+
+struct BackendFactory {
+  std::string name;
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+std::vector<BackendFactory> backend_factories() {
+  return {{"cpu", [] { return make_cpu_backend(); }}};
+}
+
+// A device buffer that mirrors a host vector.
+template <class T>
+class DevBuf {
+ public:
+  DevBuf(Backend& be, const std::vector<T>& host) : be_(be), n_(host.size()) {
+    p_ = static_cast<T*>(be_.allocate(bytes()));
+    if (n_ != 0) be_.copy(p_, host.data(), bytes());  // upload
+  }
+  ~DevBuf() { be_.deallocate(p_, bytes()); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  T* get() { return p_; }
+  std::vector<T> host() const {  // download
+    std::vector<T> h(n_);
+    if (n_ != 0) be_.copy(h.data(), p_, bytes());
+    return h;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  Backend& be_;
+  size_t n_;
+  T* p_ = nullptr;
+};
+
+Vec random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+template <class R>
+double max_abs(const R& r) {
+  double m = 0.0;
+  for (auto x : r) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+// |got - want| <= atol + rtol * |want| everywhere (NaN fails).
+template <class R>
+::testing::AssertionResult close(const Vec& got, const R& want, double rtol, double atol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
+  size_t bad = 0, first = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = static_cast<double>(want[i]);
+    const double err = std::abs(static_cast<double>(got[i]) - w);
+    if (!(err <= atol + rtol * std::abs(w))) {
+      if (bad++ == 0) first = i;
+      worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " mismatch; first at " << first << ": got "
+         << got[first] << " want " << static_cast<double>(want[first]) << "; worst err " << worst;
+}
+
+template <class R>
+DVec plus(const R& a, const DVec& b) {
+  DVec r(b.size());
+  for (size_t i = 0; i < b.size(); ++i) r[i] = static_cast<double>(a[i]) + b[i];
+  return r;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Central difference of L(x) = loss(x) at every element of x, compared with
+// the analytic gradient: |fd - an| <= 1e-2 |an| + 2e-3 max|an|.
+::testing::AssertionResult fd_check(Vec x, const Vec& analytic,
+                                    const std::function<double(const Vec&)>& loss) {
+  const double scale = max_abs(analytic);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    const float xp = x0 + 1e-3f, xm = x0 - 1e-3f;
+    x[i] = xp;
+    const double lp = loss(x);
+    x[i] = xm;
+    const double lm = loss(x);
+    x[i] = x0;
+    const double fd = (lp - lm) / (static_cast<double>(xp) - xm);
+    if (!(std::abs(fd - analytic[i]) <= 1e-2 * std::abs(analytic[i]) + 2e-3 * scale)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": finite difference " << fd << " analytic " << analytic[i]
+             << " (max |grad| " << scale << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class KernelTest : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override { be_ = GetParam().make(); }
+  Backend& be() { return *be_; }
+  std::unique_ptr<Backend> be_;
+
+  // Runs the backend's attention forward; returns out (and att if asked).
+  Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, Vec* att_out = nullptr) {
+    DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f)),
+        att(be(), Vec(size_t(B) * NH * T * T, 7.0f));
+    be().attention_forward(out.get(), att.get(), q.get(), B, T, C, NH);
+    if (att_out) *att_out = att.host();
+    return out.host();
+  }
+  Vec attention_dqkv(const Vec& qkv, const Vec& dout, int B, int T, int C, int NH) {
+    Vec att;
+    attention_out(qkv, B, T, C, NH, &att);
+    DevBuf<float> q(be(), qkv), a(be(), att), d(be(), dout),
+        dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN())),
+        scratch(be(), Vec(att.size(), std::numeric_limits<float>::quiet_NaN()));
+    be().attention_backward(dq.get(), scratch.get(), d.get(), q.get(), a.get(), B, T, C, NH);
+    return dq.host();
+  }
+  Vec layernorm_out(const Vec& x, const Vec& w, const Vec& b, int N, int C, Vec* mean = nullptr,
+                    Vec* rstd = nullptr) {
+    DevBuf<float> dx(be(), x), dw(be(), w), db(be(), b), out(be(), Vec(x.size())),
+        m(be(), Vec(N)), r(be(), Vec(N));
+    be().layernorm_forward(out.get(), m.get(), r.get(), dx.get(), dw.get(), db.get(), N, C, 1e-5f);
+    if (mean) *mean = m.host();
+    if (rstd) *rstd = r.host();
+    return out.host();
+  }
+  Vec gelu_out(const Vec& x) {
+    DevBuf<float> dx(be(), x), out(be(), Vec(x.size()));
+    be().gelu_forward(out.get(), dx.get(), x.size());
+    return out.host();
+  }
+};
+
+std::string factory_name(const ::testing::TestParamInfo<BackendFactory>& info) {
+  return info.param.name;
+}
+INSTANTIATE_TEST_SUITE_P(Backends, KernelTest, ::testing::ValuesIn(backend_factories()),
+                         factory_name);
+
+TEST_P(KernelTest, NameAndMemory) {
+  EXPECT_FALSE(be().name().empty());
+  for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(65), size_t(1000)}) {
+    void* p = be().allocate(bytes);
+    EXPECT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes << " bytes";
+    be().deallocate(p, bytes);
+  }
+  const size_t huge = size_t(1) << 62;
+  try {
+    be().allocate(huge);
+    ADD_FAILURE() << "allocating 2^62 bytes did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(huge)), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(KernelTest, Gemm) {
+  const int M = 37, N = 29, K = 53;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? M : K) + 5, ldb = (tb ? K : N) + 3, ldc = N + 7;
+      const Vec A = random_vec(size_t(ta ? K : M) * lda, 1);
+      const Vec B = random_vec(size_t(tb ? N : K) * ldb, 2);
+      const Vec C0 = random_vec(size_t(M) * ldc, 3);
+      for (float beta : {0.0f, 0.3f}) {
+        Vec want(C0);
+        ref::gemm(ta, tb, M, N, K, 0.7, A.data(), lda, B.data(), ldb, beta, C0.data(),
+                  want.data(), ldc);
+        DevBuf<float> a(be(), A), b(be(), B), c(be(), C0);
+        be().gemm(ta, tb, M, N, K, 0.7f, a.get(), lda, b.get(), ldb, beta, c.get(), ldc);
+        EXPECT_TRUE(close(c.host(), want, 1e-5, 1e-5)) << "ta=" << ta << " tb=" << tb
+                                                       << " beta=" << beta;
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, GemmStridedBatched) {
+  const int M = 19, N = 23, K = 17, batch = 3;
+  const long sa = 17L * 19 + 11, sb = 23L * 17 + 5, sc = 19L * 25 + 3;  // A^T: K x M, ldc 25
+  const Vec A = random_vec(sa * batch, 4), B = random_vec(sb * batch, 5),
+            C0 = random_vec(sc * batch, 6);
+  Vec want(C0);
+  for (int i = 0; i < batch; ++i) {
+    ref::gemm(true, false, M, N, K, 1.5, A.data() + i * sa, M, B.data() + i * sb, N, -0.5,
+              C0.data() + i * sc, want.data() + i * sc, 25);
+  }
+  DevBuf<float> a(be(), A), b(be(), B), c(be(), C0);
+  be().gemm_strided_batched(true, false, M, N, K, 1.5f, a.get(), M, sa, b.get(), N, sb, -0.5f,
+                            c.get(), 25, sc, batch);
+  EXPECT_TRUE(close(c.host(), want, 1e-5, 1e-5));
+}
+
+struct AttnShape {
+  int B, T, C, NH;
+};
+
+TEST_P(KernelTest, Attention) {
+  // T not a multiple of the query block (64), exactly one block, tiny T.
+  for (AttnShape s : {AttnShape{2, 131, 48, 4}, AttnShape{1, 64, 32, 2}, AttnShape{3, 5, 12, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C);
+    const Vec qkv = random_vec(size_t(s.B) * s.T * 3 * s.C, 7, -2.0f, 2.0f);
+    DVec out_ref, att_ref;
+    ref::attention_forward(out_ref, att_ref, qkv, s.B, s.T, s.C, s.NH);
+    Vec att;
+    const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH, &att);
+    EXPECT_TRUE(close(out, out_ref, 1e-5, 1e-6 * max_abs(out_ref)));
+    EXPECT_TRUE(close(att, att_ref, 1e-5, 1e-7));  // 0 above the diagonal (ref is exact 0)
+    for (size_t i = 0; i < att.size(); ++i) {
+      const size_t row = (i / s.T) % s.T, col = i % s.T;
+      if (col > row) ASSERT_EQ(att[i], 0.0f) << "att above the diagonal at " << i;
+    }
+
+    const Vec dout = random_vec(out.size(), 8);
+    DVec dqkv_ref;
+    ref::attention_backward(dqkv_ref, dout, qkv, s.B, s.T, s.C, s.NH);
+    // dqkv starts as NaN: the kernel must overwrite every element.
+    EXPECT_TRUE(close(attention_dqkv(qkv, dout, s.B, s.T, s.C, s.NH), dqkv_ref, 1e-4,
+                      1e-5 * max_abs(dqkv_ref)));
+  }
+}
+
+TEST_P(KernelTest, LayerNorm) {
+  const int N = 37, C = 77;
+  const Vec x = random_vec(size_t(N) * C, 9, 2.0f, 4.0f);  // mean ~3: tests the variance pass
+  const Vec w = random_vec(C, 10), b = random_vec(C, 11);
+  DVec out_ref, mean_ref, rstd_ref;
+  ref::layernorm_forward(out_ref, mean_ref, rstd_ref, x, w, b, N, C, 1e-5);
+  Vec mean, rstd;
+  const Vec out = layernorm_out(x, w, b, N, C, &mean, &rstd);
+  EXPECT_TRUE(close(out, out_ref, 1e-5, 1e-5));
+  EXPECT_TRUE(close(mean, mean_ref, 1e-6, 0));
+  EXPECT_TRUE(close(rstd, rstd_ref, 1e-5, 0));
+
+  const Vec dout = random_vec(out.size(), 12);
+  const Vec dinp0 = random_vec(out.size(), 13), dw0 = random_vec(C, 14), db0 = random_vec(C, 15);
+  DVec dinp_ref, dw_ref, db_ref;
+  ref::layernorm_backward(dinp_ref, dw_ref, db_ref, dout, x, w, N, C, 1e-5);
+  DevBuf<float> ddout(be(), dout), dx(be(), x), dw(be(), w), dm(be(), mean), dr(be(), rstd),
+      dinp(be(), dinp0), gw(be(), dw0), gb(be(), db0);
+  be().layernorm_backward_input(dinp.get(), ddout.get(), dx.get(), dw.get(), dm.get(), dr.get(), N,
+                                C);
+  be().layernorm_backward_weight(gw.get(), gb.get(), ddout.get(), dx.get(), dm.get(), dr.get(), N,
+                                 C);
+  EXPECT_TRUE(close(dinp.host(), plus(dinp0, dinp_ref), 1e-5, 1e-5 * max_abs(dinp_ref)));
+  EXPECT_TRUE(close(gw.host(), plus(dw0, dw_ref), 1e-5, 1e-5));
+  EXPECT_TRUE(close(gb.host(), plus(db0, db_ref), 1e-5, 1e-5));
+}
+
+TEST_P(KernelTest, Gelu) {
+  Vec x = random_vec(1003, 16, -6.0f, 6.0f);
+  x[0] = -20.0f, x[1] = 20.0f, x[2] = 0.0f, x[3] = -1e-4f;
+  DVec want(x.size()), dwant(x.size());
+  const Vec dout = random_vec(x.size(), 17);
+  for (size_t i = 0; i < x.size(); ++i) {
+    want[i] = ref::gelu(x[i]);
+    dwant[i] = ref::gelu_grad(x[i]) * dout[i];
+  }
+  EXPECT_TRUE(close(gelu_out(x), want, 1e-5, 1e-7));
+  DevBuf<float> dx(be(), x), dd(be(), dout), dinp(be(), Vec(x.size(), 3.0f));
+  be().gelu_backward(dinp.get(), dx.get(), dd.get(), x.size());
+  EXPECT_TRUE(close(dinp.host(), dwant, 1e-5, 1e-6));
+  be().gelu_backward(dd.get(), dx.get(), dd.get(), x.size());  // dinp aliases dout
+  EXPECT_TRUE(close(dd.host(), dwant, 1e-5, 1e-6));
+}
+
+TEST_P(KernelTest, CrossEntropy) {
+  const int N = 13, V = 1003, Vp = 1024;
+  Vec logits = random_vec(size_t(N) * Vp, 18, -4.0f, 4.0f);
+  for (int n = 0; n < N; ++n)
+    for (int v = V; v < Vp; ++v) logits[size_t(n) * Vp + v] = 100.0f;  // must be ignored
+  Tokens t(N);
+  for (int n = 0; n < N; ++n) t[n] = (n * 389 + 7) % V;
+  t[0] = 0, t[1] = V - 1;
+  DVec loss_ref, grad_ref;
+  ref::crossentropy(loss_ref, grad_ref, logits, t, N, V, Vp);
+
+  DevBuf<int32_t> dt(be(), t);
+  {  // no gradient: logits untouched
+    DevBuf<float> dl(be(), logits), loss(be(), Vec(N));
+    be().crossentropy_forward(loss.get(), dl.get(), dt.get(), N, V, Vp, 0.0f);
+    EXPECT_TRUE(close(loss.host(), loss_ref, 1e-5, 1e-6));
+    EXPECT_EQ(dl.host(), logits);
+  }
+  {  // fused gradient, scaled; padded columns zero
+    DevBuf<float> dl(be(), logits), loss(be(), Vec(N));
+    be().crossentropy_forward(loss.get(), dl.get(), dt.get(), N, V, Vp, 0.25f);
+    EXPECT_TRUE(close(loss.host(), loss_ref, 1e-5, 1e-6));
+    DVec g(grad_ref);
+    for (auto& x : g) x *= 0.25;
+    const Vec got = dl.host();
+    EXPECT_TRUE(close(got, g, 1e-5, 1e-8));
+    for (int n = 0; n < N; ++n)
+      for (int v = V; v < Vp; ++v) ASSERT_EQ(got[size_t(n) * Vp + v], 0.0f);
+  }
+  for (int bad : {V, -1}) {  // out-of-range target: an Error naming row and value
+    Tokens tb(t);
+    tb[5] = bad;
+    DevBuf<int32_t> dtb(be(), tb);
+    DevBuf<float> dl(be(), logits), loss(be(), Vec(N));
+    try {
+      be().crossentropy_forward(loss.get(), dl.get(), dtb.get(), N, V, Vp, 1.0f);
+      ADD_FAILURE() << "target " << bad << " did not throw";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("row 5"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::to_string(bad)), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST_P(KernelTest, Embedding) {
+  const int B = 3, T = 7, C = 37, vocab = 11;
+  Tokens tok(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (i * 5) % vocab;
+  tok[3] = tok[4] = tok[10] = 2;  // repeated tokens
+  const Vec wte = random_vec(size_t(vocab) * C, 19), wpe = random_vec(size_t(T) * C, 20);
+  DVec out_ref;
+  ref::embedding_forward(out_ref, tok, wte, wpe, B, T, C);
+  DevBuf<int32_t> dt(be(), tok);
+  DevBuf<float> dwte(be(), wte), dwpe(be(), wpe), out(be(), Vec(size_t(B) * T * C));
+  be().embedding_forward(out.get(), dt.get(), dwte.get(), dwpe.get(), B, T, C);
+  EXPECT_TRUE(close(out.host(), out_ref, 1e-6, 0));
+
+  const Vec dout = random_vec(out_ref.size(), 21);
+  const Vec gte0 = random_vec(wte.size(), 22), gpe0 = random_vec(wpe.size(), 23);
+  DVec gte_ref(gte0.begin(), gte0.end()), gpe_ref(gpe0.begin(), gpe0.end());
+  ref::embedding_backward(gte_ref, gpe_ref, dout, tok, B, T, C);
+  DevBuf<float> dd(be(), dout), gte(be(), gte0), gpe(be(), gpe0);
+  be().embedding_backward(gte.get(), gpe.get(), dd.get(), dt.get(), B, T, C);
+  EXPECT_TRUE(close(gte.host(), gte_ref, 1e-6, 1e-6));
+  EXPECT_TRUE(close(gpe.host(), gpe_ref, 1e-6, 1e-6));
+}
+
+TEST_P(KernelTest, AdamW) {
+  const size_t n = 1003;
+  const Vec p0 = random_vec(n, 24), g1 = random_vec(n, 25), g2 = random_vec(n, 26);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+  DVec p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+  DevBuf<float> dp(be(), p0), dm(be(), Vec(n, 0.0f)), dv(be(), Vec(n, 0.0f)), dg1(be(), g1),
+      dg2(be(), g2);
+  int step = 1;
+  for (DevBuf<float>* g : {&dg1, &dg2}) {
+    ref::adamw(p, step == 1 ? g1 : g2, m, v, lr, b1, b2, eps, wd, step, gs);
+    be().adamw(dp.get(), g->get(), dm.get(), dv.get(), n, lr, b1, b2, eps, wd, step, gs);
+    EXPECT_TRUE(close(dp.host(), p, 1e-6, 1e-7)) << "step " << step;
+    EXPECT_TRUE(close(dm.host(), m, 1e-6, 1e-9)) << "step " << step;
+    EXPECT_TRUE(close(dv.host(), v, 1e-5, 1e-10)) << "step " << step;
+    if (step == 1) {
+      // Bias correction: the first step moves every parameter by ~lr*(sign(g) + wd*p).
+      const Vec p1 = dp.host();
+      for (size_t i = 0; i < n; ++i) {
+        const double want = p0[i] - lr * ((g1[i] > 0 ? 1.0 : -1.0) + wd * p0[i]);
+        ASSERT_NEAR(p1[i], want, 1e-6) << i;
+      }
+    }
+    ++step;
+  }
+}
+
+TEST_P(KernelTest, ElementwiseAndReductions) {
+  const size_t n = 10007;  // more than one chunk, not a multiple of 8
+  const Vec a = random_vec(n, 27), b = random_vec(n, 28);
+  DevBuf<float> da(be(), a), db(be(), b), out(be(), Vec(n, 9.0f));
+  DVec want(n);
+  be().add(out.get(), da.get(), db.get(), n);
+  for (size_t i = 0; i < n; ++i) want[i] = double(a[i] + b[i]);
+  EXPECT_TRUE(close(out.host(), want, 0, 0));
+  be().accumulate(out.get(), da.get(), n);
+  for (size_t i = 0; i < n; ++i) want[i] = double((a[i] + b[i]) + a[i]);
+  EXPECT_TRUE(close(out.host(), want, 0, 0));
+  be().scale(out.get(), -0.5f, n);
+  for (size_t i = 0; i < n; ++i) want[i] = double(((a[i] + b[i]) + a[i]) * -0.5f);
+  EXPECT_TRUE(close(out.host(), want, 0, 0));
+  be().copy(out.get(), db.get(), n * sizeof(float));
+  EXPECT_EQ(out.host(), b);
+  be().fill(out.get(), 2.5f, n);
+  EXPECT_EQ(out.host(), Vec(n, 2.5f));
+
+  double ss = 0.0;
+  for (float x : a) ss += double(x) * x;
+  EXPECT_NEAR(be().sum_squares(da.get(), n), ss, 1e-12 * ss);
+  EXPECT_EQ(be().sum_squares(da.get(), 0), 0.0);
+
+  EXPECT_TRUE(be().all_finite(da.get(), n));
+  for (float badv : {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY}) {
+    Vec c(a);
+    c[n - 3] = badv;
+    DevBuf<float> dc(be(), c);
+    EXPECT_FALSE(be().all_finite(dc.get(), n)) << badv;
+  }
+
+  const int N = 13, C = 600;  // C spans more than one column block
+  const Vec m = random_vec(size_t(N) * C, 29), bias = random_vec(C, 30), db0 = random_vec(C, 31);
+  DVec badd(m.size()), bgrad(db0.begin(), db0.end());
+  for (int r = 0; r < N; ++r)
+    for (int c = 0; c < C; ++c) {
+      badd[size_t(r) * C + c] = double(m[size_t(r) * C + c] + bias[c]);
+      bgrad[c] += m[size_t(r) * C + c];
+    }
+  DevBuf<float> dmat(be(), m), dbias(be(), bias), dgrad(be(), db0);
+  be().bias_backward(dgrad.get(), dmat.get(), N, C);
+  EXPECT_TRUE(close(dgrad.host(), bgrad, 1e-6, 1e-6));
+  be().bias_add(dmat.get(), dbias.get(), N, C);
+  EXPECT_TRUE(close(dmat.host(), badd, 0, 0));
+}
+
+// ---- backward kernels against central finite differences of the forward ----
+
+TEST_P(KernelTest, GradCheckAttention) {
+  const int B = 2, T = 67, C = 8, NH = 2;  // crosses a query-block boundary
+  const Vec qkv = random_vec(size_t(B) * T * 3 * C, 32), R = random_vec(size_t(B) * T * C, 33);
+  const Vec an = attention_dqkv(qkv, R, B, T, C, NH);
+  EXPECT_TRUE(fd_check(qkv, an, [&](const Vec& x) {
+    return dot(attention_out(x, B, T, C, NH), R);
+  }));
+}
+
+TEST_P(KernelTest, GradCheckLayerNorm) {
+  const int N = 3, C = 37;
+  const Vec x = random_vec(size_t(N) * C, 34), w = random_vec(C, 35), b = random_vec(C, 36);
+  const Vec R = random_vec(x.size(), 37);
+  Vec mean, rstd;
+  layernorm_out(x, w, b, N, C, &mean, &rstd);
+  DevBuf<float> dR(be(), R), dx(be(), x), dw(be(), w), dm(be(), mean), dr(be(), rstd),
+      gx(be(), Vec(x.size(), 0.0f)), gw(be(), Vec(C, 0.0f)), gb(be(), Vec(C, 0.0f));
+  be().layernorm_backward_input(gx.get(), dR.get(), dx.get(), dw.get(), dm.get(), dr.get(), N, C);
+  be().layernorm_backward_weight(gw.get(), gb.get(), dR.get(), dx.get(), dm.get(), dr.get(), N, C);
+  EXPECT_TRUE(fd_check(x, gx.host(), [&](const Vec& v) {
+    return dot(layernorm_out(v, w, b, N, C), R);
+  }));
+  EXPECT_TRUE(fd_check(w, gw.host(), [&](const Vec& v) {
+    return dot(layernorm_out(x, v, b, N, C), R);
+  }));
+  EXPECT_TRUE(fd_check(b, gb.host(), [&](const Vec& v) {
+    return dot(layernorm_out(x, w, v, N, C), R);
+  }));
+}
+
+TEST_P(KernelTest, GradCheckGelu) {
+  const Vec x = random_vec(101, 38, -5.0f, 5.0f), R = random_vec(101, 39);
+  DevBuf<float> dx(be(), x), dR(be(), R), g(be(), Vec(x.size()));
+  be().gelu_backward(g.get(), dx.get(), dR.get(), x.size());
+  EXPECT_TRUE(fd_check(x, g.host(), [&](const Vec& v) { return dot(gelu_out(v), R); }));
+}
+
+TEST_P(KernelTest, GradCheckCrossEntropy) {
+  const int N = 4, V = 37, Vp = 40;
+  const Vec logits = random_vec(size_t(N) * Vp, 40, -3.0f, 3.0f);
+  const Tokens t = {0, 36, 5, 5};
+  DevBuf<int32_t> dt(be(), t);
+  auto run = [&](const Vec& l, float grad_scale, Vec* grad) {
+    DevBuf<float> dl(be(), l), loss(be(), Vec(N));
+    be().crossentropy_forward(loss.get(), dl.get(), dt.get(), N, V, Vp, grad_scale);
+    if (grad) *grad = dl.host();
+    double s = 0.0;
+    for (float x : loss.host()) s += x;
+    return s;
+  };
+  Vec grad;
+  run(logits, 1.0f, &grad);
+  EXPECT_TRUE(fd_check(logits, grad, [&](const Vec& l) { return run(l, 0.0f, nullptr); }));
+}
+
+}  // namespace
+}  // namespace pipetrain
