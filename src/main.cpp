@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <exception>
 
 #include "pipetrain/app/commands.hpp"
@@ -34,7 +36,12 @@ int world_size() {
   else
     std::fprintf(stderr, "pipetrain: error: %s\n", what);
   std::fflush(stderr);
-  if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (world_size() > 1) {
+    // A short grace period lets peers that hit the same error report it themselves
+    // before the abort tears the job down.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   int fin = 0;
   MPI_Finalized(&fin);
   int init = 0;

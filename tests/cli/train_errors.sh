@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `pipetrain train` refuses bad datasets and grids with one error line naming the
+# file or key, a non-zero exit on every rank, and no hang.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cfg="$SRC/inputs/shakespeare-char.toml"
+fails=0
+
+check() {  # check NAME NEEDLE CMD...
+  local name=$1 needle=$2
+  shift 2
+  local rc=0
+  timeout 120 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null || rc=$?
+  local errs
+  errs=$(grep -c "pipetrain: error" "$tmp/$name.err" || true)
+  if [[ $rc -eq 0 || $rc -eq 124 || $rc -eq 137 ]]; then
+    echo "FAIL $name: exit status $rc"; fails=$((fails + 1))
+  elif ! grep -q -- "$needle" "$tmp/$name.err"; then
+    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/$name.err"; fails=$((fails + 1))
+  elif [[ $errs -lt 1 ]]; then
+    echo "FAIL $name: no error line"; cat "$tmp/$name.err"; fails=$((fails + 1))
+  else
+    echo "ok   $name: $(grep -m1 'pipetrain: error' "$tmp/$name.err")"
+  fi
+}
+
+printf 'not an hdf5 file\n' >"$tmp/junk.h5"
+head -c 100 "$SRC/inputs/austen.txt" >"$tmp/tiny.txt"
+"$PIPETRAIN" data text "$tmp/tiny.txt" -o "$tmp/tiny.h5" >/dev/null
+head -c 5000 "$SRC/inputs/austen.txt" >"$tmp/small.txt"
+"$PIPETRAIN" data text "$tmp/small.txt" -o "$tmp/small.h5" >/dev/null
+
+check missing_data "$tmp/nope.h5" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/nope.h5"
+check not_hdf5 "$tmp/junk.h5" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/junk.h5"
+check too_few_tokens "$tmp/tiny.h5" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/tiny.h5"
+check vocab_too_big "$tmp/small.h5" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" \
+  --set model.vocab_size=100
+check bad_seq_len "train.seq_len" "$PIPETRAIN" train "$cfg" --set train.seq_len=4096
+check bad_batch "train.global_batch" "$PIPETRAIN" train "$cfg" --set train.global_batch=15
+
+# Two ranks for a one-rank grid: every rank says so and the job exits non-zero.
+check world_mismatch "does not match the 2 MPI ranks" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5"
+n=$(grep -c "does not match" "$tmp/world_mismatch.err" || true)
+if [[ $n -lt 1 ]]; then echo "FAIL world_mismatch: no rank reported the mismatch"; fails=$((fails + 1)); fi
+
+exit $((fails > 0))

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# End to end: text -> HDF5 tokens -> a short training run whose loss clearly falls,
+# with the metrics file holding one JSON object per step with the documented keys.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+head -c 300000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
+timeout 120 "$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5"
+
+timeout 600 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+  --set data.train="$tmp/corpus.h5" --set train.steps=80 --set model.n_layer=2 \
+  --set model.d_model=64 --set train.seq_len=64 --set model.max_seq_len=64 \
+  --set train.warmup_steps=5 --set log.every=20 --metrics "$tmp/metrics.jsonl" | tee "$tmp/out.txt"
+
+grep -q "step    79/80" "$tmp/out.txt"
+python3 - "$tmp/metrics.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == list(range(80)), "one row per step"
+for r in rows:
+    assert set(r) == {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"}, r
+    assert all(math.isfinite(r[k]) for k in r), r
+first = rows[0]["loss"]
+last = sum(r["loss"] for r in rows[-10:]) / 10
+assert abs(first - math.log(256)) < 0.3, f"first loss {first} should be near ln(256)"
+assert last < first - 2.0, f"loss did not fall enough: {first} -> {last}"
+print(f"loss {first:.3f} -> {last:.3f}")
+PY
