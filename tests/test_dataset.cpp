@@ -29,8 +29,8 @@ class DatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           fmt::format("pipetrain_dataset_{}_{}", ::getpid(), counter++);
+    dir_ =
+        fs::temp_directory_path() / fmt::format("pipetrain_dataset_{}_{}", ::getpid(), counter++);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     open_ids_ = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
@@ -54,7 +54,8 @@ class DatasetTest : public ::testing::Test {
 
   void write_bytes(const std::string& p, const std::vector<unsigned char>& bytes) {
     std::ofstream f(p, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   }
 
   // A synthetic llm.c shard: 256 int32 header then uint16 tokens, little-endian.
@@ -63,7 +64,8 @@ class DatasetTest : public ::testing::Test {
                          int32_t count = -1, size_t drop_bytes = 0) {
     std::vector<unsigned char> b(1024, 0);
     auto put32 = [&](size_t at, int32_t v) {
-      for (int k = 0; k < 4; ++k) b[at + k] = static_cast<unsigned char>((uint32_t(v) >> (8 * k)) & 0xff);
+      for (int k = 0; k < 4; ++k)
+        b[at + k] = static_cast<unsigned char>((uint32_t(v) >> (8 * k)) & 0xff);
     };
     put32(0, magic);
     put32(4, version);
@@ -214,7 +216,8 @@ TEST_F(DatasetTest, ShuffleIsPermutationPerEpoch) {
 
   // Deterministic: a second sampler (and going back an epoch) gives the same order.
   BatchSampler again(ds, "shuffle", 1234);
-  for (int64_t i = 3 * n - 1; i >= 0; --i) EXPECT_EQ(again.window_of(i), epochs[size_t(i / n)][size_t(i % n)]);
+  for (int64_t i = 3 * n - 1; i >= 0; --i)
+    EXPECT_EQ(again.window_of(i), epochs[size_t(i / n)][size_t(i % n)]);
   // A different seed gives a different order.
   BatchSampler other(ds, "shuffle", 1235);
   std::vector<int64_t> o;
@@ -283,7 +286,8 @@ TEST_F(DatasetTest, ConvertLlmcErrors) {
   write_bytes(path("tiny.bin"), {1, 2, 3});
   expect_error([&] { convert_llmc({path("tiny.bin")}, path("o.h5")); }, {"tiny.bin", "truncated"});
   make_shard("long.bin", {1, 2, 3}, kLlmcMagic, kLlmcVersion, 2);
-  expect_error([&] { convert_llmc({path("long.bin")}, path("o.h5")); }, {"long.bin", "bytes after"});
+  expect_error([&] { convert_llmc({path("long.bin")}, path("o.h5")); },
+               {"long.bin", "bytes after"});
   make_shard("vocab.bin", {1, 50257});
   expect_error([&] { convert_llmc({path("vocab.bin")}, path("o.h5")); },
                {"vocab.bin", "token 50257 at index 1"});
@@ -291,8 +295,11 @@ TEST_F(DatasetTest, ConvertLlmcErrors) {
                {"missing.bin: no such file"});
   // A good shard after a bad one: nothing is written.
   make_shard("good.bin", {1, 2, 3});
-  expect_error([&] { convert_llmc({path("good.bin"), path("magic.bin")}, path("o.h5")); },
-               {"magic.bin"});
+  expect_error(
+      [&] {
+        convert_llmc({path("good.bin"), path("magic.bin")}, path("o.h5"));
+      },
+      {"magic.bin"});
   EXPECT_FALSE(fs::exists(path("o.h5")));
   EXPECT_FALSE(fs::exists(path("o.h5.tmp")));
 }
@@ -310,7 +317,8 @@ TEST_F(DatasetTest, ConvertText) {
   ds.read_window(0, out.data());
   const std::string all = "hello w\xc3\xb6rld\n";
   for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(out[i], static_cast<unsigned char>(all[i]));
-  expect_error([&] { convert_text({path("nope.txt")}, path("t2.h5")); }, {"nope.txt: no such file"});
+  expect_error([&] { convert_text({path("nope.txt")}, path("t2.h5")); },
+               {"nope.txt: no such file"});
 }
 
 TEST_F(DatasetTest, ConvertRaw) {
@@ -343,7 +351,8 @@ TEST_F(DatasetTest, WriterRejectsBadTokensAndLeavesNoFile) {
 }
 
 TEST_F(DatasetTest, ErrorMissingFile) {
-  expect_error([&] { TokenDataset ds({path("data.h5")}, 4, 256); }, {path("data.h5") + ": no such file"});
+  expect_error([&] { TokenDataset ds({path("data.h5")}, 4, 256); },
+               {path("data.h5") + ": no such file"});
 }
 
 TEST_F(DatasetTest, ErrorNotHdf5) {
@@ -353,7 +362,8 @@ TEST_F(DatasetTest, ErrorNotHdf5) {
   fs::create_directory(path("dir.h5"));
   expect_error([&] { TokenDataset ds({path("dir.h5")}, 4, 256); }, {"dir.h5"});
   std::ofstream(path("empty.h5")).flush();
-  expect_error([&] { TokenDataset ds({path("empty.h5")}, 4, 256); }, {"empty.h5: not an HDF5 file"});
+  expect_error([&] { TokenDataset ds({path("empty.h5")}, 4, 256); },
+               {"empty.h5: not an HDF5 file"});
 }
 
 TEST_F(DatasetTest, ErrorNoTokensDataset) {
@@ -414,8 +424,11 @@ TEST_F(DatasetTest, ErrorTokenOutOfModelVocab) {
 TEST_F(DatasetTest, ErrorMismatchedTokenizers) {
   make_file("a.h5", 50, 256);
   write_token_file(path("b.h5"), std::vector<uint32_t>(50, 1), 256, "other");
-  expect_error([&] { TokenDataset ds({path("a.h5"), path("b.h5")}, 4, 256); },
-               {"b.h5", "tokenizer other", "a.h5"});
+  expect_error(
+      [&] {
+        TokenDataset ds({path("a.h5"), path("b.h5")}, 4, 256);
+      },
+      {"b.h5", "tokenizer other", "a.h5"});
 }
 
 }  // namespace

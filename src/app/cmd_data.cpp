@@ -46,8 +46,7 @@ void print_written(const TokenFileInfo& info) {
 }
 
 void print_info(const TokenFileInfo& info) {
-  fmt::print("{}: tokens {}, vocab_size {}, tokenizer {}, dtype {}\n", info.path,
-             info.num_tokens,
+  fmt::print("{}: tokens {}, vocab_size {}, tokenizer {}, dtype {}\n", info.path, info.num_tokens,
              info.vocab_size > 0 ? std::to_string(info.vocab_size) : std::string("unknown"),
              info.tokenizer.empty() ? std::string("unknown") : info.tokenizer, info.dtype);
 }
@@ -88,8 +87,7 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   raw->add_option("--dtype", o->dtype, "Token type in the files: u16 or u32")->required();
   raw->add_option("--vocab", o->vocab, "Vocabulary size (every token must be below it)")
       ->required();
-  raw->add_option("--tokenizer", o->tokenizer, "Tokenizer name to record")
-      ->capture_default_str();
+  raw->add_option("--tokenizer", o->tokenizer, "Tokenizer name to record")->capture_default_str();
   on_parsed(raw, runner, [o] {
     print_written(convert_raw(o->inputs, o->out, o->dtype, o->vocab, o->tokenizer));
   });

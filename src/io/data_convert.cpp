@@ -59,8 +59,8 @@ uint32_t load_le(const unsigned char* p, int width) {
 
 // Streams `count` little-endian tokens of `width` bytes from `in` into `w`, checking
 // each against `vocab` (`vocab_what` says where that limit comes from).
-void stream_tokens(Input& in, const std::string& path, int64_t count, int width,
-                   int64_t vocab, const std::string& vocab_what, TokenFileWriter& w) {
+void stream_tokens(Input& in, const std::string& path, int64_t count, int width, int64_t vocab,
+                   const std::string& vocab_what, TokenFileWriter& w) {
   std::vector<unsigned char> bytes(static_cast<size_t>(std::min(count, kBlockTokens) * width));
   std::vector<uint32_t> tokens(static_cast<size_t>(std::min(count, kBlockTokens)));
   for (int64_t done = 0; done < count;) {
@@ -68,8 +68,7 @@ void stream_tokens(Input& in, const std::string& path, int64_t count, int width,
     in.read(bytes.data(), static_cast<size_t>(n * width));
     for (int64_t i = 0; i < n; ++i) {
       const uint32_t v = load_le(&bytes[static_cast<size_t>(i * width)], width);
-      if (v >= vocab)
-        fail("{}: token {} at index {} is >= {}", path, v, done + i, vocab_what);
+      if (v >= vocab) fail("{}: token {} at index {} is >= {}", path, v, done + i, vocab_what);
       tokens[static_cast<size_t>(i)] = v;
     }
     w.append(std::span<const uint32_t>(tokens.data(), static_cast<size_t>(n)));
@@ -95,16 +94,16 @@ int64_t check_llmc_shard(const std::string& path) {
   if (magic != kLlmcMagic)
     fail("{}: bad magic {} (an llm.c token shard starts with {})", path, magic, kLlmcMagic);
   if (version != kLlmcVersion)
-    fail("{}: unsupported llm.c shard version {} (only version {}: GPT-2, uint16 tokens)",
-         path, version, kLlmcVersion);
+    fail("{}: unsupported llm.c shard version {} (only version {}: GPT-2, uint16 tokens)", path,
+         version, kLlmcVersion);
   if (count < 0) fail("{}: bad token count {} in the header", path, count);
   const int64_t expected = kLlmcHeaderBytes + 2 * int64_t{count};
   if (size < expected)
-    fail("{}: truncated: the header says {} tokens ({} bytes), the file has {} bytes", path,
-         count, expected, size);
+    fail("{}: truncated: the header says {} tokens ({} bytes), the file has {} bytes", path, count,
+         expected, size);
   if (size > expected)
-    fail("{}: {} unexpected bytes after the {} tokens the header announces", path,
-         size - expected, count);
+    fail("{}: {} unexpected bytes after the {} tokens the header announces", path, size - expected,
+         count);
   return count;
 }
 

@@ -19,14 +19,30 @@ bool Id::reset() {
   if (id_ < 0) return true;
   herr_t rc = -1;
   switch (H5Iget_type(id_)) {
-    case H5I_FILE: rc = H5Fclose(id_); break;
-    case H5I_GROUP: rc = H5Gclose(id_); break;
-    case H5I_DATASET: rc = H5Dclose(id_); break;
-    case H5I_DATASPACE: rc = H5Sclose(id_); break;
-    case H5I_DATATYPE: rc = H5Tclose(id_); break;
-    case H5I_ATTR: rc = H5Aclose(id_); break;
-    case H5I_GENPROP_LST: rc = H5Pclose(id_); break;
-    default: rc = H5Idec_ref(id_) < 0 ? -1 : 0; break;
+    case H5I_FILE:
+      rc = H5Fclose(id_);
+      break;
+    case H5I_GROUP:
+      rc = H5Gclose(id_);
+      break;
+    case H5I_DATASET:
+      rc = H5Dclose(id_);
+      break;
+    case H5I_DATASPACE:
+      rc = H5Sclose(id_);
+      break;
+    case H5I_DATATYPE:
+      rc = H5Tclose(id_);
+      break;
+    case H5I_ATTR:
+      rc = H5Aclose(id_);
+      break;
+    case H5I_GENPROP_LST:
+      rc = H5Pclose(id_);
+      break;
+    default:
+      rc = H5Idec_ref(id_) < 0 ? -1 : 0;
+      break;
   }
   id_ = H5I_INVALID_HID;
   return rc >= 0;

@@ -23,9 +23,12 @@ std::string describe_type(hid_t type) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
       return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);
-    case H5T_FLOAT: return fmt::format("float{}", bits);
-    case H5T_STRING: return "string";
-    default: return "a non-numeric type";
+    case H5T_FLOAT:
+      return fmt::format("float{}", bits);
+    case H5T_STRING:
+      return "string";
+    default:
+      return "a non-numeric type";
   }
 }
 
@@ -43,8 +46,7 @@ std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::str
   return v;
 }
 
-std::optional<std::string> read_string_attr(hid_t obj, const char* name,
-                                            const std::string& path) {
+std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path) {
   if (H5Aexists(obj, name) <= 0) return std::nullopt;
   Id attr(H5Aopen(obj, name, H5P_DEFAULT));
   if (!attr.valid()) fail("{}: cannot open attribute {} ({})", path, name, h5io::last_error());
@@ -115,15 +117,14 @@ OpenedFile open_token_file(const std::string& path) {
   Id space(H5Dget_space(o.dataset.get()));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank != 1)
-    fail("{}: /{} has rank {}, need a 1-D array of uint16 or uint32", path, kTokensDataset,
-         rank);
+    fail("{}: /{} has rank {}, need a 1-D array of uint16 or uint32", path, kTokensDataset, rank);
   hsize_t dim = 0;
   H5Sget_simple_extent_dims(space.get(), &dim, nullptr);
   o.info.num_tokens = static_cast<int64_t>(dim);
 
   Id type(H5Dget_type(o.dataset.get()));
-  const bool is_uint = H5Tget_class(type.get()) == H5T_INTEGER &&
-                       H5Tget_sign(type.get()) == H5T_SGN_NONE;
+  const bool is_uint =
+      H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE;
   const size_t size = H5Tget_size(type.get());
   if (!is_uint || (size != 2 && size != 4))
     fail("{}: /{} holds {}, need uint16 or uint32", path, kTokensDataset,
@@ -148,8 +149,7 @@ TokenFileInfo inspect_token_file(const std::string& path) {
   return open_token_file(path).info;
 }
 
-TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len,
-                           int model_vocab)
+TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab)
     : paths_(files), seq_len_(seq_len), model_vocab_(model_vocab) {
   if (files.empty()) fail("no token files given");
   if (seq_len < 1) fail("seq_len must be at least 1, got {}", seq_len);
@@ -160,8 +160,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len,
   for (const auto& path : files) {
     OpenedFile o = open_token_file(path);
     if (o.info.vocab_size > model_vocab)
-      fail("{}: vocab_size {} exceeds model.vocab_size {}", path, o.info.vocab_size,
-           model_vocab);
+      fail("{}: vocab_size {} exceeds model.vocab_size {}", path, o.info.vocab_size, model_vocab);
     vocab_ = std::max(vocab_, static_cast<int>(o.info.vocab_size));
     File f;
     f.path = path;
@@ -199,8 +198,7 @@ void TokenDataset::read_window(int64_t w, int32_t* out) const {
 
 void TokenDataset::read_tokens(int64_t first, int64_t count, int32_t* out) const {
   if (first < 0 || count < 0 || first > total_ - count)
-    fail("tokens [{}, {}) out of range: the dataset has {} tokens", first, first + count,
-         total_);
+    fail("tokens [{}, {}) out of range: the dataset has {} tokens", first, first + count, total_);
   if (count == 0) return;
   h5io::Quiet quiet;
   // The last file whose first token is <= first (empty files are skipped below).
@@ -220,10 +218,8 @@ void TokenDataset::read_tokens(int64_t first, int64_t count, int32_t* out) const
     // HDF5 widens uint16 to uint32 on the way; int32 and uint32 share the bit layout.
     if (!space.valid() || !mem.valid() ||
         H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr) < 0 ||
-        H5Dread(f.dataset.get(), H5T_NATIVE_UINT32, mem.get(), space.get(), H5P_DEFAULT, dst) <
-            0)
-      fail("{}: reading tokens [{}, {}) failed ({})", f.path, off, off + n,
-           h5io::last_error());
+        H5Dread(f.dataset.get(), H5T_NATIVE_UINT32, mem.get(), space.get(), H5P_DEFAULT, dst) < 0)
+      fail("{}: reading tokens [{}, {}) failed ({})", f.path, off, off + n, h5io::last_error());
     const auto limit = static_cast<uint32_t>(model_vocab_);
     for (int64_t i = 0; i < n; ++i) {
       const auto v = static_cast<uint32_t>(dst[i]);

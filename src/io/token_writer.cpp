@@ -33,7 +33,9 @@ void write_attributes(hid_t obj, int64_t vocab, const std::string& tokenizer,
 
 TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size,
                                  std::string tokenizer)
-    : out_(std::move(out)), tokenizer_(std::move(tokenizer)), total_(num_tokens),
+    : out_(std::move(out)),
+      tokenizer_(std::move(tokenizer)),
+      total_(num_tokens),
       vocab_(vocab_size) {
   if (out_.empty()) fail("no output file given");
   if (num_tokens < 0) fail("{}: cannot write {} tokens", out_, num_tokens);
@@ -86,8 +88,8 @@ void TokenFileWriter::append_impl(std::span<const T> tokens, hid_t mem_type) {
     fail("{}: {} more tokens than the {} announced", out_, written_ + n - total_, total_);
   for (int64_t i = 0; i < n; ++i)
     if (static_cast<int64_t>(tokens[static_cast<size_t>(i)]) >= vocab_)
-      fail("{}: token {} at position {} is >= vocab_size {}", out_,
-           tokens[static_cast<size_t>(i)], written_ + i, vocab_);
+      fail("{}: token {} at position {} is >= vocab_size {}", out_, tokens[static_cast<size_t>(i)],
+           written_ + i, vocab_);
   h5io::Quiet quiet;
   Id space(H5Dget_space(dataset_.get()));
   const hsize_t start = static_cast<hsize_t>(written_), cnt = static_cast<hsize_t>(n);

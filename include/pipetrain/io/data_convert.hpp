@@ -29,8 +29,7 @@ class TokenFileWriter {
  public:
   // Creates `out + ".tmp"` with a /tokens dataset of exactly `num_tokens` tokens: uint16
   // when vocab_size <= 65536, else uint32; attributes vocab_size and tokenizer.
-  TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size,
-                  std::string tokenizer);
+  TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size, std::string tokenizer);
   // Without commit(): closes and deletes the temporary file.
   ~TokenFileWriter();
   TokenFileWriter(const TokenFileWriter&) = delete;
