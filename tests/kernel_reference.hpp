@@ -1,19 +1,55 @@
-// Naive, obviously-correct reference implementations of every backend kernel,
-// on host vectors, accumulating in double. The kernel harness
+// Naive, obviously-correct reference implementations of every backend kernel
+// (host vectors, double accumulation) and a few host-side helpers. The harness
 // (test_kernels.cpp) checks every backend against these. Semantics follow
 // include/pipetrain/backend/backend.hpp; nothing here is tuned for speed.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <random>
 #include <vector>
 
 namespace pipetrain::ref {
 
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
+
+// ---- host-side helpers for building inputs and comparing results ----
+
+inline Vec random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+template <class R>
+double max_abs(const R& r) {
+  double m = 0.0;
+  for (auto x : r) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+// a + b elementwise, in double (expected values of accumulating kernels).
+template <class R>
+DVec plus(const R& a, const DVec& b) {
+  DVec r(b.size());
+  for (size_t i = 0; i < b.size(); ++i) r[i] = static_cast<double>(a[i]) + b[i];
+  return r;
+}
+
+// sum(a * b) in double: the scalar loss L = sum(out * R) of the gradient checks.
+inline double dot(const Vec& a, const Vec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// ---- reference kernels ----
 
 // C = alpha * op(A) * op(B) + beta * C (row-major, leading dimensions given).
 inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const float* A, int lda,

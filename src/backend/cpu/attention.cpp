@@ -15,7 +15,8 @@ namespace {
 
 // Row softmax over row[0..len) in place (scores already scaled); zeroes
 // row[len..T).
-inline void causal_softmax_row(float* row, int len, int T) {
+PIPETRAIN_SIMD_CLONES
+void causal_softmax_row(float* row, int len, int T) {
   const float m = row_max(row, len);
 
   float sums[kLanes] = {};
@@ -41,7 +42,8 @@ inline void causal_softmax_row(float* row, int len, int T) {
 
 // Softmax backward for one row: ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k])
 // for j < len, written over dp; ds[len..nk) = 0.
-inline void causal_softmax_backward_row(float* dp, const float* p, int len, int nk, float scale) {
+PIPETRAIN_SIMD_CLONES
+void causal_softmax_backward_row(float* dp, const float* p, int len, int nk, float scale) {
   float acc[kLanes] = {};
   int c = 0;
   for (; c + kLanes <= len; c += kLanes) {

@@ -9,6 +9,47 @@
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain::cpu {
+namespace {
+
+// One row: returns the loss; overwrites x with the gradient if grad_scale != 0.
+PIPETRAIN_SIMD_CLONES
+float crossentropy_row(float* x, int t, int V, int Vp, float grad_scale) {
+  const float xt = x[t];
+  const float m = row_max(x, V);
+  float sums[kLanes] = {};
+  float sum = 0.0f;
+  int c = 0;
+  if (grad_scale != 0.0f) {
+    for (; c + kLanes <= V; c += kLanes) {
+      for (int j = 0; j < kLanes; ++j) {
+        const float e = fast_expf(x[c + j] - m);
+        x[c + j] = e;
+        sums[j] += e;
+      }
+    }
+    for (; c < V; ++c) {
+      const float e = fast_expf(x[c] - m);
+      x[c] = e;
+      sum += e;
+    }
+  } else {
+    for (; c + kLanes <= V; c += kLanes) {
+      for (int j = 0; j < kLanes; ++j) sums[j] += fast_expf(x[c + j] - m);
+    }
+    for (; c < V; ++c) sum += fast_expf(x[c] - m);
+  }
+  for (int j = 0; j < kLanes; ++j) sum += sums[j];
+  if (grad_scale != 0.0f) {
+    const float k = grad_scale / sum;
+    for (int i = 0; i < V; ++i) x[i] *= k;
+    x[t] -= grad_scale;
+    for (int i = V; i < Vp; ++i) x[i] = 0.0f;
+  }
+  // loss = -(x_t - m - log(sum))
+  return static_cast<float>(std::log(static_cast<double>(sum)) - (xt - m));
+}
+
+}  // namespace
 
 void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
                           int Vp, float grad_scale) {
@@ -21,46 +62,8 @@ void crossentropy_forward(float* losses, float* logits, const int32_t* targets, 
            V);
     }
   }
-  const bool want_grad = grad_scale != 0.0f;
   Kokkos::parallel_for("pipetrain::crossentropy", HostRange(0, N), [=](const int64_t n) {
-    float* x = logits + n * Vp;
-    const int t = targets[n];
-    const float xt = x[t];
-
-    const float m = row_max(x, V);
-
-    float sums[kLanes] = {};
-    float sum = 0.0f;
-    int c = 0;
-    if (want_grad) {
-      for (; c + kLanes <= V; c += kLanes) {
-        for (int j = 0; j < kLanes; ++j) {
-          const float e = fast_expf(x[c + j] - m);
-          x[c + j] = e;
-          sums[j] += e;
-        }
-      }
-      for (; c < V; ++c) {
-        const float e = fast_expf(x[c] - m);
-        x[c] = e;
-        sum += e;
-      }
-    } else {
-      for (; c + kLanes <= V; c += kLanes) {
-        for (int j = 0; j < kLanes; ++j) sums[j] += fast_expf(x[c + j] - m);
-      }
-      for (; c < V; ++c) sum += fast_expf(x[c] - m);
-    }
-    for (int j = 0; j < kLanes; ++j) sum += sums[j];
-
-    // loss = -(x_t - m - log(sum))
-    losses[n] = static_cast<float>(std::log(static_cast<double>(sum)) - (xt - m));
-    if (want_grad) {
-      const float k = grad_scale / sum;
-      for (int i = 0; i < V; ++i) x[i] *= k;
-      x[t] -= grad_scale;
-      for (int i = V; i < Vp; ++i) x[i] = 0.0f;
-    }
+    losses[n] = crossentropy_row(logits + n * Vp, targets[n], V, Vp, grad_scale);
   });
 }
 

@@ -1,0 +1,130 @@
+// bench_kernels: times the CPU backend's kernels at GPT-2 124M shapes next to
+// a raw sgemm measured in the same run (medians of repeated runs; no
+// assertions). Usage: bench_kernels [reps]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/runtime_env.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median_ms(int reps, const std::function<void()>& f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> randv(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pipetrain::KokkosSession kokkos(argc, argv);
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  auto be = pipetrain::make_cpu_backend();
+  std::printf("backend: %s\n", be->name().c_str());
+
+  {  // sgemm reference: (1024 x 768) * (768 x 3072), the fc layer of GPT-2 124M
+    const int M = 1024, K = 768, N = 3072;
+    auto A = randv(size_t(M) * K, -1, 1, 1), B = randv(size_t(K) * N, -1, 1, 2);
+    std::vector<float> C(size_t(M) * N);
+    const double ms = median_ms(reps, [&] {
+      be->gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+    });
+    std::printf("sgemm %dx%dx%d: %.3f ms, %.1f GFLOP/s\n", M, N, K, ms, 2.0 * M * N * K / ms / 1e6);
+  }
+  {  // cross-entropy over the padded GPT-2 vocabulary, with the fused gradient
+    const int N = 1024, V = 50257, Vp = 50304;
+    const auto logits0 = randv(size_t(N) * Vp, -4, 4, 3);
+    std::vector<float> logits(logits0), losses(N);
+    std::vector<int32_t> t(N);
+    for (int n = 0; n < N; ++n) t[n] = (n * 7919) % V;
+    double copy_ms = median_ms(reps, [&] { be->copy(logits.data(), logits0.data(), logits0.size() * 4); });
+    double ms = median_ms(reps, [&] {
+      be->copy(logits.data(), logits0.data(), logits0.size() * 4);
+      be->crossentropy_forward(losses.data(), logits.data(), t.data(), N, V, Vp, 1.0f / N);
+    });
+    std::printf("crossentropy fwd+bwd N=%d V=%d Vp=%d: %.2f ms (excl. %.2f ms input copy)\n", N, V,
+                Vp, ms - copy_ms, copy_ms);
+  }
+  {  // layernorm at N=1024, C=768
+    const int N = 1024, C = 768;
+    auto x = randv(size_t(N) * C, -2, 4, 4), w = randv(C, 0.5, 1.5, 5), b = randv(C, -1, 1, 6);
+    auto dout = randv(size_t(N) * C, -1, 1, 7);
+    std::vector<float> out(x.size()), mean(N), rstd(N), dinp(x.size()), dw(C), db(C);
+    std::printf("layernorm N=%d C=%d: fwd %.3f ms, bwd input %.3f ms, bwd weight %.3f ms\n", N, C,
+                median_ms(reps, [&] {
+                  be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                        b.data(), N, C, 1e-5f);
+                }),
+                median_ms(reps, [&] {
+                  be->layernorm_backward_input(dinp.data(), dout.data(), x.data(), w.data(),
+                                               mean.data(), rstd.data(), N, C);
+                }),
+                median_ms(reps, [&] {
+                  be->layernorm_backward_weight(dw.data(), db.data(), dout.data(), x.data(),
+                                                mean.data(), rstd.data(), N, C);
+                }));
+  }
+  {  // GELU on N x 4C
+    const size_t n = size_t(1024) * 3072;
+    auto x = randv(n, -4, 4, 8), d = randv(n, -1, 1, 9);
+    std::vector<float> out(n);
+    std::printf("gelu n=%zu: fwd %.3f ms, bwd %.3f ms\n", n,
+                median_ms(reps, [&] { be->gelu_forward(out.data(), x.data(), n); }),
+                median_ms(reps, [&] { be->gelu_backward(out.data(), x.data(), d.data(), n); }));
+  }
+  {  // attention, B=4 T=256 C=768 NH=12 (causal flops: ~half of 4*B*T*T*C per pass)
+    const int B = 4, T = 256, C = 768, NH = 12;
+    auto qkv = randv(size_t(B) * T * 3 * C, -1, 1, 10), dout = randv(size_t(B) * T * C, -1, 1, 11);
+    std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T), scratch(att.size()),
+        dqkv(qkv.size());
+    const double f = median_ms(reps, [&] {
+      be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    });
+    const double bw = median_ms(reps, [&] {
+      be->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
+                             T, C, NH);
+    });
+    std::printf("attention B=%d T=%d C=%d NH=%d: fwd %.3f ms, bwd %.3f ms\n", B, T, C, NH, f, bw);
+  }
+  {  // AdamW over 16M parameters
+    const size_t n = size_t(1) << 24;
+    auto p = randv(n, -1, 1, 12), g = randv(n, -1, 1, 13);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    int step = 0;
+    const double ms = median_ms(reps, [&] {
+      be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step,
+                1.0f);
+    });
+    std::printf("adamw n=%zu: %.2f ms (%.2f ns/param)\n", n, ms, ms * 1e6 / double(n));
+    double ss = 0.0;
+    bool fin = true;
+    std::printf("sum_squares: %.2f ms, all_finite: %.2f ms, accumulate: %.2f ms (n=%zu)\n",
+                median_ms(reps, [&] { ss += be->sum_squares(g.data(), n); }),
+                median_ms(reps, [&] { fin = fin && be->all_finite(g.data(), n); }),
+                median_ms(reps, [&] { be->accumulate(m.data(), g.data(), n); }), n);
+    if (!fin || ss < 0) std::printf("(unexpected reduction results)\n");
+  }
+  return 0;
+}
