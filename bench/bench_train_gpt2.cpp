@@ -16,6 +16,7 @@
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/topology/grid.hpp"
 
 using namespace pipetrain;
 
@@ -44,6 +45,9 @@ double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  {
   KokkosSession kokkos(argc, argv);
   int layers = 12, seq_len = 256, mb_size = 4, microbatches = 1, steps = 5, threads = 1;
   CLI::App app{"GPT-2 124M-shape training throughput vs the same-run sgemm rate"};
@@ -53,7 +57,12 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", microbatches);
   app.add_option("--steps", steps, "timed steps (after one warm-up step)");
   app.add_option("--threads", threads, "BLAS threads");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    MPI_Finalize();
+    return app.exit(e);
+  }
   set_blas_threads(threads);
 
   Config cfg;
@@ -65,14 +74,15 @@ int main(int argc, char** argv) {
   cfg.train.steps = steps + 1;
   auto backend = make_cpu_backend();
   const int vocab = cfg.model.vocab_size;
-  Trainer trainer(cfg, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
     Rng rng = Rng::for_stream(static_cast<uint64_t>(first), "bench");
     for (int i = 0; i < count * seq_len; ++i) {
       in[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
       tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
     }
   });
-  const int64_t nparams = trainer.model().params().count();
+  const int64_t nparams = trainer.model_params();
   const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, seq_len);
   const int tokens_mb = mb_size * seq_len;
 
@@ -109,5 +119,7 @@ int main(int argc, char** argv) {
              3 * cfg.model.d_model, cfg.model.d_model, mo, model_gflops / mo);
   fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",
              trainer.pool().stats().peak_in_use_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
+  }
+  MPI_Finalize();
   return 0;
 }

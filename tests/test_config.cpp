@@ -161,8 +161,8 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 2, 1, 3};
-  c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv"};
+  c.parallel = {2, 2, 1, 3, {0, 1, 1, 1, 0, 0}};
+  c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;
   c.train.global_batch = 40;
   c.train.microbatches = 5;

@@ -8,6 +8,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/topology/grid.hpp"
 
 namespace pipetrain {
 namespace {
@@ -42,7 +43,8 @@ BatchSource pattern_source(int T) {
 TEST(Trainer, LossFallsAndStartsAtLnVocab) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(1);
-  Trainer trainer(cfg, *backend, pattern_source(cfg.train.seq_len));
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
   double first = 0, last = 0;
   for (int s = 0; s < cfg.train.steps; ++s) {
     const StepMetrics m = trainer.train_step(s);
@@ -61,10 +63,11 @@ TEST(Trainer, MicrobatchSplitGivesTheSameSteps) {
   std::vector<std::vector<float>> params;
   for (int mb : {1, 2, 4}) {
     Config cfg = tiny_config(mb);
-    Trainer trainer(cfg, *backend, pattern_source(cfg.train.seq_len));
+    Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
     losses.emplace_back();
     for (int s = 0; s < 5; ++s) losses.back().push_back(trainer.train_step(s).loss);
-    const Tensor& v = trainer.model().params().values();
+    const Tensor& v = trainer.params().values();
     params.emplace_back(v.f32(), v.f32() + v.numel());
   }
   for (size_t k = 1; k < losses.size(); ++k) {
@@ -79,7 +82,8 @@ TEST(Trainer, FirstLossEqualsEvaluationBeforeUpdate) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(2);
   BatchSource src = pattern_source(cfg.train.seq_len);
-  Trainer trainer(cfg, *backend, src);
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, src);
   const double eval = trainer.evaluate(src, 0, cfg.train.global_batch);
   const double loss = trainer.train_step(0).loss;
   EXPECT_NEAR(eval, loss, 1e-6 * loss);
@@ -89,7 +93,8 @@ TEST(Trainer, FirstLossEqualsEvaluationBeforeUpdate) {
 TEST(Trainer, SteadyStateAllocatesNothing) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(2);
-  Trainer trainer(cfg, *backend, pattern_source(cfg.train.seq_len));
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
   trainer.train_step(0);
   trainer.train_step(1);
   const PoolStats before = trainer.pool().stats();
@@ -103,8 +108,9 @@ TEST(Trainer, SteadyStateAllocatesNothing) {
 TEST(Trainer, NonFiniteLossStopsWithTheStep) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(1);
-  Trainer trainer(cfg, *backend, pattern_source(cfg.train.seq_len));
-  auto& wte = *trainer.model().params().find("wte");
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
+  auto& wte = *trainer.params().find("wte");
   wte.value.f32()[3] = std::nanf("");
   try {
     trainer.train_step(0);

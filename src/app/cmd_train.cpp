@@ -13,6 +13,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/topology/grid.hpp"
 
 namespace pipetrain {
 
@@ -24,20 +25,12 @@ struct TrainOptions {
   std::string metrics;
 };
 
-// The grid this build can run: pipeline, tensor and data parallelism arrive with
-// the runtime; until then a config asking for them is refused by name.
-void check_grid(const Config& cfg) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const int grid = cfg.parallel.dp * cfg.parallel.pp * cfg.parallel.tp;
-  if (grid != world)
-    fail("{}: parallel.dp * parallel.pp * parallel.tp = {} * {} * {} = {} does not match the {} "
-         "MPI ranks of this job",
-         cfg.source, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, grid, world);
-  for (auto [key, v] : {std::pair{"parallel.dp", cfg.parallel.dp}, {"parallel.pp", cfg.parallel.pp},
-                        {"parallel.tp", cfg.parallel.tp},
-                        {"parallel.virtual_stages", cfg.parallel.virtual_stages}})
-    if (v != 1) fail("{}: {} = {}: this build trains on a single rank only (use 1)", cfg.source, key, v);
+// Tensor parallelism arrives with the tensor-parallel layers; until then a config
+// asking for it is refused by name.
+void check_supported(const Config& cfg) {
+  if (cfg.parallel.tp != 1)
+    fail("{}: parallel.tp = {}: tensor parallelism is not available in this build (use 1)", cfg.source,
+         cfg.parallel.tp);
 }
 
 std::string human(double x) {
@@ -55,12 +48,13 @@ int run_train(const TrainOptions& opt) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Config cfg = load_config(opt.config, opt.overrides);
   if (!opt.metrics.empty()) cfg.log.metrics = opt.metrics;
-  check_grid(cfg);
+  Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
+  check_supported(cfg);
 
   TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size);
   BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);
   auto backend = make_cpu_backend();
-  Trainer trainer(cfg, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
+  Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
     sampler.load(first, count, in, tgt);
   });
 
@@ -69,7 +63,7 @@ int run_train(const TrainOptions& opt) {
     metrics.open(cfg.log.metrics, std::ios::trunc);
     if (!metrics) fail("log.metrics: cannot write {}", cfg.log.metrics);
   }
-  const int64_t nparams = trainer.model().params().count();
+  const int64_t nparams = trainer.model_params();
   if (rank == 0) {
     fmt::print("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters\n",
                cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams));

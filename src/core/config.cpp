@@ -25,7 +25,8 @@
 namespace pipetrain {
 namespace {
 
-using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
+                         std::vector<int>*>;
 
 struct KeyDesc {
   std::string_view section, name;
@@ -39,8 +40,8 @@ constexpr std::array kKeys{
     PT_KEY(model, arch),          PT_KEY(model, n_layer),          PT_KEY(model, n_head),
     PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
-    PT_KEY(parallel, virtual_stages),                              //
-    PT_KEY(schedule, name),       PT_KEY(schedule, file),          //
+    PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage),
+    PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
     PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
     PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
     PT_KEY(train, warmup_steps),  PT_KEY(train, min_lr),           PT_KEY(train, beta1),
@@ -190,6 +191,16 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) ctx.type_error(key, "a string", n);
           *field = n.as_string()->get();
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          field->clear();
+          const auto* a = n.as_array();
+          if (!a) ctx.type_error(key, "an array of integers", n);
+          for (size_t i = 0; i < a->size(); ++i) {
+            const auto* e = a->get(i)->as_integer();
+            if (!e || e->get() < std::numeric_limits<int>::min() || e->get() > std::numeric_limits<int>::max())
+              ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", *a->get(i), key);
+            field->push_back(static_cast<int>(e->get()));
+          }
         } else {
           field->clear();
           if (const auto* s = n.as_string()) {
@@ -328,6 +339,33 @@ void validate_config(const Config& cfg) {
   at_least("parallel.pp", p.pp, 1);
   at_least("parallel.tp", p.tp, 1);
   at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  const int64_t stages = int64_t{p.pp} * p.virtual_stages;
+  if (!p.layers_per_stage.empty()) {
+    check(static_cast<int64_t>(p.layers_per_stage.size()) == stages, pre,
+          fmt::format("parallel.layers_per_stage has {} entries, expected parallel.pp * "
+                      "parallel.virtual_stages = {}",
+                      p.layers_per_stage.size(), stages));
+    int64_t sum = 0;
+    for (size_t i = 0; i < p.layers_per_stage.size(); ++i) {
+      const bool end = i == 0 || i + 1 == p.layers_per_stage.size();
+      check(p.layers_per_stage[i] >= (end ? 0 : 1), pre,
+            fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, p.layers_per_stage[i],
+                        end ? ">= 0" : ">= 1 (only the first and last stage may hold no block)"));
+      sum += p.layers_per_stage[i];
+    }
+    check(sum == m.n_layer, pre,
+          fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
+  } else {
+    check(stages <= m.n_layer, pre,
+          fmt::format("parallel.pp * parallel.virtual_stages = {} stages is more than the "
+                      "model.n_layer = {} blocks to split",
+                      stages, m.n_layer));
+  }
+  check(cfg.schedule.placement == "loop" || cfg.schedule.placement == "v" ||
+            cfg.schedule.placement.find_first_not_of("0123456789, ") == std::string::npos,
+        pre,
+        fmt::format("schedule.placement: {} is not \"loop\", \"v\" or a list of ranks like \"0,1,1,0\"",
+                    quote(cfg.schedule.placement)));
   check(!cfg.schedule.name.empty() || !cfg.schedule.file.empty(), pre,
         "schedule.name: must not be empty (or set schedule.file)");
 
@@ -389,6 +427,9 @@ std::string to_toml(const Config& cfg) {
             v = quote(*field);
           else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
             for (const auto& s : *field) v += (v.empty() ? "" : ", ") + quote(s);
+            v = "[" + v + "]";
+          } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+            for (int x : *field) v += fmt::format("{}{}", v.empty() ? "" : ", ", x);
             v = "[" + v + "]";
           } else
             v = fmt::format("{}", *field);

@@ -7,8 +7,8 @@ namespace pipetrain {
 
 int gpt2_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
 
-Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit)
-    : first_(first_unit), last_(last_unit), num_units_(gpt2_num_units(cfg)) {
+Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params)
+    : first_(first_unit), last_(last_unit), num_units_(gpt2_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);

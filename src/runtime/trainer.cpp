@@ -2,103 +2,163 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/schedule/csv.hpp"
+#include "pipetrain/schedule/registry.hpp"
+#include "pipetrain/schedule/validate.hpp"
 
 namespace pipetrain {
 
-Trainer::Trainer(const Config& cfg, Backend& backend, BatchSource source)
+Schedule schedule_from_config(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  Schedule s;
+  if (!cfg.schedule.file.empty()) {
+    std::ifstream in(cfg.schedule.file);
+    if (!in) fail("schedule.file: cannot open {}", cfg.schedule.file);
+    std::stringstream text;
+    text << in.rdbuf();
+    s = from_csv(text.str(), cfg.schedule.file, cfg.schedule.placement);
+    if (s.num_ranks != p.pp)
+      fail("{}: the schedule has {} ranks but parallel.pp = {}", cfg.schedule.file, s.num_ranks, p.pp);
+    if (s.num_stages != p.pp * p.virtual_stages)
+      fail("{}: the schedule has {} stages but parallel.pp * parallel.virtual_stages = {}",
+           cfg.schedule.file, s.num_stages, p.pp * p.virtual_stages);
+    if (s.num_microbatches != cfg.train.microbatches)
+      fail("{}: the schedule runs {} microbatches but train.microbatches = {}", cfg.schedule.file,
+           s.num_microbatches, cfg.train.microbatches);
+  } else {
+    try {
+      s = make_schedule(cfg.schedule.name, ScheduleParams{p.pp, p.virtual_stages, cfg.train.microbatches});
+    } catch (const Error& e) {
+      fail("schedule.name: {}", e.what());
+    }
+  }
+  validate(s);
+  return s;
+}
+
+Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source)
     : cfg_(cfg),
+      grid_(grid),
       backend_(backend),
       source_(std::move(source)),
       pool_(MemoryPool::create(backend)),
-      model_(Gpt2Stage::whole_model(cfg.model)),
+      schedule_(schedule_from_config(cfg)),
       optimizer_(cfg.train),
       mb_size_(cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches)) {
-  const size_t n = static_cast<size_t>(mb_size_) * static_cast<size_t>(cfg.train.seq_len);
-  host_inputs_.resize(n);
-  host_targets_.resize(n);
-  host_losses_.resize(n);
-  model_.params().allocate(*pool_, backend_);
-  model_.params().initialize(cfg.train.seed, backend_);
+  const int S = schedule_.num_stages;
+  const auto units = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage);
+  const int me = grid.coords().pp;
+  std::map<int, Gpt2Stage*> mine;
+  for (int s = 0; s < S; ++s) {
+    if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
+    const auto& u = units[static_cast<size_t>(s)];
+    stages_[s] = std::make_unique<Gpt2Stage>(cfg.model, u.first, u.last, params_);
+    mine[s] = stages_[s].get();
+  }
+  params_.allocate(*pool_, backend_);
+  params_.initialize(cfg.train.seed, backend_);
+  executor_ = std::make_unique<PipelineExecutor>(schedule_, mine, grid.pp_comm(), backend_, *pool_,
+                                                 cfg.model.d_model);
+
+  // The tied embedding lives on the first and the last stage; when those are different
+  // ranks their gradients are summed every step (and the last stage's copy is not
+  // counted again in the gradient norm).
+  const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
+  MPI_Comm tied = MPI_COMM_NULL;
+  const bool in_tied = first != last && (me == first || me == last);
+  MPI_Comm_split(grid.pp_comm().comm(), in_tied ? 0 : MPI_UNDEFINED, me, &tied);
+  if (tied != MPI_COMM_NULL) tied_comm_ = std::make_unique<MpiCommunicator>(tied, "tied-embedding");
+  counts_tied_wte_ = !(in_tied && me == last);
+
+  // Whole-model size: sum over pp ranks of local parameters, tied embedding once.
+  double local = 0;
+  for (const auto& p : params_.params())
+    if (p.name != "wte" || counts_tied_wte_) local += static_cast<double>(p.numel());
+  grid.pp_comm().allreduce_sum(&local, 1);
+  model_params_ = static_cast<int64_t>(local);
 }
+
+Trainer::~Trainer() = default;
 
 int64_t Trainer::tokens_per_step() const {
   return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len;
 }
 
-double Trainer::run_microbatch(int64_t first_sample, float loss_scale, bool backward) {
-  const int B = mb_size_, T = cfg_.train.seq_len, N = B * T;
-  source_(first_sample, B, host_inputs_.data(), host_targets_.data());
-  MicrobatchContext ctx;
-  ctx.backend = &backend_;
-  ctx.pool = pool_.get();
-  ctx.B = B;
-  ctx.T = T;
-  ctx.loss_scale = backward ? loss_scale : 0.0f;
-  ctx.tokens = Tensor::empty(*pool_, {N}, DType::I32);
-  ctx.targets = Tensor::empty(*pool_, {N}, DType::I32);
-  backend_.to_device(ctx.tokens.raw(), host_inputs_.data(), ctx.tokens.bytes());
-  backend_.to_device(ctx.targets.raw(), host_targets_.data(), ctx.targets.bytes());
-
-  auto& layers = model_.layers();
-  std::vector<std::unique_ptr<Stash>> stashes(layers.size());
-  Tensor x;
-  for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(ctx, x, stashes[i]);
-  backend_.to_host(host_losses_.data(), x.raw(), x.bytes());
-  double loss_sum = 0.0;
-  for (int i = 0; i < N; ++i) loss_sum += host_losses_[static_cast<size_t>(i)];
-  x = {};
-  if (backward) {
-    Tensor dy;
-    for (size_t i = layers.size(); i-- > 0;) {
-      dy = layers[i]->backward(ctx, dy, *stashes[i]);
-      stashes[i].reset();  // activations go back to the pool as soon as possible
-    }
+void Trainer::reduce_gradients() {
+  if (tied_comm_) {
+    Parameter* wte = params_.find("wte");
+    tied_comm_->allreduce_sum(wte->grad.f32(), static_cast<size_t>(wte->numel()));
   }
-  return loss_sum;
+  // Each replica's loss is already scaled by 1/global tokens: the sum is the mean gradient.
+  if (grid_.dp() > 1) grid_.dp_comm().allreduce_sum(params_.grads().f32(), static_cast<size_t>(params_.numel()));
+}
+
+double Trainer::global_grad_norm() {
+  double sq = 0;
+  for (const auto& p : params_.params())
+    if (p.name != "wte" || counts_tied_wte_) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
+  grid_.pp_comm().allreduce_sum(&sq, 1);
+  return std::sqrt(sq);
 }
 
 StepMetrics Trainer::train_step(int step) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto& params = model_.params();
-  params.zero_grads(backend_);
+  params_.zero_grads(backend_);
   const int64_t step_tokens = tokens_per_step();
-  const float loss_scale = 1.0f / static_cast<float>(step_tokens);
-  const int64_t first = static_cast<int64_t>(step) * cfg_.train.global_batch;
-  double loss_sum = 0.0;
-  for (int m = 0; m < cfg_.train.microbatches; ++m)
-    loss_sum += run_microbatch(first + static_cast<int64_t>(m) * mb_size_, loss_scale, true);
+  const int64_t first = static_cast<int64_t>(step) * cfg_.train.global_batch +
+                        static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());
+  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
+    source_(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
+  };
+  last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
+                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_);
+  reduce_gradients();
 
   StepMetrics out;
   out.step = step;
-  out.loss = loss_sum / static_cast<double>(step_tokens);
-  const double sq = backend_.sum_squares(params.grads().f32(), static_cast<size_t>(params.numel()));
-  out.grad_norm = std::sqrt(sq);
+  double sums[2] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
+                    last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0};
+  grid_.world().allreduce_sum(sums, 2);
+  out.loss = sums[0] / static_cast<double>(step_tokens);
+  out.bubble_fraction = sums[1] / grid_.world_size();
+  out.peak_stashed = last_stats_.peak_stashed;
+  out.grad_norm = global_grad_norm();
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm))
     fail("step {}: non-finite {} ({}); stopping before the update", step,
          std::isfinite(out.loss) ? "gradient norm" : "loss",
          std::isfinite(out.loss) ? out.grad_norm : out.loss);
   out.lr = learning_rate(cfg_.train, step);
-  optimizer_.step(params, backend_, step + 1, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+  optimizer_.step(params_, backend_, step + 1, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
   out.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Ranks finish at slightly different times; report the slowest.
+  grid_.world().allreduce_max(&out.step_time_s, 1);
   out.tokens_per_s = static_cast<double>(step_tokens) / out.step_time_s;
   return out;
 }
 
 double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
-  BatchSource saved = std::exchange(source_, source);
-  double sum = 0.0;
-  int done = 0;
-  while (done + mb_size_ <= count) {
-    sum += run_microbatch(first + done, 0.0f, false);
-    done += mb_size_;
-  }
-  source_ = std::move(saved);
-  if (done == 0) fail("evaluation needs at least {} samples, got {}", mb_size_, count);
-  return sum / (static_cast<double>(done) * cfg_.train.seq_len);
+  const int dp = grid_.dp();
+  const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
+  if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
+  const int64_t mine = first + static_cast<int64_t>(grid_.coords().dp) * per_replica * mb_size_;
+  // Forward only, microbatch-major: every input comes from an earlier (m, s).
+  std::vector<Action> program;
+  for (int m = 0; m < per_replica; ++m)
+    for (const auto& entry : stages_) program.push_back({Op::F, m, entry.first});
+  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
+    source(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
+  };
+  const ExecutorStats st = executor_->run(program, load, mb_size_, cfg_.train.seq_len, 0.0f, false);
+  double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
+  grid_.world().allreduce_sum(&sum, 1);
+  return sum / (static_cast<double>(per_replica) * dp * mb_size_ * cfg_.train.seq_len);
 }
 
 }  // namespace pipetrain

@@ -20,12 +20,14 @@ struct ModelConfig {
 
 struct ParallelConfig {
   int dp = 1, pp = 1, tp = 1;
-  int virtual_stages = 1;
+  int virtual_stages = 1;               // stages per pipeline rank
+  std::vector<int> layers_per_stage;    // blocks per stage; empty = balanced
 };
 
 struct ScheduleConfig {
   std::string name = "1f1b";
   std::string file;  // a schedule CSV; overrides name when set
+  std::string placement = "loop";  // stage -> rank map of a schedule file: loop | v | "0,1,1,0"
 };
 
 struct TrainConfig {

@@ -13,9 +13,9 @@ int gpt2_num_units(const ModelConfig& cfg);
 
 class Gpt2Stage {
  public:
-  // Builds units [first, last) and declares their parameters.
-  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit);
-  static Gpt2Stage whole_model(const ModelConfig& cfg) { return {cfg, 0, gpt2_num_units(cfg)}; }
+  // Builds units [first, last) and declares their parameters in `params` (shared by
+  // all stages of one rank, so a rank holding both ends keeps one tied embedding).
+  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params);
 
   ParameterStore& params() { return params_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
@@ -24,7 +24,7 @@ class Gpt2Stage {
 
  private:
   int first_, last_, num_units_;
-  ParameterStore params_;
+  ParameterStore& params_;
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 

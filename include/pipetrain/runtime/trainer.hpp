@@ -1,15 +1,21 @@
-// Single-rank trainer: runs one step as microbatches of forward + backward through
-// a Gpt2Stage that holds the whole model, then clips and applies AdamW.
-// (The MPMD pipeline executor generalises this to one stage per rank.)
+// Trainer: one rank's part of a training run on the dp x pp x tp grid. Builds the
+// stages this rank owns (from the schedule's stage -> rank map), runs each step's
+// action list through the PipelineExecutor, then reduces gradients (tied embedding
+// between first and last stage, data-parallel replicas), clips by the global norm
+// and applies AdamW. A single rank is the 1 x 1 x 1 grid with a one-stage schedule.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/topology/grid.hpp"
 
 namespace pipetrain {
 
@@ -26,32 +32,51 @@ struct StepMetrics {
   double grad_norm = 0;  // before clipping
   double step_time_s = 0;
   double tokens_per_s = 0;
+  double bubble_fraction = 0;  // mean idle share of the step over all ranks
+  int peak_stashed = 0;        // this rank's most simultaneous activation stashes
 };
+
+// The schedule a config asks for (schedule.name, or schedule.file with
+// schedule.placement), for `pp` pipeline ranks; validated.
+Schedule schedule_from_config(const Config& cfg);
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, Backend& backend, BatchSource source);
+  Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source);
+  ~Trainer();
   StepMetrics train_step(int step);
-  // Mean loss over `count` samples starting at `first`, no update.
+  // Mean loss over `count` samples starting at `first` (split over dp replicas), no update.
   double evaluate(const BatchSource& source, int64_t first, int count);
 
-  Gpt2Stage& model() { return model_; }
+  ParameterStore& params() { return params_; }
+  const Schedule& schedule() const { return schedule_; }
   MemoryPool& pool() { return *pool_; }
   int64_t tokens_per_step() const;
   int microbatch_size() const { return mb_size_; }
+  int64_t model_params() const { return model_params_; }  // whole model, tied counted once
+  const ExecutorStats& last_stats() const { return last_stats_; }
+  void set_trace(bool on) { trace_ = on; }
 
  private:
-  double run_microbatch(int64_t first_sample, float loss_scale, bool backward);
+  void reduce_gradients();
+  double global_grad_norm();
 
   Config cfg_;
+  Grid& grid_;
   Backend& backend_;
   BatchSource source_;
   std::shared_ptr<MemoryPool> pool_;
-  Gpt2Stage model_;
+  Schedule schedule_;
+  ParameterStore params_;
+  std::map<int, std::unique_ptr<Gpt2Stage>> stages_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<MpiCommunicator> tied_comm_;  // ranks of the first and last stage, if distinct
+  bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   AdamW optimizer_;
   int mb_size_;
-  std::vector<int32_t> host_inputs_, host_targets_;
-  std::vector<float> host_losses_;
+  int64_t model_params_ = 0;
+  ExecutorStats last_stats_;
+  bool trace_ = false;
 };
 
 }  // namespace pipetrain

@@ -1,0 +1,99 @@
+#include "pipetrain/comm/mpi_communicator.hpp"
+
+#include <climits>
+
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+void check(int rc, const char* what, const std::string& comm) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail("MPI {} on the {} communicator failed: {}", what, comm, std::string(msg, static_cast<size_t>(len)));
+}
+
+int count_of(size_t n, const std::string& comm) {
+  if (n > static_cast<size_t>(INT_MAX)) fail("message of {} elements too large for MPI on {}", n, comm);
+  return static_cast<int>(n);
+}
+
+class MpiRequest : public CommRequest {
+ public:
+  explicit MpiRequest(std::string comm) : comm_(std::move(comm)) {}
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait", comm_); }
+  bool test() override {
+    int done = 0;
+    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "test", comm_);
+    return done != 0;
+  }
+  MPI_Request* get() { return &req_; }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::string comm_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && comm_ != MPI_COMM_NULL)
+    MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::allreduce_sum(float* data, size_t n) {
+  if (size_ == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "allreduce", name_);
+}
+
+void MpiCommunicator::allreduce_sum(double* data, size_t n) {
+  if (size_ == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_SUM, comm_), "allreduce", name_);
+}
+
+void MpiCommunicator::allreduce_max(double* data, size_t n) {
+  if (size_ == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_MAX, comm_), "allreduce", name_);
+}
+
+void MpiCommunicator::broadcast(float* data, size_t n, int root) {
+  if (size_ == 1) return;
+  check(MPI_Bcast(data, count_of(n, name_), MPI_FLOAT, root, comm_), "broadcast", name_);
+}
+
+void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier", name_); }
+
+std::unique_ptr<CommRequest> MpiCommunicator::isend(const float* data, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>(name_);
+  check(MPI_Isend(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "isend", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::irecv(float* data, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>(name_);
+  check(MPI_Irecv(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "irecv", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t n) {
+  auto r = std::make_unique<MpiRequest>(name_);
+  if (size_ == 1) return r;  // MPI_REQUEST_NULL completes at once
+  check(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_, r->get()),
+        "iallreduce", name_);
+  return r;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,249 @@
+#include "pipetrain/runtime/executor.hpp"
+
+#include <chrono>
+#include <climits>
+#include <deque>
+#include <optional>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+int p2p_tag(int kind, int microbatch, int stage, int num_stages) {
+  const long tag = (static_cast<long>(microbatch) * num_stages + stage) * 2 + kind;
+  if (tag > 32767L * 1024)  // well inside every MPI's MPI_TAG_UB (>= 32767 by the standard)
+    fail("too many microbatches x stages ({} x {}) for unique message tags", microbatch + 1, num_stages);
+  return static_cast<int>(tag);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+enum Kind { kActivation = 0, kGradient = 1 };
+constexpr int kRecvLookahead = 4;  // actions ahead whose inputs are posted as receives
+
+struct Key {
+  int kind, microbatch, stage;  // stage = the consumer
+  auto operator<=>(const Key&) const = default;
+};
+
+// Everything one (microbatch, stage) keeps between its F and its last backward action.
+struct StageStash {
+  MicrobatchContext ctx;
+  std::vector<std::unique_ptr<Stash>> layers;
+};
+
+struct PendingRecv {
+  Tensor buffer;
+  std::unique_ptr<CommRequest> request;
+};
+
+struct PendingSend {
+  Tensor buffer;  // kept alive until the send completes
+  std::unique_ptr<CommRequest> request;
+};
+
+}  // namespace
+
+struct PipelineExecutor::Impl {
+  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr)
+      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr) {}
+  PipelineExecutor& ex;
+  const MicrobatchLoader& load;
+  int B, T, me;
+  float loss_scale;
+  bool trace;
+  Clock::time_point t0 = Clock::now();
+  ExecutorStats stats;
+  std::map<std::pair<int, int>, StageStash> stashes;  // (microbatch, stage)
+  std::map<Key, Tensor> handoff;                      // same-rank producer -> consumer
+  std::map<Key, PendingRecv> recvs;
+  std::deque<PendingSend> sends;
+  std::vector<int32_t> host_in, host_tgt;
+  std::vector<float> host_loss;
+
+  int S() const { return ex.schedule_.num_stages; }
+  int rank_of(int stage) const { return ex.schedule_.stage_to_rank[static_cast<size_t>(stage)]; }
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+  size_t activation_elems() const { return static_cast<size_t>(B) * T * ex.d_model_; }
+
+  // The remote input an action consumes, if any.
+  std::optional<std::pair<Key, int>> remote_input(const Action& a) const {
+    if (a.op == Op::F && a.stage > 0 && rank_of(a.stage - 1) != me)
+      return std::pair{Key{kActivation, a.microbatch, a.stage}, rank_of(a.stage - 1)};
+    if ((a.op == Op::B || a.op == Op::I) && a.stage < S() - 1 && rank_of(a.stage + 1) != me)
+      return std::pair{Key{kGradient, a.microbatch, a.stage}, rank_of(a.stage + 1)};
+    return std::nullopt;
+  }
+
+  void post_receives(const std::vector<Action>& program, size_t from) {
+    for (size_t j = from; j < program.size() && j < from + kRecvLookahead; ++j) {
+      auto in = remote_input(program[j]);
+      if (!in || recvs.count(in->first)) continue;
+      PendingRecv r;
+      r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
+      r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), in->second,
+                               p2p_tag(in->first.kind, in->first.microbatch, in->first.stage, S()));
+      recvs.emplace(in->first, std::move(r));
+    }
+  }
+
+  Tensor take_input(const Action& a, Key key, int source_rank) {
+    if (auto it = handoff.find(key); it != handoff.end()) {
+      Tensor t = std::move(it->second);
+      handoff.erase(it);
+      return t;
+    }
+    auto it = recvs.find(key);
+    if (it == recvs.end()) {  // not yet posted (lookahead window passed it by)
+      PendingRecv r;
+      r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
+      r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), source_rank,
+                               p2p_tag(key.kind, key.microbatch, key.stage, S()));
+      it = recvs.emplace(key, std::move(r)).first;
+    }
+    const double w0 = now();
+    it->second.request->wait();
+    const double w1 = now();
+    stats.wait_s += w1 - w0;
+    if (trace && w1 - w0 > 1e-6) stats.events.push_back({"wait " + to_string(a), me, w0, w1 - w0});
+    Tensor t = std::move(it->second.buffer);
+    recvs.erase(it);
+    return t;
+  }
+
+  void deliver(Key key, Tensor t) {
+    const int dest = rank_of(key.stage);
+    if (dest == me) {
+      handoff.emplace(key, std::move(t));
+      return;
+    }
+    PendingSend s;
+    s.request = ex.pp_.isend(t.f32(), activation_elems(), dest, p2p_tag(key.kind, key.microbatch, key.stage, S()));
+    s.buffer = std::move(t);
+    sends.push_back(std::move(s));
+    // Completed sends give their buffers back to the pool.
+    while (!sends.empty() && sends.front().request->test()) sends.pop_front();
+  }
+
+  Gpt2Stage& stage(const Action& a) {
+    auto it = ex.stages_.find(a.stage);
+    if (it == ex.stages_.end()) fail("rank {}: action {} is for stage {}, which this rank does not hold", me, to_string(a), a.stage);
+    return *it->second;
+  }
+
+  MicrobatchContext make_context(int m, const Gpt2Stage& st) {
+    MicrobatchContext ctx;
+    ctx.backend = &ex.backend_;
+    ctx.pool = &ex.pool_;
+    ctx.B = B;
+    ctx.T = T;
+    ctx.loss_scale = loss_scale;
+    if (st.has_embedding() || st.has_head()) {
+      load(m, host_in.data(), host_tgt.data());
+      const int64_t n = static_cast<int64_t>(B) * T;
+      if (st.has_embedding()) {
+        ctx.tokens = Tensor::empty(ex.pool_, {n}, DType::I32);
+        ex.backend_.to_device(ctx.tokens.raw(), host_in.data(), ctx.tokens.bytes());
+      }
+      if (st.has_head()) {
+        ctx.targets = Tensor::empty(ex.pool_, {n}, DType::I32);
+        ex.backend_.to_device(ctx.targets.raw(), host_tgt.data(), ctx.targets.bytes());
+      }
+    }
+    return ctx;
+  }
+
+  void forward(const Action& a) {
+    Gpt2Stage& st = stage(a);
+    Tensor x;
+    if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage}, rank_of(a.stage - 1));
+    const double c0 = now();
+    StageStash& ss = stashes[{a.microbatch, a.stage}];
+    ss.ctx = make_context(a.microbatch, st);
+    auto& layers = st.layers();
+    ss.layers.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
+    if (st.has_head()) {
+      ex.backend_.to_host(host_loss.data(), x.raw(), x.bytes());
+      for (float l : host_loss) stats.loss_sum += l;
+    }
+    compute_done(a, c0);
+    stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
+    if (loss_scale == 0.0f) stashes.erase({a.microbatch, a.stage});  // evaluation: nothing to keep
+    if (!st.has_head()) deliver({kActivation, a.microbatch, a.stage + 1}, std::move(x));
+  }
+
+  StageStash& stash_of(const Action& a) {
+    auto it = stashes.find({a.microbatch, a.stage});
+    if (it == stashes.end()) fail("rank {}: {} runs before the forward of its microbatch", me, to_string(a));
+    return it->second;
+  }
+
+  void backward_input(const Action& a) {
+    Gpt2Stage& st = stage(a);
+    Tensor dy;
+    if (!st.has_head()) dy = take_input(a, {kGradient, a.microbatch, a.stage}, rank_of(a.stage + 1));
+    const double c0 = now();
+    StageStash& ss = stash_of(a);
+    auto& layers = st.layers();
+    for (size_t i = layers.size(); i-- > 0;) {
+      dy = layers[i]->backward_input(ss.ctx, dy, *ss.layers[i]);
+      if (a.op == Op::B) layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+    }
+    if (a.op == Op::B) stashes.erase({a.microbatch, a.stage});
+    compute_done(a, c0);
+    if (a.stage > 0) deliver({kGradient, a.microbatch, a.stage - 1}, std::move(dy));
+  }
+
+  void backward_weight(const Action& a) {
+    Gpt2Stage& st = stage(a);
+    const double c0 = now();
+    StageStash& ss = stash_of(a);
+    auto& layers = st.layers();
+    for (size_t i = layers.size(); i-- > 0;) layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+    stashes.erase({a.microbatch, a.stage});
+    compute_done(a, c0);
+  }
+
+  void compute_done(const Action& a, double c0) {
+    const double c1 = now();
+    stats.compute_s += c1 - c0;
+    if (trace) stats.events.push_back({to_string(a), me, c0, c1 - c0});
+  }
+};
+
+PipelineExecutor::PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages,
+                                   Communicator& pp, Backend& backend, MemoryPool& pool, int d_model)
+    : schedule_(schedule), stages_(std::move(stages)), pp_(pp), backend_(backend), pool_(pool), d_model_(d_model) {}
+
+ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const MicrobatchLoader& load,
+                                    int B, int T, float loss_scale, bool trace) {
+  Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace);
+  const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
+  st.host_in.resize(n);
+  st.host_tgt.resize(n);
+  st.host_loss.resize(n);
+  for (size_t i = 0; i < program.size(); ++i) {
+    st.post_receives(program, i);
+    const Action& a = program[i];
+    switch (a.op) {
+      case Op::F: st.forward(a); break;
+      case Op::B:
+      case Op::I: st.backward_input(a); break;
+      case Op::W: st.backward_weight(a); break;
+    }
+  }
+  const double w0 = st.now();
+  for (auto& s : st.sends) s.request->wait();
+  st.sends.clear();
+  st.stats.wait_s += st.now() - w0;
+  if (!st.stashes.empty() || !st.handoff.empty() || !st.recvs.empty())
+    fail("rank {}: the schedule left {} activation stashes, {} hand-offs and {} receives unused",
+         st.me, st.stashes.size(), st.handoff.size(), st.recvs.size());
+  st.stats.total_s = st.now();
+  return st.stats;
+}
+
+}  // namespace pipetrain

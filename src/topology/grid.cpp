@@ -1,0 +1,33 @@
+#include "pipetrain/topology/grid.hpp"
+
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+namespace {
+std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key, const char* name) {
+  MPI_Comm c = MPI_COMM_NULL;
+  if (MPI_Comm_split(parent, color, key, &c) != MPI_SUCCESS) fail("MPI_Comm_split for the {} communicator failed", name);
+  return std::make_unique<MpiCommunicator>(c, name);
+}
+}  // namespace
+
+Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : dp_(p.dp), pp_(p.pp), tp_(p.tp) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(parent, &dup);
+  world_ = std::make_unique<MpiCommunicator>(dup, "world");
+  const int size = world_->size();
+  if (dp_ * pp_ * tp_ != size)
+    fail("{}{}parallel.dp * parallel.pp * parallel.tp = {} * {} * {} = {} does not match the {} "
+         "MPI ranks of this job",
+         src, src.empty() ? "" : ": ", dp_, pp_, tp_, dp_ * pp_ * tp_, size);
+  const int r = world_->rank();
+  me_.tp = r % tp_;
+  me_.dp = (r / tp_) % dp_;
+  me_.pp = r / (tp_ * dp_);
+  tp_comm_ = split(dup, me_.pp * dp_ + me_.dp, me_.tp, "tp");
+  dp_comm_ = split(dup, me_.pp * tp_ + me_.tp, me_.dp, "dp");
+  pp_comm_ = split(dup, me_.dp * tp_ + me_.tp, me_.pp, "pp");
+}
+
+}  // namespace pipetrain
