@@ -12,6 +12,8 @@ using CommandRunner = std::function<int()>;
 void add_train_command(CLI::App& app, CommandRunner& runner);
 // `pipetrain data text|llmc ... -o OUT.h5`
 void add_data_command(CLI::App& app, CommandRunner& runner);
+// `pipetrain schedule NAME|--file F --ranks R [--stages S] --microbatches M ...`
+void add_schedule_command(CLI::App& app, CommandRunner& runner);
 
 // `pipetrain --version` text: version, git revision, compiler, backends, MPI, HDF5.
 std::string version_text();

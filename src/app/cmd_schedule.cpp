@@ -1,0 +1,183 @@
+// `pipetrain schedule`: add_schedule_command (declared in pipetrain/app/commands.hpp).
+//   pipetrain schedule NAME --ranks R [--stages S] --microbatches M    a built-in
+//   pipetrain schedule --file F.csv [--placement loop|v|0,1,1,0]        a schedule file
+//     [--costs F,I,W] [--comm T] [--json] [--svg FILE] [--trace FILE] [--csv FILE]
+//   pipetrain schedule --list
+// Validates the schedule, simulates it and prints the text grid, makespan, bubble
+// fraction and peak in-flight activations per rank (or only JSON with --json). Runs on
+// rank 0 only when launched with more ranks; errors throw pipetrain::Error.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // C API only: the MPI C++ bindings library is not linked
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pipetrain/app/commands.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/schedule/csv.hpp"
+#include "pipetrain/schedule/registry.hpp"
+#include "pipetrain/schedule/render.hpp"
+#include "pipetrain/schedule/simulate.hpp"
+#include "pipetrain/schedule/validate.hpp"
+
+namespace pipetrain {
+namespace {
+
+struct ScheduleOptions {
+  std::string name, file, placement;
+  int ranks = 0, stages = 0, microbatches = 0;
+  std::string costs = "1,1,1";
+  double comm = 0;
+  bool json = false, list = false;
+  std::string svg, trace, csv;
+};
+
+bool is_rank0() {
+  int init = 0, fin = 0, rank = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank == 0;
+}
+
+Costs parse_costs(const std::string& text, double comm) {
+  std::vector<double> v;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? comma : comma - pos);
+    size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !(x > 0))
+      fail("--costs \"{}\": expected three positive numbers F,I,W (e.g. 1,1,1)", text);
+    v.push_back(x);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (v.size() != 3) fail("--costs \"{}\": expected three positive numbers F,I,W (e.g. 1,1,1)", text);
+  if (!(comm >= 0)) fail("--comm {}: must be zero or positive", comm);
+  Costs c;
+  c.F = v[0];
+  c.I = v[1];
+  c.W = v[2];
+  c.B = c.I + c.W;
+  c.comm = comm;
+  return c;
+}
+
+Schedule build(const ScheduleOptions& o) {
+  if (!o.name.empty() && !o.file.empty())
+    fail("schedule: give a schedule NAME or --file, not both");
+  if (o.name.empty() && o.file.empty())
+    fail("schedule: give a schedule NAME (see --list) or --file FILE.csv");
+  if (!o.file.empty()) {
+    Schedule s = read_schedule_file(o.file, o.placement.empty() ? "loop" : o.placement);
+    if (o.ranks > 0 && o.ranks != s.num_ranks)
+      fail("{}: the file has {} ranks (rows) but --ranks is {}", o.file, s.num_ranks, o.ranks);
+    if (o.stages > 0 && o.stages != s.num_stages)
+      fail("{}: the file has {} stages but --stages is {}", o.file, s.num_stages, o.stages);
+    if (o.microbatches > 0 && o.microbatches != s.num_microbatches)
+      fail("{}: the file has {} microbatches but --microbatches is {}", o.file, s.num_microbatches,
+           o.microbatches);
+    return s;
+  }
+  if (!o.placement.empty())
+    fail("--placement applies to --file; built-in schedules choose their own placement");
+  if (o.ranks < 1) fail("schedule {}: --ranks must be given and at least 1", o.name);
+  if (o.microbatches < 1) fail("schedule {}: --microbatches must be given and at least 1", o.name);
+  const int stages = o.stages > 0 ? o.stages : o.ranks;
+  if (stages % o.ranks != 0)
+    fail("schedule {}: --stages {} is not a multiple of --ranks {}", o.name, stages, o.ranks);
+  return make_schedule(o.name, ScheduleParams{o.ranks, stages / o.ranks, o.microbatches});
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail("{}: cannot open for writing", path);
+  out << text;
+  out.close();
+  if (!out) fail("{}: write failed", path);
+}
+
+int run(const ScheduleOptions& o) {
+  if (o.list) {
+    size_t width = 0;
+    for (const auto& [name, desc] : list_schedules()) width = std::max(width, name.size());
+    for (const auto& [name, desc] : list_schedules()) fmt::print("{:<{}}  {}\n", name, width, desc);
+    return 0;
+  }
+  const Costs costs = parse_costs(o.costs, o.comm);
+  const Schedule s = build(o);
+  validate(s);
+  const SimResult r = simulate(s, costs);
+  if (!o.csv.empty()) write_file(o.csv, to_csv(s));
+  if (!o.svg.empty()) write_file(o.svg, render_svg(s, r));
+  if (!o.trace.empty()) write_file(o.trace, render_chrome_trace(s, r));
+  if (o.json) {
+    nlohmann::json j = {{"makespan", r.makespan},
+                        {"bubble_fraction", r.bubble_fraction},
+                        {"peak_inflight", r.peak_inflight}};
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+  fmt::print("schedule {}: {} ranks, {} stages, {} microbatches (costs F={:g} B={:g} I={:g} "
+             "W={:g} comm={:g})\n",
+             s.name, s.num_ranks, s.num_stages, s.num_microbatches, costs.F, costs.B, costs.I,
+             costs.W, costs.comm);
+  fmt::print("{}", render_text(s, r));
+  fmt::print("makespan: {:g}\n", r.makespan);
+  fmt::print("bubble fraction: {:.4f}\n", r.bubble_fraction);
+  fmt::print("peak in-flight per rank: {}\n", fmt::join(r.peak_inflight, " "));
+  for (const auto& [path, what] : {std::pair{o.csv, "schedule CSV"}, std::pair{o.svg, "SVG"},
+                                   std::pair{o.trace, "Chrome trace"}})
+    if (!path.empty()) fmt::print("wrote {} ({})\n", path, what);
+  return 0;
+}
+
+}  // namespace
+
+void add_schedule_command(CLI::App& app, CommandRunner& runner) {
+  auto* sub = app.add_subcommand(
+      "schedule", "Validate, simulate and draw a pipeline schedule (built-in or CSV file)");
+  auto o = std::make_shared<ScheduleOptions>();
+  sub->add_option("name", o->name, "Built-in schedule name (see --list)");
+  sub->add_option("--file", o->file,
+                  "Schedule file: PyTorch compute-only CSV, one row per rank (cells like 0F3)");
+  sub->add_option("--placement", o->placement,
+                  "Stage -> rank map for --file: loop (default), v, or a list like 0,1,1,0");
+  sub->add_option("--ranks", o->ranks, "Pipeline ranks");
+  sub->add_option("--stages", o->stages,
+                  "Total (virtual) stages, a multiple of --ranks (default: --ranks)");
+  sub->add_option("--microbatches", o->microbatches, "Microbatches per step");
+  sub->add_option("--costs", o->costs, "Durations F,I,W of one stage; B = I + W")
+      ->capture_default_str();
+  sub->add_option("--comm", o->comm, "Latency added to every cross-rank dependency")
+      ->capture_default_str();
+  sub->add_flag("--json", o->json,
+                "Print only {\"makespan\", \"bubble_fraction\", \"peak_inflight\"} as JSON");
+  sub->add_option("--svg", o->svg, "Write an SVG timeline to this file");
+  sub->add_option("--trace", o->trace, "Write Chrome-trace JSON (Perfetto) to this file");
+  sub->add_option("--csv", o->csv, "Write the schedule as PyTorch compute-only CSV");
+  sub->add_flag("--list", o->list, "List the registered schedules");
+  sub->callback([&runner, o] {
+    runner = [o] { return is_rank0() ? run(*o) : 0; };
+  });
+}
+
+}  // namespace pipetrain
