@@ -101,7 +101,7 @@ TEST(ConfigTest, ParsesEveryKey) {
   const Config c = parse(R"(
 [model]
 arch = "gpt2"
-n_layer = 4
+n_layer = 6
 n_head = 2
 d_model = 64
 vocab_size = 100
@@ -143,7 +143,7 @@ every = 10
 metrics = "m.jsonl"
 file = "run.log"
 )");
-  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.model.n_layer, 6);
   EXPECT_EQ(c.model.max_seq_len, 32);
   EXPECT_EQ(c.parallel.pp, 3);
   EXPECT_EQ(c.parallel.virtual_stages, 2);
@@ -161,7 +161,7 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 2, 1, 3, {0, 1, 1, 1, 0, 0}};
+  c.parallel = {2, 1, 1, 3, {1, 1, 1}};
   c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;
   c.train.global_batch = 40;
