@@ -4,9 +4,14 @@
 
 namespace pipetrain {
 
-KokkosSession::KokkosSession(int& argc, char** argv) {
+KokkosSession::KokkosSession(int&, char**) {
   if (!Kokkos::is_initialized()) {
-    Kokkos::initialize(argc, argv);
+    // Kokkos sees no command-line arguments (it would answer --help itself); it
+    // still reads its environment variables (OMP_NUM_THREADS, KOKKOS_*).
+    char name[] = "pipetrain";
+    char* args[] = {name, nullptr};
+    int n = 1;
+    Kokkos::initialize(n, args);
     owner_ = true;
   }
 }

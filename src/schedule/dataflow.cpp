@@ -104,7 +104,7 @@ Timeline run_dataflow(const Schedule& s, const ActionTable& t, const Costs& cost
         }
         if (blocked) break;
         tl.start[r][next[r]] = ready;
-        tl.end[r][next[r]] = ready + costs.of(a.op);
+        tl.end[r][next[r]] = ready + costs.of(a);
         free_at[r] = tl.end[r][next[r]];
         ++next[r];
         --remaining;

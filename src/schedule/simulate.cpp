@@ -17,6 +17,12 @@ double Costs::of(Op op) const {
   return 0;
 }
 
+double Costs::of(const Action& a) const {
+  if (a.stage >= 0 && static_cast<size_t>(a.stage) < per_stage.size())
+    return per_stage[static_cast<size_t>(a.stage)][static_cast<size_t>(a.op)];
+  return of(a.op);
+}
+
 SimResult simulate(const Schedule& s, const Costs& costs) {
   const ActionTable table(s);
   check_rank_order(s, table);

@@ -1,6 +1,7 @@
 // Timeline simulation of a schedule (pure arithmetic, no MPI).
 // Exports: Costs, SimEvent, SimResult, simulate.
 #pragma once
+#include <array>
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
@@ -9,10 +10,14 @@ namespace pipetrain {
 
 // Duration of one action on one stage, and the latency added to every cross-rank
 // dependency. Defaults: F = I = W = 1, B = I + W = 2, no communication cost.
+// per_stage, when given, overrides the uniform costs with measured ones: entry s holds
+// {F, B, I, W} of stage s (the runtime's benchmark feeds what it timed).
 struct Costs {
   double F = 1, B = 2, I = 1, W = 1;
   double comm = 0;
+  std::vector<std::array<double, 4>> per_stage;
   double of(Op op) const;
+  double of(const Action& a) const;
 };
 
 struct SimEvent {
