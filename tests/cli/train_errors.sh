@@ -46,4 +46,18 @@ check world_mismatch "does not match the 2 MPI ranks" \
 n=$(grep -c "does not match" "$tmp/world_mismatch.err" || true)
 if [[ $n -lt 1 ]]; then echo "FAIL world_mismatch: no rank reported the mismatch"; fails=$((fails + 1)); fi
 
+# Pipeline errors: refused before any compute, every rank exits, nothing hangs.
+check bad_schedule "schedule.name" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.pp=2 \
+  --set schedule.name=no-such
+check bad_microbatches "schedule.name" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.pp=2 \
+  --set parallel.virtual_stages=2 --set schedule.name=interleaved-1f1b --set train.microbatches=3 \
+  --set train.global_batch=3
+check too_many_stages "more than the model.n_layer" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.pp=2 \
+  --set parallel.virtual_stages=4
+check tp_not_yet "parallel.tp" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.tp=2
+
 exit $((fails > 0))

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The `pipetrain train` command on a 2-stage pipeline (1f1b and zbv) and on 2 data-parallel
+# replicas gives the single-rank run's losses, and --trace writes one Chrome trace for all ranks.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+head -c 200000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
+"$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5" >/dev/null
+common=(--set data.train="$tmp/corpus.h5" --set train.steps=6 --set model.d_model=64
+        --set train.seq_len=32 --set model.max_seq_len=32 --set train.microbatches=4
+        --set train.global_batch=8 --set log.every=100)
+
+timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+  --metrics "$tmp/single.jsonl" >/dev/null
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+  --set parallel.pp=2 --metrics "$tmp/pp2.jsonl" --trace "$tmp/trace" >/dev/null
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+  --set parallel.pp=2 --set parallel.virtual_stages=2 --set schedule.name=zbv \
+  --metrics "$tmp/zbv.jsonl" >/dev/null
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+  --set parallel.dp=2 --set train.microbatches=2 --metrics "$tmp/dp2.jsonl" >/dev/null
+
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+load = lambda n: [json.loads(l) for l in open(f"{d}/{n}.jsonl")]
+ref = load("single")
+for name in ("pp2", "zbv", "dp2"):
+    got = load(name)
+    assert len(got) == len(ref) == 6, name
+    for a, b in zip(got, ref):
+        rel = abs(a["loss"] - b["loss"]) / b["loss"]
+        assert rel < 1e-5, f"{name} step {a['step']}: {a['loss']} vs {b['loss']}"
+        assert 0.0 <= a["bubble_fraction"] < 1.0
+    print(f"{name}: losses match the single-rank run")
+trace = json.load(open(f"{d}/trace/trace.json"))
+pids = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+assert pids == {0, 1}, pids
+names = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+assert {"0F0", "1F0", "0B0", "1B0"} <= names, names
+print("trace: both ranks, F and B actions")
+PY
