@@ -253,6 +253,100 @@ inline void embedding_backward(DVec& dwte, DVec& dwpe, const Vec& dout,
       }
 }
 
+// ---- tensor-parallel kernels (vocabulary-sharded embedding, vocabulary-parallel
+// cross-entropy); tokens/targets outside the shard contribute nothing ----
+
+inline bool in_rows(int32_t tok, int row_begin, int row_end) {
+  return tok >= row_begin && tok < row_end;
+}
+
+// out (overwritten) = the shard's embedding row of each token, or 0.
+inline void embedding_lookup(DVec& out, const std::vector<int32_t>& tokens, const Vec& wte,
+                             int row_begin, int row_end, int N, int C) {
+  out.assign(static_cast<size_t>(N) * C, 0.0);
+  for (int n = 0; n < N; ++n) {
+    if (!in_rows(tokens[n], row_begin, row_end)) continue;
+    for (int c = 0; c < C; ++c)
+      out[static_cast<size_t>(n) * C + c] = wte[static_cast<size_t>(tokens[n] - row_begin) * C + c];
+  }
+}
+
+// Accumulates into dwte (already holding the starting values).
+inline void embedding_scatter(DVec& dwte, const Vec& dout, const std::vector<int32_t>& tokens,
+                              int row_begin, int row_end, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    if (!in_rows(tokens[n], row_begin, row_end)) continue;
+    for (int c = 0; c < C; ++c)
+      dwte[static_cast<size_t>(tokens[n] - row_begin) * C + c] += dout[static_cast<size_t>(n) * C + c];
+  }
+}
+
+// Accumulates wpe into out (already holding the starting values).
+inline void position_add(DVec& out, const Vec& wpe, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        out[(static_cast<size_t>(b) * T + t) * C + c] += wpe[static_cast<size_t>(t) * C + c];
+}
+
+// Accumulates into dwpe (already holding the starting values).
+inline void position_backward(DVec& dwpe, const Vec& dout, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        dwpe[static_cast<size_t>(t) * C + c] += dout[(static_cast<size_t>(b) * T + t) * C + c];
+}
+
+// Columns of a shard that are real: [0, nreal).
+inline int real_columns(int Vl, int col_begin, int V) {
+  return std::clamp(V - col_begin, 0, Vl);
+}
+
+// Phase 1: max over the shard's real columns, -inf if it has none.
+inline void crossentropy_local_max(DVec& rowmax, const Vec& logits, int N, int Vl, int col_begin,
+                                   int V) {
+  rowmax.assign(N, -std::numeric_limits<double>::infinity());
+  const int nreal = real_columns(Vl, col_begin, V);
+  for (int n = 0; n < N; ++n)
+    for (int v = 0; v < nreal; ++v)
+      rowmax[n] = std::max(rowmax[n], static_cast<double>(logits[static_cast<size_t>(n) * Vl + v]));
+}
+
+// Phase 2 with the global rowmax: sum of exp over real columns, target logit or 0.
+inline void crossentropy_local_sums(DVec& sumexp, DVec& target_logit, const Vec& logits,
+                                    const Vec& rowmax, const std::vector<int32_t>& targets, int N,
+                                    int Vl, int col_begin, int V) {
+  sumexp.assign(N, 0.0);
+  target_logit.assign(N, 0.0);
+  const int nreal = real_columns(Vl, col_begin, V);
+  for (int n = 0; n < N; ++n) {
+    const float* x = &logits[static_cast<size_t>(n) * Vl];
+    for (int v = 0; v < nreal; ++v) sumexp[n] += std::exp(static_cast<double>(x[v]) - rowmax[n]);
+    const int local = targets[n] - col_begin;
+    if (local >= 0 && local < nreal) target_logit[n] = x[local];
+  }
+}
+
+// Phase 3 with the global sums: losses and the (scaled) gradient over the shard,
+// 0 on its padding.
+inline void crossentropy_finish(DVec& losses, DVec& grad, const Vec& logits, const Vec& rowmax,
+                                const Vec& sumexp, const Vec& target_logit,
+                                const std::vector<int32_t>& targets, int N, int Vl, int col_begin,
+                                int V, double grad_scale) {
+  losses.assign(N, 0.0);
+  grad.assign(static_cast<size_t>(N) * Vl, 0.0);
+  const int nreal = real_columns(Vl, col_begin, V);
+  for (int n = 0; n < N; ++n) {
+    const double m = rowmax[n], s = sumexp[n];
+    losses[n] = std::log(s) + m - target_logit[n];
+    for (int v = 0; v < nreal; ++v) {
+      const double p = std::exp(logits[static_cast<size_t>(n) * Vl + v] - m) / s;
+      grad[static_cast<size_t>(n) * Vl + v] =
+          grad_scale * (p - (col_begin + v == targets[n] ? 1.0 : 0.0));
+    }
+  }
+}
+
 // One AdamW step in double, in place.
 inline void adamw(DVec& p, const Vec& g_in, DVec& m, DVec& v, double lr, double b1, double b2,
                   double eps, double wd, int step, double grad_scale) {

@@ -102,7 +102,7 @@ TEST(ConfigTest, ParsesEveryKey) {
 [model]
 arch = "gpt2"
 n_layer = 6
-n_head = 2
+n_head = 4
 d_model = 64
 vocab_size = 100
 max_seq_len = 32
@@ -161,7 +161,7 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 1, 1, 3, {1, 1, 1}};
+  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true};
   c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;
   c.train.global_batch = 40;

@@ -31,14 +31,6 @@ struct TrainOptions {
 
 constexpr int kTraceSteps = 20;  // steps recorded by --trace (the first ones)
 
-// Tensor parallelism arrives with the tensor-parallel layers; until then a config
-// asking for it is refused by name.
-void check_supported(const Config& cfg) {
-  if (cfg.parallel.tp != 1)
-    fail("{}: parallel.tp = {}: tensor parallelism is not available in this build (use 1)", cfg.source,
-         cfg.parallel.tp);
-}
-
 std::string human(double x) {
   const char* units[] = {"", "K", "M", "G", "T"};
   int u = 0;
@@ -55,7 +47,6 @@ int run_train(const TrainOptions& opt) {
   Config cfg = load_config(opt.config, opt.overrides);
   if (!opt.metrics.empty()) cfg.log.metrics = opt.metrics;
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
-  check_supported(cfg);
 
   TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size);
   BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);

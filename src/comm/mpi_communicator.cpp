@@ -69,6 +69,23 @@ void MpiCommunicator::allreduce_max(double* data, size_t n) {
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_MAX, comm_), "allreduce", name_);
 }
 
+void MpiCommunicator::allreduce_max(float* data, size_t n) {
+  if (size_ == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_MAX, comm_), "allreduce", name_);
+}
+
+void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+  check(MPI_Reduce_scatter_block(send, recv, count_of(recv_count, name_), MPI_FLOAT, MPI_SUM, comm_),
+        "reduce-scatter", name_);
+}
+
+void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
+  const int n = count_of(send_count, name_);
+  // A rank's own block already in place in recv: MPI_IN_PLACE.
+  const void* s = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
+  check(MPI_Allgather(s, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_), "all-gather", name_);
+}
+
 void MpiCommunicator::broadcast(float* data, size_t n, int root) {
   if (size_ == 1) return;
   check(MPI_Bcast(data, count_of(n, name_), MPI_FLOAT, root, comm_), "broadcast", name_);

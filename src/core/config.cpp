@@ -40,7 +40,7 @@ constexpr std::array kKeys{
     PT_KEY(model, arch),          PT_KEY(model, n_layer),          PT_KEY(model, n_head),
     PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
-    PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage),
+    PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
     PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
     PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
     PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
@@ -339,6 +339,12 @@ void validate_config(const Config& cfg) {
   at_least("parallel.pp", p.pp, 1);
   at_least("parallel.tp", p.tp, 1);
   at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  check(m.n_head % p.tp == 0, pre,
+        fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", p.tp, m.n_head));
+  check(m.padded_vocab() % p.tp == 0, pre,
+        fmt::format("parallel.tp ({}) must divide the padded vocabulary ({}, model.vocab_size rounded up to "
+                    "a multiple of 128)",
+                    p.tp, m.padded_vocab()));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {
     check(static_cast<int64_t>(p.layers_per_stage.size()) == stages, pre,

@@ -10,22 +10,31 @@ struct EmbeddingStash : Stash {
 };
 }  // namespace
 
-Parameter& declare_wte(const ModelConfig& cfg, ParameterStore& params) {
-  Parameter& p = params.declare("wte", {cfg.padded_vocab(), cfg.d_model}, Init::Normal, 0.02);
+Parameter& declare_wte(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp) {
+  const int64_t Vp = cfg.padded_vocab(), rows = Vp / tp.size;
+  Shard shard;
+  if (tp.size > 1) shard = Shard{0, {{tp.rank * rows, rows}}};
+  Parameter& p = params.declare_shard("wte", {Vp, cfg.d_model}, shard, Init::Normal, 0.02);
   p.init_rows = cfg.vocab_size;  // padded rows stay 0 (they never receive a gradient)
   return p;
 }
 
-Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params)
+Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp)
     : C_(cfg.d_model),
-      wte_(declare_wte(cfg, params)),
+      row_begin_(cfg.padded_vocab() / tp.size * tp.rank),
+      row_end_(cfg.padded_vocab() / tp.size * (tp.rank + 1)),
+      wte_(declare_wte(cfg, params, tp)),
       wpe_(params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02)) {}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {
   if (ctx.T > wpe_.shape[0]) fail("sequence length {} exceeds model.max_seq_len {}", ctx.T, wpe_.shape[0]);
-  Tensor out = Tensor::empty(*ctx.pool, {ctx.B * ctx.T, C_});
-  ctx.backend->embedding_forward(out.f32(), ctx.tokens.i32(), wte_.value.f32(), wpe_.value.f32(),
-                                 ctx.B, ctx.T, C_);
+  const int N = ctx.B * ctx.T;
+  Tensor out = Tensor::empty(*ctx.pool, {N, C_});
+  // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
+  // the sum over ranks is the full lookup.
+  ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), wte_.value.f32(), row_begin_, row_end_, N, C_);
+  layer_util::tp_allreduce(ctx, out.f32(), static_cast<size_t>(N) * C_);
+  ctx.backend->position_add(out.f32(), wpe_.value.f32(), ctx.B, ctx.T, C_);
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
   stash = std::move(s);
@@ -39,8 +48,9 @@ Tensor Embedding::backward_input(const MicrobatchContext&, const Tensor& dy, Sta
 
 void Embedding::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = layer_util::as<EmbeddingStash>(stash);
-  ctx.backend->embedding_backward(wte_.grad.f32(), wpe_.grad.f32(), s.dy.f32(), s.tokens.i32(),
-                                  ctx.B, ctx.T, C_);
+  const int N = ctx.B * ctx.T;
+  ctx.backend->embedding_scatter(wte_.grad.f32(), s.dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
+  ctx.backend->position_backward(wpe_.grad.f32(), s.dy.f32(), ctx.B, ctx.T, C_);
 }
 
 }  // namespace pipetrain

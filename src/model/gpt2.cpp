@@ -7,18 +7,23 @@ namespace pipetrain {
 
 int gpt2_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
 
-Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params)
+Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
+                     TensorParallel tp)
     : first_(first_unit), last_(last_unit), num_units_(gpt2_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
+  if (cfg.n_head % tp.size != 0)
+    fail("parallel.tp = {} does not divide model.n_head = {} (each rank needs whole heads)", tp.size, cfg.n_head);
+  if (cfg.padded_vocab() % tp.size != 0)
+    fail("parallel.tp = {} does not divide the padded vocabulary of {}", tp.size, cfg.padded_vocab());
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);
   for (int u = first_; u < last_; ++u) {
     if (u == 0)
-      layers_.push_back(std::make_unique<Embedding>(cfg, params_));
+      layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
     else if (u == num_units_ - 1)
-      layers_.push_back(std::make_unique<LossHead>(cfg, params_));
+      layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
     else
-      layers_.push_back(std::make_unique<Block>(cfg, u - 1, params_));
+      layers_.push_back(std::make_unique<Block>(cfg, u - 1, params_, tp));
   }
 }
 

@@ -1,8 +1,13 @@
 // The three products of a dense layer Y = X W^T + b with W stored (out, in).
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/layer.hpp"
 
 namespace pipetrain::layer_util {
+
+void tp_allreduce(const MicrobatchContext& ctx, float* x, size_t n) {
+  if (ctx.tp && ctx.tp->size() > 1) ctx.tp->allreduce_sum(x, n);
+}
 
 void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
                     int N) {

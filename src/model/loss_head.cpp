@@ -1,7 +1,10 @@
 // Final LayerNorm, LM head tied to the token embedding, and cross-entropy over the
 // padded vocabulary. The logits buffer is turned into dlogits in the same pass that
 // computes the loss (llm.c's fused classifier), so no second N x Vp buffer exists.
+// With tensor parallelism each rank holds a slice of the vocabulary's logits; the
+// row max and the sums of exponentials are all-reduced, the logits never gathered.
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/gpt2_layers.hpp"
 
 namespace pipetrain {
@@ -14,13 +17,31 @@ struct HeadStash : Stash {
 };
 }  // namespace
 
-LossHead::LossHead(const ModelConfig& cfg, ParameterStore& p)
+LossHead::LossHead(const ModelConfig& cfg, ParameterStore& p, TensorParallel tp)
     : C_(cfg.d_model),
       V_(cfg.vocab_size),
-      Vp_(cfg.padded_vocab()),
+      Vl_(cfg.padded_vocab() / tp.size),
+      col_begin_(cfg.padded_vocab() / tp.size * tp.rank),
       lnfw_(p.declare("lnf.w", {C_}, Init::Ones)),
       lnfb_(p.declare("lnf.b", {C_}, Init::Zeros)),
-      wte_(declare_wte(cfg, p)) {}
+      wte_(declare_wte(cfg, p, tp)) {}
+
+namespace {
+// Cross-entropy over vocabulary-parallel logits (N x Vl on each rank).
+void parallel_crossentropy(const MicrobatchContext& ctx, float* losses, float* logits, int N, int Vl,
+                           int col_begin, int V) {
+  Backend& be = *ctx.backend;
+  Tensor stats = Tensor::empty(*ctx.pool, {3, N});  // row max, sum of exp, target logit
+  float* rowmax = stats.f32();
+  float* sums = rowmax + N;
+  be.crossentropy_local_max(rowmax, logits, N, Vl, col_begin, V);
+  ctx.tp->allreduce_max(rowmax, static_cast<size_t>(N));
+  be.crossentropy_local_sums(sums, sums + N, logits, rowmax, ctx.targets.i32(), N, Vl, col_begin, V);
+  ctx.tp->allreduce_sum(sums, 2 * static_cast<size_t>(N));
+  be.crossentropy_finish(losses, logits, rowmax, sums, sums + N, ctx.targets.i32(), N, Vl, col_begin, V,
+                         ctx.loss_scale);
+}
+}  // namespace
 
 Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
@@ -33,11 +54,13 @@ Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   s->rstd = Tensor::empty(pool, {N});
   be.layernorm_forward(s->lnf.f32(), s->mean.f32(), s->rstd.f32(), x.f32(), lnfw_.value.f32(),
                        lnfb_.value.f32(), N, C, kLayerNormEps);
-  s->dlogits = Tensor::empty(pool, {N, Vp_});
+  s->dlogits = Tensor::empty(pool, {N, Vl_});
   linear_forward(be, s->dlogits.f32(), s->lnf.f32(), wte_, nullptr, N);
   Tensor losses = Tensor::empty(pool, {N});
-  be.crossentropy_forward(losses.f32(), s->dlogits.f32(), ctx.targets.i32(), N, V_, Vp_,
-                          ctx.loss_scale);
+  if (ctx.tp && ctx.tp->size() > 1)
+    parallel_crossentropy(ctx, losses.f32(), s->dlogits.f32(), N, Vl_, col_begin_, V_);
+  else
+    be.crossentropy_forward(losses.f32(), s->dlogits.f32(), ctx.targets.i32(), N, V_, Vl_, ctx.loss_scale);
   out = std::move(s);
   return losses;
 }
@@ -48,6 +71,7 @@ Tensor LossHead::backward_input(const MicrobatchContext& ctx, const Tensor&, Sta
   const int N = ctx.B * ctx.T, C = C_;
   s.dlnf = Tensor::empty(*ctx.pool, {N, C});
   linear_backward_input(be, s.dlnf.f32(), s.dlogits.f32(), wte_, N);
+  layer_util::tp_allreduce(ctx, s.dlnf.f32(), static_cast<size_t>(N) * C);
   Tensor dx = Tensor::empty(*ctx.pool, {N, C});
   be.fill(dx.f32(), 0.0f, static_cast<size_t>(N) * C);
   be.layernorm_backward_input(dx.f32(), s.dlnf.f32(), s.x.f32(), lnfw_.value.f32(), s.mean.f32(),

@@ -14,8 +14,36 @@ int64_t Parameter::numel() const {
   return n;
 }
 
+std::vector<float> extract_shard(const std::vector<float>& global, const std::vector<int64_t>& gshape,
+                                 const Shard& shard) {
+  if (shard.replicated()) return global;
+  const int64_t rows = gshape[0];
+  const int64_t cols = static_cast<int64_t>(global.size()) / rows;
+  std::vector<float> out;
+  if (shard.dim == 0) {
+    for (const auto& b : shard.blocks)
+      out.insert(out.end(), global.begin() + b.begin * cols, global.begin() + (b.begin + b.length) * cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (const auto& b : shard.blocks)
+        out.insert(out.end(), global.begin() + r * cols + b.begin, global.begin() + r * cols + b.begin + b.length);
+  }
+  return out;
+}
+
 Parameter& ParameterStore::declare(const std::string& name, std::vector<int64_t> shape, Init init,
                                    double init_std) {
+  return declare_shard(name, shape, Shard{}, init, init_std);
+}
+
+Parameter& ParameterStore::declare_shard(const std::string& name, std::vector<int64_t> global_shape,
+                                         Shard shard, Init init, double init_std) {
+  std::vector<int64_t> shape = global_shape;
+  if (!shard.replicated()) {
+    int64_t n = 0;
+    for (const auto& b : shard.blocks) n += b.length;
+    shape[static_cast<size_t>(shard.dim)] = n;
+  }
   if (Parameter* p = find(name)) {
     if (p->shape != shape) fail("parameter {} declared twice with different shapes", name);
     return *p;
@@ -24,6 +52,8 @@ Parameter& ParameterStore::declare(const std::string& name, std::vector<int64_t>
   Parameter& p = params_.emplace_back();
   p.name = name;
   p.shape = std::move(shape);
+  p.global_shape = std::move(global_shape);
+  p.shard = std::move(shard);
   p.init = init;
   p.init_std = init_std;
   // Keep every parameter 16-float aligned inside the flat buffers.
@@ -44,35 +74,43 @@ Parameter* ParameterStore::find(const std::string& name) {
   return nullptr;
 }
 
-void ParameterStore::allocate(MemoryPool& pool, Backend& backend) {
-  const int64_t n = std::max<int64_t>(total_, 16);
+void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, int64_t align) {
+  total_ = std::max<int64_t>((total_ + align - 1) / align * align, align);
+  const int64_t n = total_;
   values_ = Tensor::empty(pool, {n});
   grads_ = Tensor::empty(pool, {n});
-  m_ = Tensor::empty(pool, {n});
-  v_ = Tensor::empty(pool, {n});
+  if (moments) {
+    m_ = Tensor::empty(pool, {n});
+    v_ = Tensor::empty(pool, {n});
+  }
   for (const Tensor* t : {&values_, &grads_, &m_, &v_})
-    backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+    if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
   for (auto& p : params_) {
     p.value = values_.view(p.offset, p.shape);
     p.grad = grads_.view(p.offset, p.shape);
-    p.m = m_.view(p.offset, p.shape);
-    p.v = v_.view(p.offset, p.shape);
+    if (moments) {
+      p.m = m_.view(p.offset, p.shape);
+      p.v = v_.view(p.offset, p.shape);
+    }
   }
 }
 
 void ParameterStore::initialize(uint64_t seed, Backend& backend) {
   std::vector<float> host;
   for (auto& p : params_) {
-    host.assign(static_cast<size_t>(p.numel()), 0.0f);
+    int64_t global_n = 1;
+    for (auto d : p.global_shape) global_n *= d;
+    host.assign(static_cast<size_t>(global_n), 0.0f);
     if (p.init == Init::Ones) {
       host.assign(host.size(), 1.0f);
     } else if (p.init == Init::Normal) {
       Rng rng = Rng::for_stream(seed, p.name);
-      const size_t row = static_cast<size_t>(p.numel() / p.shape[0]);
+      const size_t row = static_cast<size_t>(global_n / p.global_shape[0]);
       const size_t n = p.init_rows < 0 ? host.size() : static_cast<size_t>(p.init_rows) * row;
       for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rng.normal() * p.init_std);
     }
-    backend.to_device(p.value.raw(), host.data(), host.size() * sizeof(float));
+    const std::vector<float> local = extract_shard(host, p.global_shape, p.shard);
+    backend.to_device(p.value.raw(), local.data(), local.size() * sizeof(float));
   }
 }
 

@@ -47,13 +47,17 @@ struct PendingSend {
 }  // namespace
 
 struct PipelineExecutor::Impl {
-  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr)
-      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr) {}
+  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr,
+       const ExecutorHooks& h)
+      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
   PipelineExecutor& ex;
   const MicrobatchLoader& load;
   int B, T, me;
   float loss_scale;
   bool trace;
+  const ExecutorHooks& hooks;
+  std::map<int, size_t> last_weight_action;  // stage -> index of its last B or W in the program
+  size_t current = 0;                        // index of the running action
   Clock::time_point t0 = Clock::now();
   ExecutorStats stats;
   std::map<std::pair<int, int>, StageStash> stashes;  // (microbatch, stage)
@@ -137,6 +141,7 @@ struct PipelineExecutor::Impl {
     MicrobatchContext ctx;
     ctx.backend = &ex.backend_;
     ctx.pool = &ex.pool_;
+    ctx.tp = ex.tp_;
     ctx.B = B;
     ctx.T = T;
     ctx.loss_scale = loss_scale;
@@ -190,7 +195,10 @@ struct PipelineExecutor::Impl {
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {
       dy = layers[i]->backward_input(ss.ctx, dy, *ss.layers[i]);
-      if (a.op == Op::B) layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+      if (a.op == Op::B) {
+        layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+        weights_done(a, i);
+      }
     }
     if (a.op == Op::B) stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);
@@ -202,9 +210,18 @@ struct PipelineExecutor::Impl {
     const double c0 = now();
     StageStash& ss = stash_of(a);
     auto& layers = st.layers();
-    for (size_t i = layers.size(); i-- > 0;) layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+    for (size_t i = layers.size(); i-- > 0;) {
+      layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+      weights_done(a, i);
+    }
     stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);
+  }
+
+  // After the stage's last weight action of the step, each layer's gradient is final.
+  void weights_done(const Action& a, size_t layer) {
+    if (hooks.layer_grads_final && last_weight_action[a.stage] == current)
+      hooks.layer_grads_final(a.stage, static_cast<int>(layer));
   }
 
   void compute_done(const Action& a, double c0) {
@@ -215,18 +232,23 @@ struct PipelineExecutor::Impl {
 };
 
 PipelineExecutor::PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages,
-                                   Communicator& pp, Backend& backend, MemoryPool& pool, int d_model)
-    : schedule_(schedule), stages_(std::move(stages)), pp_(pp), backend_(backend), pool_(pool), d_model_(d_model) {}
+                                   Communicator& pp, Communicator* tp, Backend& backend, MemoryPool& pool,
+                                   int d_model)
+    : schedule_(schedule), stages_(std::move(stages)), pp_(pp), tp_(tp), backend_(backend), pool_(pool),
+      d_model_(d_model) {}
 
 ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const MicrobatchLoader& load,
-                                    int B, int T, float loss_scale, bool trace) {
-  Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace);
+                                    int B, int T, float loss_scale, bool trace, const ExecutorHooks& hooks) {
+  Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
+  for (size_t i = 0; i < program.size(); ++i)
+    if (program[i].op == Op::B || program[i].op == Op::W) st.last_weight_action[program[i].stage] = i;
   const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
   st.host_in.resize(n);
   st.host_tgt.resize(n);
   st.host_loss.resize(n);
   for (size_t i = 0; i < program.size(); ++i) {
     st.post_receives(program, i);
+    st.current = i;
     const Action& a = program[i];
     switch (a.op) {
       case Op::F: st.forward(a); break;
@@ -234,6 +256,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const Mi
       case Op::I: st.backward_input(a); break;
       case Op::W: st.backward_weight(a); break;
     }
+    if (hooks.poll) hooks.poll();
   }
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();

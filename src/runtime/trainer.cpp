@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <algorithm>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
@@ -55,17 +56,30 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const int S = schedule_.num_stages;
   const auto units = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage);
   const int me = grid.coords().pp;
+  const TensorParallel tp{grid.coords().tp, grid.tp()};
   std::map<int, Gpt2Stage*> mine;
   for (int s = 0; s < S; ++s) {
     if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
     const auto& u = units[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<Gpt2Stage>(cfg.model, u.first, u.last, params_);
+    stages_[s] = std::make_unique<Gpt2Stage>(cfg.model, u.first, u.last, params_, tp);
     mine[s] = stages_[s].get();
   }
-  params_.allocate(*pool_, backend_);
+  const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
+  params_.allocate(*pool_, backend_, !zero1, 16 * grid.dp());
   params_.initialize(cfg.train.seed, backend_);
-  executor_ = std::make_unique<PipelineExecutor>(schedule_, mine, grid.pp_comm(), backend_, *pool_,
-                                                 cfg.model.d_model);
+  executor_ = std::make_unique<PipelineExecutor>(schedule_, mine, grid.pp_comm(), &grid.tp_comm(), backend_,
+                                                 *pool_, cfg.model.d_model);
+  if (zero1) {
+    const int64_t n = params_.numel() / grid.dp();
+    shard_lo_ = n * grid.coords().dp;
+    shard_hi_ = shard_lo_ + n;
+    for (Tensor* t : {&grad_shard_, &m_shard_, &v_shard_}) {
+      *t = Tensor::empty(*pool_, {n});
+      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+    }
+  } else if (grid.dp() > 1) {
+    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, grid.dp_comm());
+  }
 
   // The tied embedding lives on the first and the last stage; when those are different
   // ranks their gradients are summed every step (and the last stage's copy is not
@@ -77,12 +91,17 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (tied != MPI_COMM_NULL) tied_comm_ = std::make_unique<MpiCommunicator>(tied, "tied-embedding");
   counts_tied_wte_ = !(in_tied && me == last);
 
-  // Whole-model size: sum over pp ranks of local parameters, tied embedding once.
+  // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
   for (const auto& p : params_.params())
-    if (p.name != "wte" || counts_tied_wte_) local += static_cast<double>(p.numel());
-  grid.pp_comm().allreduce_sum(&local, 1);
+    if (counts_in_norm(p)) local += static_cast<double>(p.numel());
+  grid.replica_comm().allreduce_sum(&local, 1);
   model_params_ = static_cast<int64_t>(local);
+}
+
+bool Trainer::counts_in_norm(const Parameter& p) const {
+  if (p.name == "wte" && !counts_tied_wte_) return false;
+  return !p.shard.replicated() || grid_.coords().tp == 0;
 }
 
 Trainer::~Trainer() = default;
@@ -91,21 +110,63 @@ int64_t Trainer::tokens_per_step() const {
   return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len;
 }
 
+// Each replica's loss is already scaled by 1/global tokens, so summing gradients over
+// the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void Trainer::reduce_gradients() {
+  if (reducer_) reducer_->finish();
   if (tied_comm_) {
     Parameter* wte = params_.find("wte");
     tied_comm_->allreduce_sum(wte->grad.f32(), static_cast<size_t>(wte->numel()));
   }
-  // Each replica's loss is already scaled by 1/global tokens: the sum is the mean gradient.
-  if (grid_.dp() > 1) grid_.dp_comm().allreduce_sum(params_.grads().f32(), static_cast<size_t>(params_.numel()));
+  if (grad_shard_.defined())
+    grid_.dp_comm().reduce_scatter_sum(params_.grads().f32(), grad_shard_.f32(),
+                                       static_cast<size_t>(grad_shard_.numel()));
 }
+
+namespace {
+// Calls f(param, lo, hi) for the part [lo, hi) of each parameter (offsets into the flat
+// buffer) that lies inside [range_lo, range_hi).
+template <typename F>
+void for_each_in_range(ParameterStore& params, int64_t range_lo, int64_t range_hi, F&& f) {
+  for (auto& p : params.params()) {
+    const int64_t lo = std::max(p.offset, range_lo), hi = std::min(p.offset + p.numel(), range_hi);
+    if (lo < hi) f(p, lo, hi);
+  }
+}
+}  // namespace
 
 double Trainer::global_grad_norm() {
   double sq = 0;
-  for (const auto& p : params_.params())
-    if (p.name != "wte" || counts_tied_wte_) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
-  grid_.pp_comm().allreduce_sum(&sq, 1);
+  if (grad_shard_.defined()) {  // ZeRO-1: each dp rank holds the reduced gradients of its shard
+    for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
+      if (counts_in_norm(p))
+        sq += backend_.sum_squares(grad_shard_.f32() + (lo - shard_lo_), static_cast<size_t>(hi - lo));
+    });
+    grid_.world().allreduce_sum(&sq, 1);
+  } else {
+    for (const auto& p : params_.params())
+      if (counts_in_norm(p)) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
+    grid_.replica_comm().allreduce_sum(&sq, 1);
+  }
   return std::sqrt(sq);
+}
+
+void Trainer::optimizer_step(int step, double lr, float grad_scale) {
+  if (!grad_shard_.defined()) {
+    optimizer_.step(params_, backend_, step + 1, lr, grad_scale);
+    return;
+  }
+  // ZeRO-1: update this rank's shard, then gather every shard's new values.
+  for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
+    const int64_t o = lo - shard_lo_;
+    const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
+    backend_.adamw(params_.values().f32() + lo, grad_shard_.f32() + o, m_shard_.f32() + o, v_shard_.f32() + o,
+                   static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(cfg_.train.beta1),
+                   static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1,
+                   grad_scale);
+  });
+  float* values = params_.values().f32();
+  grid_.dp_comm().all_gather(values + shard_lo_, values, static_cast<size_t>(shard_hi_ - shard_lo_));
 }
 
 StepMetrics Trainer::train_step(int step) {
@@ -117,8 +178,14 @@ StepMetrics Trainer::train_step(int step) {
   MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
     source_(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
   };
+  ExecutorHooks hooks;
+  if (reducer_) {
+    reducer_->begin_step();
+    hooks.layer_grads_final = [this](int stage, int layer) { reducer_->layer_final(stage, layer); };
+    hooks.poll = [this] { reducer_->poll(); };
+  }
   last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_);
+                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
   reduce_gradients();
 
   StepMetrics out;
@@ -135,7 +202,7 @@ StepMetrics Trainer::train_step(int step) {
          std::isfinite(out.loss) ? "gradient norm" : "loss",
          std::isfinite(out.loss) ? out.grad_norm : out.loss);
   out.lr = learning_rate(cfg_.train, step);
-  optimizer_.step(params_, backend_, step + 1, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+  optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
   out.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Ranks finish at slightly different times; report the slowest.
   grid_.world().allreduce_max(&out.step_time_s, 1);

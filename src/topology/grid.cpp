@@ -28,6 +28,7 @@ Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : d
   tp_comm_ = split(dup, me_.pp * dp_ + me_.dp, me_.tp, "tp");
   dp_comm_ = split(dup, me_.pp * tp_ + me_.tp, me_.dp, "dp");
   pp_comm_ = split(dup, me_.dp * tp_ + me_.tp, me_.pp, "pp");
+  replica_comm_ = split(dup, me_.dp, me_.pp * tp_ + me_.tp, "replica");
 }
 
 }  // namespace pipetrain

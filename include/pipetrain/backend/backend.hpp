@@ -90,6 +90,40 @@ class Backend {
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int B, int T, int C) = 0;
 
+  // ---- vocabulary-sharded embedding (tensor parallel) ----
+  // This rank holds rows [row_begin, row_end) of the padded token embedding.
+  // out[n, :] = wte[tokens[n] - row_begin, :] if row_begin <= tokens[n] < row_end, else 0.
+  virtual void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
+                                int row_end, int N, int C) = 0;
+  // dwte[tokens[n] - row_begin, :] += dout[n, :] for the tokens in range   (accumulates)
+  virtual void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens,
+                                 int row_begin, int row_end, int N, int C) = 0;
+  // out[b, t, :] += wpe[t, :]
+  virtual void position_add(float* out, const float* wpe, int B, int T, int C) = 0;
+  // dwpe[t, :] += sum_b dout[b, t, :]   (accumulates)
+  virtual void position_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
+
+  // ---- vocabulary-parallel cross-entropy (tensor parallel) ----
+  // This rank holds logit columns [col_begin, col_begin + Vl) of the padded vocabulary
+  // (row stride Vl); global columns >= V are padding and never take part. Three phases,
+  // with all-reduces over the tensor-parallel ranks in between:
+  // 1. rowmax[n] = max over this rank's real columns (-inf if it has none).
+  virtual void crossentropy_local_max(float* rowmax, const float* logits, int N, int Vl,
+                                      int col_begin, int V) = 0;
+  // 2. With the global rowmax: sumexp[n] = sum over real local columns of
+  //    exp(logit - rowmax[n]); target_logit[n] = logits[n, targets[n] - col_begin] if the
+  //    target is one of this rank's columns, else 0. A target outside [0, V) throws.
+  virtual void crossentropy_local_sums(float* sumexp, float* target_logit, const float* logits,
+                                       const float* rowmax, const int32_t* targets, int N, int Vl,
+                                       int col_begin, int V) = 0;
+  // 3. With the global sums: losses[n] = log(sumexp[n]) + rowmax[n] - target_logit[n]; if
+  //    grad_scale != 0, logits is overwritten with grad_scale * (softmax - onehot) on the real
+  //    local columns and 0 on padding.
+  virtual void crossentropy_finish(float* losses, float* logits, const float* rowmax,
+                                   const float* sumexp, const float* target_logit,
+                                   const int32_t* targets, int N, int Vl, int col_begin, int V,
+                                   float grad_scale) = 0;
+
   // ---- softmax cross-entropy over a padded vocabulary ----
   // logits: N x Vp; only the first V columns are real (padded columns are excluded from the
   // softmax). losses[n] = -log softmax(logits[n, :V])[targets[n]].

@@ -26,6 +26,12 @@ class Communicator {
   virtual void allreduce_sum(float* data, size_t n) = 0;  // in place
   virtual void allreduce_sum(double* data, size_t n) = 0;
   virtual void allreduce_max(double* data, size_t n) = 0;
+  virtual void allreduce_max(float* data, size_t n) = 0;
+  // recv (recv_count elements) = this rank's block of the sum of every rank's send
+  // (size() * recv_count elements, block r for rank r).
+  virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
+  // recv (size() * send_count elements) = every rank's send, in rank order.
+  virtual void all_gather(const float* send, float* recv, size_t send_count) = 0;
   virtual void broadcast(float* data, size_t n, int root) = 0;
   virtual void barrier() = 0;
 

@@ -22,6 +22,9 @@ class MpiCommunicator : public Communicator {
   void allreduce_sum(float* data, size_t n) override;
   void allreduce_sum(double* data, size_t n) override;
   void allreduce_max(double* data, size_t n) override;
+  void allreduce_max(float* data, size_t n) override;
+  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void all_gather(const float* send, float* recv, size_t send_count) override;
   void broadcast(float* data, size_t n, int root) override;
   void barrier() override;
   std::unique_ptr<CommRequest> isend(const float* data, size_t n, int peer, int tag) override;

@@ -15,7 +15,8 @@ class Gpt2Stage {
  public:
   // Builds units [first, last) and declares their parameters in `params` (shared by
   // all stages of one rank, so a rank holding both ends keeps one tied embedding).
-  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params);
+  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
+            TensorParallel tp = {});
 
   ParameterStore& params() { return params_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }

@@ -1,5 +1,10 @@
 // The three GPT-2 layer kinds: token+position embedding, transformer block, and
 // the head (final LayerNorm, LM head tied to the token embedding, cross-entropy).
+// With tensor parallelism (Megatron-style) each rank holds: a slice of the padded
+// vocabulary (embedding rows, LM-head columns); whole heads of the QKV projection
+// (column-parallel) and the matching input slice of the output projection
+// (row-parallel, then all-reduce); a slice of the MLP's hidden units (column- then
+// row-parallel). LayerNorms and the biases added after an all-reduce are replicated.
 #pragma once
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/layer.hpp"
@@ -8,47 +13,53 @@ namespace pipetrain {
 
 class Embedding : public Layer {
  public:
-  Embedding(const ModelConfig& cfg, ParameterStore& params);
+  Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp = {});
   std::string name() const override { return "embedding"; }
+  std::vector<Parameter*> parameters() override { return {&wte_, &wpe_}; }
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
 
  private:
-  int C_;
+  int C_, row_begin_, row_end_;
   Parameter &wte_, &wpe_;
 };
 
 class Block : public Layer {
  public:
-  Block(const ModelConfig& cfg, int index, ParameterStore& params);
+  Block(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp = {});
   std::string name() const override { return "block " + std::to_string(index_); }
+  std::vector<Parameter*> parameters() override {
+    return {&ln1w_, &ln1b_, &qkvw_, &qkvb_, &projw_, &projb_, &ln2w_, &ln2b_, &fcw_, &fcb_, &fcprojw_, &fcprojb_};
+  }
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
 
  private:
-  int index_, C_, NH_;
+  int index_, C_, NH_;  // C_ = d_model; NH_ = this rank's heads
+  int Cl_;               // this rank's channels of Q (and K, V): C_ / tp
   Parameter &ln1w_, &ln1b_, &qkvw_, &qkvb_, &projw_, &projb_;
   Parameter &ln2w_, &ln2b_, &fcw_, &fcb_, &fcprojw_, &fcprojb_;
 };
 
 class LossHead : public Layer {
  public:
-  LossHead(const ModelConfig& cfg, ParameterStore& params);
+  LossHead(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp = {});
   std::string name() const override { return "head"; }
+  std::vector<Parameter*> parameters() override { return {&lnfw_, &lnfb_, &wte_}; }
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
 
  private:
-  int C_, V_, Vp_;
+  int C_, V_, Vl_, col_begin_;  // Vl_: this rank's columns of the padded vocabulary
   Parameter &lnfw_, &lnfb_, &wte_;
 };
 
 constexpr float kLayerNormEps = 1e-5f;
 
 // Parameter declarations shared by layers that hold the same tensor.
-Parameter& declare_wte(const ModelConfig& cfg, ParameterStore& params);
+Parameter& declare_wte(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp);
 
 }  // namespace pipetrain

@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/model/parameters.hpp"
@@ -15,11 +16,18 @@
 namespace pipetrain {
 
 class Backend;
+class Communicator;
+
+// This rank's place among the tensor-parallel ranks of its stage.
+struct TensorParallel {
+  int rank = 0, size = 1;
+};
 
 // What every layer can see while running one microbatch.
 struct MicrobatchContext {
   Backend* backend = nullptr;
   MemoryPool* pool = nullptr;
+  Communicator* tp = nullptr;  // tensor-parallel peers (null or size 1: none)
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage)
@@ -34,6 +42,8 @@ class Layer {
  public:
   virtual ~Layer() = default;
   virtual std::string name() const = 0;
+  // The parameters whose gradients this layer accumulates.
+  virtual std::vector<Parameter*> parameters() = 0;
   // x is undefined for the embedding (it reads ctx.tokens). The loss head returns the
   // per-token losses (B*T).
   virtual Tensor forward(const MicrobatchContext& ctx, const Tensor& x,
@@ -56,6 +66,8 @@ template <typename S>
 S& as(Stash& s) {
   return static_cast<S&>(s);
 }
+// Sums x over the tensor-parallel ranks (no-op without tensor parallelism).
+void tp_allreduce(const MicrobatchContext& ctx, float* x, size_t n);
 // Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
 void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
                     int N);

@@ -14,11 +14,30 @@ namespace pipetrain {
 
 class Backend;
 
+
 enum class Init { Normal, Ones, Zeros };
+
+// Which part of the global (unsharded) tensor a rank holds: the concatenation of
+// `blocks` along dimension `dim` (e.g. a rank's heads of Q, K and V are three blocks
+// of the fused QKV weight's rows). dim = -1: the whole tensor.
+struct Shard {
+  struct Block {
+    int64_t begin = 0, length = 0;
+  };
+  int dim = -1;
+  std::vector<Block> blocks;
+  bool replicated() const { return dim < 0; }
+};
+
+// The local shard of a global tensor (row-major, `global_shape`) described by `shard`.
+std::vector<float> extract_shard(const std::vector<float>& global, const std::vector<int64_t>& global_shape,
+                                 const Shard& shard);
 
 struct Parameter {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;         // local shape
+  std::vector<int64_t> global_shape;  // shape of the unsharded tensor
+  Shard shard;
   Init init = Init::Zeros;
   double init_std = 0.0;
   int64_t init_rows = -1;  // rows (dim 0) that get the random init; the rest stay 0 (-1 = all)
@@ -29,12 +48,18 @@ struct Parameter {
 
 class ParameterStore {
  public:
+  // A whole (replicated) parameter.
   Parameter& declare(const std::string& name, std::vector<int64_t> shape, Init init,
                      double init_std = 0.0);
-  // Lays out the flat buffers; grads and moments are zeroed.
-  void allocate(MemoryPool& pool, Backend& backend);
-  // GPT-2 initialisation: each parameter from its own named random stream, so the
-  // values do not depend on which rank or stage holds the parameter.
+  // A tensor-parallel shard of a parameter whose global shape is `global_shape`.
+  Parameter& declare_shard(const std::string& name, std::vector<int64_t> global_shape, Shard shard,
+                           Init init, double init_std = 0.0);
+  // Lays out the flat buffers (their length a multiple of `align`); grads and moments
+  // are zeroed. Without `moments` the AdamW state lives elsewhere (ZeRO-1 shards).
+  void allocate(MemoryPool& pool, Backend& backend, bool moments = true, int64_t align = 16);
+  // GPT-2 initialisation: each parameter from its own named random stream over its
+  // global shape, then this rank's shard taken out, so the values do not depend on
+  // which rank, stage or tensor-parallel slice holds the parameter.
   void initialize(uint64_t seed, Backend& backend);
   void zero_grads(Backend& backend);
 

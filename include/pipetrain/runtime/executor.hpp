@@ -38,23 +38,34 @@ struct ExecutorStats {
   std::vector<TraceEvent> events;
 };
 
+// Callbacks into the trainer while a step runs.
+struct ExecutorHooks {
+  // Layer `layer` of stage `stage` has accumulated its last weight gradient of the step
+  // (its data-parallel reduction may start).
+  std::function<void(int stage, int layer)> layer_grads_final;
+  // Called after every action (lets nonblocking collectives progress).
+  std::function<void()> poll;
+};
+
 class PipelineExecutor {
  public:
   // stages: the Gpt2Stage of every global stage this rank owns. pp: the pipeline
-  // communicator, whose rank numbers are the schedule's ranks.
+  // communicator, whose rank numbers are the schedule's ranks. tp: the stage's
+  // tensor-parallel peers (may be null).
   PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages, Communicator& pp,
-                   Backend& backend, MemoryPool& pool, int d_model);
+                   Communicator* tp, Backend& backend, MemoryPool& pool, int d_model);
 
   // Runs `program` (this rank's actions) over microbatches of B sequences of T tokens.
   // loss_scale = d(step loss)/d(token loss); 0 runs forward only (evaluation).
   ExecutorStats run(const std::vector<Action>& program, const MicrobatchLoader& load, int B, int T,
-                    float loss_scale, bool trace);
+                    float loss_scale, bool trace, const ExecutorHooks& hooks = {});
 
  private:
   struct Impl;
   const Schedule& schedule_;
   std::map<int, Gpt2Stage*> stages_;
   Communicator& pp_;
+  Communicator* tp_;
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;

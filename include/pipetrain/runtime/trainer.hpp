@@ -12,6 +12,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -60,6 +61,11 @@ class Trainer {
  private:
   void reduce_gradients();
   double global_grad_norm();
+  void optimizer_step(int step, double lr, float grad_scale);
+  // Whether this rank's copy of `p` enters the gradient norm (each value counted once
+  // over the grid: tied embedding on the first stage only, replicated tensor-parallel
+  // parameters on tp rank 0 only).
+  bool counts_in_norm(const Parameter& p) const;
 
   Config cfg_;
   Grid& grid_;
@@ -72,6 +78,10 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<MpiCommunicator> tied_comm_;  // ranks of the first and last stage, if distinct
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
+  std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
+  // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
+  int64_t shard_lo_ = 0, shard_hi_ = 0;
+  Tensor grad_shard_, m_shard_, v_shard_;
   AdamW optimizer_;
   int mb_size_;
   int64_t model_params_ = 0;

@@ -33,11 +33,12 @@ class Grid {
   MpiCommunicator& tp_comm() { return *tp_comm_; }  // same (dp, pp): tensor-parallel peers
   MpiCommunicator& dp_comm() { return *dp_comm_; }  // same (pp, tp): data-parallel replicas
   MpiCommunicator& pp_comm() { return *pp_comm_; }  // same (dp, tp): the pipeline; rank = pp index
+  MpiCommunicator& replica_comm() { return *replica_comm_; }  // same dp: one model replica (pp x tp)
 
  private:
   int dp_, pp_, tp_;
   GridCoords me_;
-  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_;
+  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_, replica_comm_;
 };
 
 }  // namespace pipetrain

@@ -111,6 +111,38 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
 
+  void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
+                        int row_end, int N, int C) override {
+    cpu::embedding_lookup(out, tokens, wte, row_begin, row_end, N, C);
+  }
+  void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
+                         int row_end, int N, int C) override {
+    cpu::embedding_scatter(dwte, dout, tokens, row_begin, row_end, N, C);
+  }
+  void position_add(float* out, const float* wpe, int B, int T, int C) override {
+    cpu::position_add(out, wpe, B, T, C);
+  }
+  void position_backward(float* dwpe, const float* dout, int B, int T, int C) override {
+    cpu::position_backward(dwpe, dout, B, T, C);
+  }
+
+  void crossentropy_local_max(float* rowmax, const float* logits, int N, int Vl, int col_begin,
+                              int V) override {
+    cpu::crossentropy_local_max(rowmax, logits, N, Vl, col_begin, V);
+  }
+  void crossentropy_local_sums(float* sumexp, float* target_logit, const float* logits,
+                               const float* rowmax, const int32_t* targets, int N, int Vl,
+                               int col_begin, int V) override {
+    cpu::crossentropy_local_sums(sumexp, target_logit, logits, rowmax, targets, N, Vl, col_begin,
+                                 V);
+  }
+  void crossentropy_finish(float* losses, float* logits, const float* rowmax, const float* sumexp,
+                           const float* target_logit, const int32_t* targets, int N, int Vl,
+                           int col_begin, int V, float grad_scale) override {
+    cpu::crossentropy_finish(losses, logits, rowmax, sumexp, target_logit, targets, N, Vl,
+                             col_begin, V, grad_scale);
+  }
+
   void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
                             int Vp, float grad_scale) override {
     cpu::crossentropy_forward(losses, logits, targets, N, V, Vp, grad_scale);

@@ -113,6 +113,17 @@ inline float fast_sqrtf(float x) {
   return x * y;
 }
 
+// Width of the column blocks that scatter-add kernels hand out as work items:
+// about one block per thread of the host space, at least 64 columns (a row
+// segment is a few cache lines) and a multiple of 16; Serial gets one block.
+// Each work item owns its columns of every output row, so rows hit repeatedly
+// (repeated tokens) never race and are summed in a fixed order.
+inline int64_t column_block_width(int64_t C) {
+  const int64_t conc = HostSpace().concurrency();
+  int64_t width = (C + conc - 1) / (conc > 0 ? conc : 1);
+  return width < 64 ? 64 : (width + 15) / 16 * 16;
+}
+
 // ---- memory ----
 void fill(float* x, float value, size_t n);
 
@@ -159,9 +170,27 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C);
 
+// ---- vocabulary-sharded embedding (embedding_sharded.cpp) ----
+void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
+                      int row_end, int N, int C);
+void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
+                       int row_end, int N, int C);
+void position_add(float* out, const float* wpe, int B, int T, int C);
+void position_backward(float* dwpe, const float* dout, int B, int T, int C);
+
 // ---- cross-entropy ----
 void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
                           int Vp, float grad_scale);
+
+// ---- vocabulary-parallel cross-entropy (crossentropy_parallel.cpp) ----
+void crossentropy_local_max(float* rowmax, const float* logits, int N, int Vl, int col_begin,
+                            int V);
+void crossentropy_local_sums(float* sumexp, float* target_logit, const float* logits,
+                             const float* rowmax, const int32_t* targets, int N, int Vl,
+                             int col_begin, int V);
+void crossentropy_finish(float* losses, float* logits, const float* rowmax, const float* sumexp,
+                         const float* target_logit, const int32_t* targets, int N, int Vl,
+                         int col_begin, int V, float grad_scale);
 
 // ---- optimizer ----
 void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
