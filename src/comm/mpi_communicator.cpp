@@ -8,6 +8,19 @@ namespace pipetrain {
 
 namespace {
 
+// Adds the lifetime of the scope to a counter.
+class Timed {
+ public:
+  explicit Timed(double& acc) : acc_(acc), t0_(MPI_Wtime()) {}
+  ~Timed() { acc_ += MPI_Wtime() - t0_; }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  double& acc_;
+  double t0_;
+};
+
 void check(int rc, const char* what, const std::string& comm) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
@@ -23,11 +36,14 @@ int count_of(size_t n, const std::string& comm) {
 
 class MpiRequest : public CommRequest {
  public:
-  explicit MpiRequest(std::string comm) : comm_(std::move(comm)) {}
+  MpiRequest(std::string comm, double& timer) : comm_(std::move(comm)), timer_(timer) {}
   ~MpiRequest() override {
     if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
-  void wait() override { check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait", comm_); }
+  void wait() override {
+    Timed t(timer_);
+    check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait", comm_);
+  }
   bool test() override {
     int done = 0;
     check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "test", comm_);
@@ -38,6 +54,7 @@ class MpiRequest : public CommRequest {
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::string comm_;
+  double& timer_;
 };
 
 }  // namespace
@@ -55,31 +72,37 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::allreduce_sum(float* data, size_t n) {
+  Timed timed(comm_s_);
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_sum(double* data, size_t n) {
+  Timed timed(comm_s_);
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_SUM, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_max(double* data, size_t n) {
+  Timed timed(comm_s_);
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_MAX, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_max(float* data, size_t n) {
+  Timed timed(comm_s_);
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_MAX, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+  Timed timed(comm_s_);
   check(MPI_Reduce_scatter_block(send, recv, count_of(recv_count, name_), MPI_FLOAT, MPI_SUM, comm_),
         "reduce-scatter", name_);
 }
 
 void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
+  Timed timed(comm_s_);
   const int n = count_of(send_count, name_);
   // A rank's own block already in place in recv: MPI_IN_PLACE.
   const void* s = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
@@ -87,6 +110,7 @@ void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_cou
 }
 
 void MpiCommunicator::broadcast(float* data, size_t n, int root) {
+  Timed timed(comm_s_);
   if (size_ == 1) return;
   check(MPI_Bcast(data, count_of(n, name_), MPI_FLOAT, root, comm_), "broadcast", name_);
 }
@@ -94,19 +118,19 @@ void MpiCommunicator::broadcast(float* data, size_t n, int root) {
 void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier", name_); }
 
 std::unique_ptr<CommRequest> MpiCommunicator::isend(const float* data, size_t n, int peer, int tag) {
-  auto r = std::make_unique<MpiRequest>(name_);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_);
   check(MPI_Isend(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "isend", name_);
   return r;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::irecv(float* data, size_t n, int peer, int tag) {
-  auto r = std::make_unique<MpiRequest>(name_);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_);
   check(MPI_Irecv(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "irecv", name_);
   return r;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t n) {
-  auto r = std::make_unique<MpiRequest>(name_);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_);
   if (size_ == 1) return r;  // MPI_REQUEST_NULL completes at once
   check(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_, r->get()),
         "iallreduce", name_);

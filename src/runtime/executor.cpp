@@ -222,6 +222,7 @@ struct PipelineExecutor::Impl {
   void weights_done(const Action& a, size_t layer) {
     if (hooks.layer_grads_final && last_weight_action[a.stage] == current)
       hooks.layer_grads_final(a.stage, static_cast<int>(layer));
+    if (hooks.poll) hooks.poll();  // between layers: keeps in-flight reductions moving
   }
 
   void compute_done(const Action& a, double c0) {

@@ -22,6 +22,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "pp" — used in error messages
+  // Seconds this rank spent inside blocking collectives and waits since the last reset
+  // (how much of a step communication costs).
+  double comm_seconds() const { return comm_s_; }
+  void reset_comm_seconds() { comm_s_ = 0; }
 
   virtual void allreduce_sum(float* data, size_t n) = 0;  // in place
   virtual void allreduce_sum(double* data, size_t n) = 0;
@@ -38,6 +42,9 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> isend(const float* data, size_t n, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> irecv(float* data, size_t n, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t n) = 0;
+
+ protected:
+  double comm_s_ = 0;
 };
 
 }  // namespace pipetrain
