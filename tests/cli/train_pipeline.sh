@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The `pipetrain train` command on a 2-stage pipeline (1f1b and zbv) and on 2 data-parallel
-# replicas gives the single-rank run's losses, and --trace writes one Chrome trace for all ranks.
+# The `pipetrain train` command on a 2-stage pipeline (1f1b and zbv), on 2 data-parallel
+# replicas and on 2 tensor-parallel ranks gives the single-rank run's losses, and --trace writes one Chrome trace for all ranks.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
 tmp=$(mktemp -d)
@@ -21,12 +21,15 @@ timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.to
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
   --set parallel.dp=2 --set train.microbatches=2 --metrics "$tmp/dp2.jsonl" >/dev/null
 
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+  --set parallel.tp=2 --metrics "$tmp/tp2.jsonl" >/dev/null
+
 python3 - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]
 load = lambda n: [json.loads(l) for l in open(f"{d}/{n}.jsonl")]
 ref = load("single")
-for name in ("pp2", "zbv", "dp2"):
+for name in ("pp2", "zbv", "dp2", "tp2"):
     got = load(name)
     assert len(got) == len(ref) == 6, name
     for a, b in zip(got, ref):
