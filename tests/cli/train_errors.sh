@@ -57,7 +57,11 @@ check bad_microbatches "schedule.name" \
 check too_many_stages "more than the model.n_layer" \
   "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.pp=2 \
   --set parallel.virtual_stages=4
-check tp_not_yet "parallel.tp" \
-  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.tp=2
+check tp_heads "must divide model.n_head" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.tp=2 \
+  --set model.n_head=1
+check dp_batch "train.global_batch" \
+  "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.dp=2 \
+  --set train.global_batch=6
 
 exit $((fails > 0))
