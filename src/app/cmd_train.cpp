@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trace_writer.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -27,9 +29,43 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string metrics;
   std::string trace_dir;
+  std::string resume;  // "auto" or a checkpoint file
+  std::string init;    // a checkpoint whose weights start a new run
 };
 
+// Set by SIGUSR1 / SIGTERM (Slurm's --signal, pre-emption); the ranks agree on it at
+// the next step boundary, checkpoint and exit 0.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
 constexpr int kTraceSteps = 20;  // steps recorded by --trace (the first ones)
+
+// --resume auto: rank 0 picks the newest checkpoint of `dir` that verifies, reporting
+// (and skipping) corrupt ones; every rank gets its path ("" = none).
+std::string find_resumable(const std::string& dir, Grid& grid) {
+  std::string chosen;
+  if (grid.world_rank() == 0) {
+    for (const auto& path : checkpoints_in(dir)) {
+      std::vector<std::string> bad;
+      try {
+        bad = verify_checkpoint(path);
+      } catch (const Error& e) {
+        bad = {e.what()};
+      }
+      if (bad.empty()) {
+        chosen = path;
+        break;
+      }
+      fmt::print(stderr, "pipetrain: skipping checkpoint {}: {} fails its checksum; trying the previous one\n",
+                 path, bad.front());
+    }
+  }
+  int len = static_cast<int>(chosen.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, grid.world().comm());
+  chosen.resize(static_cast<size_t>(len));
+  MPI_Bcast(chosen.data(), len, MPI_CHAR, 0, grid.world().comm());
+  return chosen;
+}
 
 std::string human(double x) {
   const char* units[] = {"", "K", "M", "G", "T"};
@@ -57,7 +93,7 @@ int run_train(const TrainOptions& opt) {
 
   std::ofstream metrics;
   if (rank == 0 && !cfg.log.metrics.empty()) {
-    metrics.open(cfg.log.metrics, std::ios::trunc);
+    metrics.open(cfg.log.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) fail("log.metrics: cannot write {}", cfg.log.metrics);
   }
   const int64_t nparams = trainer.model_params();
@@ -77,10 +113,42 @@ int run_train(const TrainOptions& opt) {
                sched.num_microbatches, 100.0 * sim.bubble_fraction);
     std::fflush(stdout);
   }
+  // Where to start: a checkpoint (--resume), another run's weights (--init), or step 0.
+  int start = 0;
+  const auto& ck = cfg.checkpoint;
+  if (!opt.resume.empty()) {
+    const std::string path = opt.resume == "auto" ? find_resumable(ck.dir, grid) : opt.resume;
+    if (!path.empty()) {
+      start = static_cast<int>(trainer.load_checkpoint(path, false));
+      if (rank == 0) fmt::print("resumed from {} at step {}\n", path, start);
+    } else if (rank == 0) {
+      fmt::print("no checkpoint in {}: starting from step 0\n", ck.dir);
+    }
+  } else if (!opt.init.empty()) {
+    trainer.load_checkpoint(opt.init, true);
+    if (rank == 0) fmt::print("initialised the weights from {}\n", opt.init);
+  }
+  auto save = [&](int next_step, const char* why) {
+    std::error_code ec;
+    if (rank == 0) std::filesystem::create_directories(ck.dir, ec);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string path = checkpoint_path(ck.dir, next_step);
+    trainer.save_checkpoint(path, next_step);
+    if (rank == 0) {
+      update_latest(ck.dir, path);
+      prune_checkpoints(ck.dir, ck.keep);
+      fmt::print("saved checkpoint {} ({})\n", path, why);
+      std::fflush(stdout);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
   const bool tracing = !opt.trace_dir.empty();
   std::vector<TraceEvent> trace;
   double trace_offset = 0;
-  for (int step = 0; step < cfg.train.steps; ++step) {
+  for (int step = start; step < cfg.train.steps; ++step) {
     trainer.set_trace(tracing && step < kTraceSteps);
     const StepMetrics m = trainer.train_step(step);
     if (tracing && step < kTraceSteps) {
@@ -91,22 +159,35 @@ int run_train(const TrainOptions& opt) {
       }
       trace_offset += m.step_time_s;
     }
-    if (rank != 0) continue;
-    if (step % cfg.log.every == 0 || step == cfg.train.steps - 1) {
-      fmt::print("step {:5d}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms"
-                 " | bubble {:.1f}%\n",
-                 step, cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-                 m.step_time_s * 1e3, 100.0 * m.bubble_fraction);
-      std::fflush(stdout);
+    if (rank == 0) {
+      if (step % cfg.log.every == 0 || step == cfg.train.steps - 1) {
+        fmt::print("step {:5d}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms"
+                   " | bubble {:.1f}%\n",
+                   step, cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
+                   m.step_time_s * 1e3, 100.0 * m.bubble_fraction);
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) {
+        nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
+                            {"lr", m.lr},               {"grad_norm", m.grad_norm},
+                            {"tokens_per_s", m.tokens_per_s}, {"step_time_s", m.step_time_s},
+                            {"bubble_fraction", m.bubble_fraction}};
+        metrics << j.dump() << '\n';
+        metrics.flush();
+      }
     }
-    if (metrics.is_open()) {
-      nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
-                          {"lr", m.lr},               {"grad_norm", m.grad_norm},
-                          {"tokens_per_s", m.tokens_per_s}, {"step_time_s", m.step_time_s},
-                          {"bubble_fraction", m.bubble_fraction}};
-      metrics << j.dump() << '\n';
-      metrics.flush();
+    // Checkpoint every checkpoint.every steps, at the end, and when a stop signal
+    // arrived on any rank (agreed here, at the step boundary).
+    int stop = static_cast<int>(g_stop_signal);
+    MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    const int next = step + 1;
+    if (stop) {
+      save(next, stop == SIGTERM ? "SIGTERM" : "SIGUSR1");
+      if (rank == 0) fmt::print("stopping after step {} on {}; resume with --resume auto\n", step,
+                                stop == SIGTERM ? "SIGTERM" : "SIGUSR1");
+      return 0;
     }
+    if (ck.every > 0 && (next % ck.every == 0 || next == cfg.train.steps)) save(next, "checkpoint.every");
   }
   if (tracing) {
     std::error_code ec;
@@ -133,6 +214,9 @@ void add_train_command(CLI::App& app, CommandRunner& runner) {
       ->allow_extra_args(false);
   sub->add_option("--metrics", opt->metrics, "Write per-step metrics as JSON Lines to FILE");
   sub->add_option("--trace", opt->trace_dir, "Write a Chrome trace of the real execution to DIR/trace.json");
+  sub->add_option("--resume", opt->resume,
+                  "Continue from a checkpoint: a file, or 'auto' for the newest one in checkpoint.dir that verifies");
+  sub->add_option("--init", opt->init, "Start a new run from a checkpoint's weights (optimizer state and step reset)");
   sub->callback([opt, &runner] { runner = [opt] { return run_train(*opt); }; });
 }
 

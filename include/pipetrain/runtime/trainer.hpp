@@ -56,6 +56,13 @@ class Trainer {
   int microbatch_size() const { return mb_size_; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once
   const ExecutorStats& last_stats() const { return last_stats_; }
+
+  // Collective: writes parameters, AdamW moments and the run's state as of the start of
+  // step `next_step` to `path` (see io/checkpoint.hpp).
+  void save_checkpoint(const std::string& path, int64_t next_step);
+  // Collective: loads a checkpoint written on any grid; returns the step to continue
+  // from. weights_only: parameters only (a new run initialised from a checkpoint).
+  int64_t load_checkpoint(const std::string& path, bool weights_only);
   void set_trace(bool on) { trace_ = on; }
 
  private:
@@ -66,6 +73,9 @@ class Trainer {
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
+  // Every tensor of the whole model in canonical order, pointing at this rank's data
+  // (moments: the given flat buffers, or p.m / p.v when null).
+  std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments, float* m_flat, float* v_flat);
 
   Config cfg_;
   Grid& grid_;

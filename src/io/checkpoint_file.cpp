@@ -1,0 +1,219 @@
+// Writing and reading checkpoint files (see pipetrain/io/checkpoint.hpp).
+#include <hdf5.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fmt/ranges.h>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/token_dataset.hpp"  // h5io::Id, h5io::Quiet
+
+namespace pipetrain {
+
+namespace {
+
+using h5io::Id;
+
+Id checked(hid_t id, const std::string& what) {
+  if (id < 0) fail("{}: {}", what, h5io::last_error());
+  return Id(id);
+}
+
+void check(herr_t rc, const std::string& what) {
+  if (rc < 0) fail("{}: {}", what, h5io::last_error());
+}
+
+Id mpio_fapl(MPI_Comm comm) {
+  Id fapl = checked(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+  check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "MPI-IO file driver");
+  return fapl;
+}
+
+Id collective_dxpl() {
+  Id dxpl = checked(H5Pcreate(H5P_DATASET_XFER), "transfer list");
+  check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "collective transfer");
+  return dxpl;
+}
+
+template <typename T>
+void write_attr(hid_t obj, const char* name, hid_t type, const T& value) {
+  Id space = checked(H5Screate(H5S_SCALAR), name);
+  Id attr = checked(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), name);
+  check(H5Awrite(attr.get(), type, &value), name);
+}
+
+void write_string_attr(hid_t obj, const char* name, const std::string& value) {
+  Id type = checked(H5Tcopy(H5T_C_S1), name);
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  Id space = checked(H5Screate(H5S_SCALAR), name);
+  Id attr = checked(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), name);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  check(H5Awrite(attr.get(), type.get(), padded.data()), name);
+}
+
+template <typename T>
+T read_attr(hid_t obj, const char* name, hid_t type, const std::string& file) {
+  if (H5Aexists(obj, name) <= 0) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
+  Id attr = checked(H5Aopen(obj, name, H5P_DEFAULT), file);
+  T v{};
+  check(H5Aread(attr.get(), type, &v), file);
+  return v;
+}
+
+std::string read_string_attr(hid_t obj, const char* name, const std::string& file) {
+  if (H5Aexists(obj, name) <= 0) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
+  Id attr = checked(H5Aopen(obj, name, H5P_DEFAULT), file);
+  Id type = checked(H5Aget_type(attr.get()), file);
+  std::string s(H5Tget_size(type.get()), '\0');
+  Id mem = checked(H5Tcopy(H5T_C_S1), file);
+  H5Tset_size(mem.get(), s.size());
+  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+  check(H5Aread(attr.get(), mem.get(), s.data()), file);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// The file selection of this rank's shard (or nothing).
+void select_shard(hid_t space, const std::vector<int64_t>& gshape, const Shard& shard, bool take) {
+  if (!take) {
+    H5Sselect_none(space);
+    return;
+  }
+  if (shard.replicated()) {
+    H5Sselect_all(space);
+    return;
+  }
+  H5Sselect_none(space);
+  for (const auto& b : shard.blocks) {
+    std::vector<hsize_t> start(gshape.size(), 0), count(gshape.begin(), gshape.end());
+    start[static_cast<size_t>(shard.dim)] = static_cast<hsize_t>(b.begin);
+    count[static_cast<size_t>(shard.dim)] = static_cast<hsize_t>(b.length);
+    H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
+  }
+}
+
+Id memory_space(hid_t file_space) {
+  const hssize_t n = H5Sget_select_npoints(file_space);
+  const hsize_t dim = static_cast<hsize_t>(std::max<hssize_t>(n, 1));
+  Id mem = checked(H5Screate_simple(1, &dim, nullptr), "memory space");
+  if (n == 0) H5Sselect_none(mem.get());
+  return mem;
+}
+
+// Chunks of at most ~1M elements, whole rows where possible.
+std::vector<hsize_t> chunk_dims(const std::vector<int64_t>& gshape) {
+  std::vector<hsize_t> c(gshape.begin(), gshape.end());
+  int64_t row = 1;
+  for (size_t i = 1; i < gshape.size(); ++i) row *= gshape[i];
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(gshape[0], (1 << 20) / std::max<int64_t>(row, 1)));
+  c[0] = static_cast<hsize_t>(rows);
+  return c;
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
+                      const std::vector<CheckpointTensor>& tensors) {
+  h5io::Quiet quiet;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const std::string tmp = path + ".tmp";
+  {
+    Id fapl = mpio_fapl(comm);
+    Id file = checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp + ": cannot create");
+    const hid_t root = file.get();
+    write_attr(root, "format_version", H5T_NATIVE_INT, meta.format_version);
+    write_attr(root, "step", H5T_NATIVE_INT64, meta.step);
+    write_attr(root, "tokens_seen", H5T_NATIVE_INT64, meta.tokens_seen);
+    write_attr(root, "samples_seen", H5T_NATIVE_INT64, meta.samples_seen);
+    write_attr(root, "seed", H5T_NATIVE_UINT64, meta.seed);
+    const int grid[3] = {meta.dp, meta.pp, meta.tp};
+    write_attr(root, "grid_dp", H5T_NATIVE_INT, grid[0]);
+    write_attr(root, "grid_pp", H5T_NATIVE_INT, grid[1]);
+    write_attr(root, "grid_tp", H5T_NATIVE_INT, grid[2]);
+    write_attr(root, "zero1", H5T_NATIVE_INT, static_cast<int>(meta.zero1));
+    write_string_attr(root, "schedule", meta.schedule);
+    write_string_attr(root, "config", meta.config_toml);
+
+    Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Id dxpl = collective_dxpl();
+    for (const auto& t : tensors) {
+      std::vector<hsize_t> dims(t.global_shape.begin(), t.global_shape.end());
+      Id space = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), t.name);
+      Id dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), t.name);
+      const auto chunk = chunk_dims(t.global_shape);
+      check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), t.name);
+      check(H5Pset_fletcher32(dcpl.get()), t.name);
+      Id dset = checked(H5Dcreate2(root, t.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
+                                   H5P_DEFAULT),
+                        tmp + ": " + t.name);
+      select_shard(space.get(), t.global_shape, t.shard, t.write && t.data);
+      Id mem = memory_space(space.get());
+      check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data),
+            tmp + ": writing " + t.name);
+    }
+    check(H5Fflush(root, H5F_SCOPE_GLOBAL), tmp + ": flush");
+    if (!file.reset()) fail("{}: closing the file failed", tmp);
+  }
+  MPI_Barrier(comm);
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+  }
+  MPI_Barrier(comm);
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  h5io::Quiet quiet;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("{}: no such checkpoint file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
+  Id file = checked(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path + ": cannot open");
+  CheckpointMeta m;
+  m.format_version = read_attr<int>(file.get(), "format_version", H5T_NATIVE_INT, path);
+  if (m.format_version != kCheckpointFormatVersion)
+    fail("{}: checkpoint format version {} is not supported (this build reads {})", path, m.format_version,
+         kCheckpointFormatVersion);
+  m.step = read_attr<int64_t>(file.get(), "step", H5T_NATIVE_INT64, path);
+  m.tokens_seen = read_attr<int64_t>(file.get(), "tokens_seen", H5T_NATIVE_INT64, path);
+  m.samples_seen = read_attr<int64_t>(file.get(), "samples_seen", H5T_NATIVE_INT64, path);
+  m.seed = read_attr<uint64_t>(file.get(), "seed", H5T_NATIVE_UINT64, path);
+  m.dp = read_attr<int>(file.get(), "grid_dp", H5T_NATIVE_INT, path);
+  m.pp = read_attr<int>(file.get(), "grid_pp", H5T_NATIVE_INT, path);
+  m.tp = read_attr<int>(file.get(), "grid_tp", H5T_NATIVE_INT, path);
+  m.zero1 = read_attr<int>(file.get(), "zero1", H5T_NATIVE_INT, path) != 0;
+  m.schedule = read_string_attr(file.get(), "schedule", path);
+  m.config_toml = read_string_attr(file.get(), "config", path);
+  return m;
+}
+
+void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::vector<CheckpointTensor>& tensors) {
+  h5io::Quiet quiet;
+  Id fapl = mpio_fapl(comm);
+  Id file = checked(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path + ": cannot open");
+  Id dxpl = collective_dxpl();
+  for (const auto& t : tensors) {
+    if (H5Lexists(file.get(), t.name.c_str(), H5P_DEFAULT) <= 0)
+      fail("{}: no dataset {} (a checkpoint of another model?)", path, t.name);
+    Id dset = checked(H5Dopen2(file.get(), t.name.c_str(), H5P_DEFAULT), path + ": " + t.name);
+    Id space = checked(H5Dget_space(dset.get()), t.name);
+    std::vector<hsize_t> dims(static_cast<size_t>(H5Sget_simple_extent_ndims(space.get())));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    if (std::vector<int64_t>(dims.begin(), dims.end()) != t.global_shape) {
+      const std::string got = fmt::format("{}", fmt::join(dims, "x"));
+      const std::string want = fmt::format("{}", fmt::join(t.global_shape, "x"));
+      fail("{}: {} has shape {} but the model needs {} (model config differs from the checkpoint's)", path,
+           t.name, got, want);
+    }
+    select_shard(space.get(), t.global_shape, t.shard, t.data != nullptr);
+    Id mem = memory_space(space.get());
+    if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data) < 0)
+      fail("{}: reading {} failed (checksum mismatch or I/O error): {}", path, t.name, h5io::last_error());
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,90 @@
+// Trainer::save_checkpoint / load_checkpoint: the bridge between this rank's parameter
+// shards and the grid-independent checkpoint file.
+#include <fmt/format.h>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+
+namespace pipetrain {
+
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments, float* m_flat, float* v_flat) {
+  // The whole model's parameter list (names and global shapes), the same on every rank.
+  ParameterStore all;
+  Gpt2Stage whole(cfg_.model, 0, gpt2_num_units(cfg_.model), all);
+  std::vector<CheckpointTensor> out;
+  const std::vector<std::pair<std::string, int>> kinds =
+      moments ? std::vector<std::pair<std::string, int>>{{"params/", 0}, {"adam_m/", 1}, {"adam_v/", 2}}
+              : std::vector<std::pair<std::string, int>>{{"params/", 0}};
+  for (const auto& [prefix, kind] : kinds)
+    for (const auto& g : all.params()) {
+      CheckpointTensor t;
+      t.name = prefix + g.name;
+      t.global_shape = g.global_shape;
+      if (Parameter* p = params_.find(g.name)) {
+        t.shard = p->shard;
+        float* base = kind == 0 ? p->value.f32()
+                      : kind == 1 ? (m_flat ? m_flat + p->offset : p->m.f32())
+                                  : (v_flat ? v_flat + p->offset : p->v.f32());
+        t.data = base;
+        t.write = grid_.coords().dp == 0 && counts_in_norm(*p);
+      }
+      out.push_back(std::move(t));
+    }
+  return out;
+}
+
+void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
+  CheckpointMeta meta;
+  meta.step = next_step;
+  meta.samples_seen = next_step * cfg_.train.global_batch;
+  meta.tokens_seen = meta.samples_seen * cfg_.train.seq_len;
+  meta.seed = cfg_.train.seed;
+  meta.config_toml = to_toml(cfg_);
+  meta.dp = grid_.dp();
+  meta.pp = grid_.pp();
+  meta.tp = grid_.tp();
+  meta.zero1 = grad_shard_.defined();
+  meta.schedule = schedule_.name;
+  Tensor m_full, v_full;
+  if (grad_shard_.defined()) {  // ZeRO-1: gather the moment shards first
+    m_full = Tensor::empty(*pool_, {params_.numel()});
+    v_full = Tensor::empty(*pool_, {params_.numel()});
+    const size_t n = static_cast<size_t>(shard_hi_ - shard_lo_);
+    grid_.dp_comm().all_gather(m_shard_.f32(), m_full.f32(), n);
+    grid_.dp_comm().all_gather(v_shard_.f32(), v_full.f32(), n);
+  }
+  write_checkpoint(path, grid_.world().comm(), meta,
+                   checkpoint_tensors(true, m_full.defined() ? m_full.f32() : nullptr,
+                                      v_full.defined() ? v_full.f32() : nullptr));
+}
+
+int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  Tensor m_full, v_full;
+  if (grad_shard_.defined() && !weights_only) {
+    m_full = Tensor::empty(*pool_, {params_.numel()});
+    v_full = Tensor::empty(*pool_, {params_.numel()});
+  }
+  read_checkpoint_tensors(path, grid_.world().comm(),
+                          checkpoint_tensors(!weights_only, m_full.defined() ? m_full.f32() : nullptr,
+                                             v_full.defined() ? v_full.f32() : nullptr));
+  if (m_full.defined()) {
+    const size_t n = static_cast<size_t>(shard_hi_ - shard_lo_) * sizeof(float);
+    backend_.copy(m_shard_.f32(), m_full.f32() + shard_lo_, n);
+    backend_.copy(v_shard_.f32(), v_full.f32() + shard_lo_, n);
+  }
+  if (weights_only) return 0;
+  if (meta.samples_seen != meta.step * cfg_.train.global_batch)
+    fail("{}: written with train.global_batch = {}, this run has {}; resume with the same global batch "
+         "(or start a new run from its weights with --init)",
+         path, meta.step == 0 ? 0 : meta.samples_seen / meta.step, cfg_.train.global_batch);
+  if (meta.step > 0 && meta.tokens_seen != meta.samples_seen * cfg_.train.seq_len)
+    fail("{}: written with train.seq_len = {}, this run has {}; resume with the same sequence length "
+         "(or start a new run from its weights with --init)",
+         path, meta.tokens_seen / std::max<int64_t>(meta.samples_seen, 1), cfg_.train.seq_len);
+  return meta.step;
+}
+
+}  // namespace pipetrain
