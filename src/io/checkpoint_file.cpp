@@ -1,7 +1,9 @@
 // Writing and reading checkpoint files (see pipetrain/io/checkpoint.hpp).
 #include <hdf5.h>
 
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fmt/ranges.h>
 
@@ -137,10 +139,15 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
     write_string_attr(root, "schedule", meta.schedule);
     write_string_attr(root, "config", meta.config_toml);
 
+    // Fault injection for the crash-safety test: this rank dies half-way through the write.
+    const char* kill_rank = std::getenv("PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT");
+    const size_t kill_at = kill_rank && std::atoi(kill_rank) == rank ? tensors.size() / 2 : tensors.size() + 1;
     Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     Id dxpl = collective_dxpl();
-    for (const auto& t : tensors) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      if (i == kill_at) std::raise(SIGKILL);
       std::vector<hsize_t> dims(t.global_shape.begin(), t.global_shape.end());
       Id space = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), t.name);
       Id dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), t.name);

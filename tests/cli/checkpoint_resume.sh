@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Checkpoints: bitwise resume on the same grid, resume on other grids, fallback past a
+# corrupt checkpoint, survival of a rank killed mid-write, SIGUSR1 to the launcher, and
+# clear errors for wrong shapes, missing and non-HDF5 files.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+head -c 200000 "$SRC/inputs/austen.txt" >corpus.txt
+"$PIPETRAIN" data text corpus.txt -o corpus.h5 >/dev/null
+cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=corpus.h5 --set train.steps=6
+     --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32
+     --set train.microbatches=2 --set train.global_batch=8 --set log.every=100)
+losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
+
+echo "== uninterrupted single-rank run, checkpoints every 3 steps"
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=full --set checkpoint.every=3 --metrics full.jsonl >/dev/null
+test -f full/step_00000003.h5 && test -f full/step_00000006.h5
+grep -qx step_00000006.h5 full/latest
+
+echo "== resume from step 3 on the same grid: bitwise equal losses and parameters"
+mkdir res && cp full/step_00000003.h5 res/
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=res --set checkpoint.every=3 --resume res/step_00000003.h5 \
+  --metrics res.jsonl >res.out
+grep -q "resumed from res/step_00000003.h5 at step 3" res.out
+python3 - <<'PY'
+import json
+full = [json.loads(l)["loss"] for l in open("full.jsonl")]
+res = [json.loads(l) for l in open("res.jsonl")]
+assert [r["step"] for r in res] == [3, 4, 5], res
+assert all(r["loss"] == full[r["step"]] for r in res), (res, full)
+PY
+h5diff full/step_00000006.h5 res/step_00000006.h5 /params /params
+h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_m /adam_m
+h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_v /adam_v
+
+echo "== save on pp=2, resume on tp=2, dp=2 and a single rank"
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=pp2 \
+  --set checkpoint.every=3 --metrics pp2.jsonl >/dev/null
+for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
+  set -- $grid
+  rm -f g.jsonl
+  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set "$2" --set checkpoint.dir=pp2 \
+    --resume pp2/step_00000003.h5 --metrics g.jsonl >/dev/null
+  python3 - "$2" <<'PY'
+import json, sys
+full = [json.loads(l)["loss"] for l in open("full.jsonl")]
+got = [json.loads(l) for l in open("g.jsonl")]
+assert [g["step"] for g in got] == [3, 4, 5], got
+for g in got:
+    rel = abs(g["loss"] - full[g["step"]]) / full[g["step"]]
+    assert rel < 1e-5, f"{sys.argv[1]}: step {g['step']}: {g['loss']} vs {full[g['step']]}"
+print(f"   resumed on {sys.argv[1]}: losses match the uninterrupted run")
+PY
+done
+
+echo "== a corrupt newest checkpoint: --resume auto falls back to the previous one"
+mkdir bad && cp full/step_00000003.h5 full/step_00000006.h5 bad/
+python3 - <<'PY'
+import os
+p = "bad/step_00000006.h5"
+size = os.path.getsize(p)
+with open(p, "r+b") as f:
+    f.seek(int(size * 0.6))
+    f.write(b"\xff" * 4096)
+PY
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=bad --set train.steps=7 --resume auto >auto.out 2>auto.err
+grep -q "skipping checkpoint bad/step_00000006.h5" auto.err
+grep -q "resumed from bad/step_00000003.h5 at step 3" auto.out
+
+echo "== kill -9 one rank while a checkpoint is written: the previous one survives"
+mkdir crash && cp full/step_00000003.h5 crash/ && echo step_00000003.h5 >crash/latest
+set +e
+PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT=1 timeout 300 "$MPIEXEC" -np 2 -x PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT \
+  "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=crash --set checkpoint.every=3 \
+  --resume crash/step_00000003.h5 >crash.out 2>&1
+rc=$?
+set -e
+test "$rc" -ne 0
+test ! -f crash/step_00000006.h5
+grep -qx step_00000003.h5 crash/latest
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=crash --resume auto >crash2.out
+grep -q "resumed from crash/step_00000003.h5" crash2.out
+
+echo "== SIGUSR1 to the launcher: checkpoint, exit 0, and the resumed run continues the curve"
+"$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set train.steps=100000 --set log.every=1 \
+  --set checkpoint.dir=sig --metrics sig.jsonl >sig.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "step     2/" sig.out 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$pid"
+wait "$pid"
+grep -q "saved checkpoint sig/step_" sig.out
+grep -q "stopping after step" sig.out
+ls sig/step_*.h5 >/dev/null
+stopped=$(python3 -c "import json; print(sum(1 for _ in open('sig.jsonl')))")
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set train.steps=$((stopped + 2)) \
+  --set checkpoint.dir=sig --resume auto --metrics sig.jsonl >/dev/null
+python3 - "$stopped" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open("sig.jsonl")]
+n = int(sys.argv[1])
+assert [r["step"] for r in rows] == list(range(n + 2)), [r["step"] for r in rows]
+print(f"   stopped after {n} steps, resumed for 2 more")
+PY
+
+echo "== bad checkpoints give one error line and a non-zero exit"
+expect_error() {  # NEEDLE ARGS...
+  local needle=$1; shift
+  if timeout 120 "$PIPETRAIN" "$@" >err.out 2>&1; then echo "expected failure: $*"; exit 1; fi
+  grep -q -- "$needle" err.out || { echo "missing '$needle' in:"; cat err.out; exit 1; }
+}
+expect_error "params/wpe" "${cfg[@]}" --set model.max_seq_len=64 --resume full/step_00000003.h5
+expect_error "nope.h5: no such checkpoint file" "${cfg[@]}" --resume nope.h5
+expect_error "corpus.txt: not an HDF5 file" "${cfg[@]}" --resume corpus.txt
+echo "all checkpoint checks passed"
