@@ -86,6 +86,13 @@ int run_train(const TrainOptions& opt) {
 
   TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size);
   BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);
+  // Validation data (optional): a fixed set, the first eval_batches global batches.
+  std::unique_ptr<TokenDataset> val;
+  std::unique_ptr<BatchSampler> val_sampler;
+  if (!cfg.data.val.empty()) {
+    val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size);
+    val_sampler = std::make_unique<BatchSampler>(*val, "sequential", cfg.train.seed);
+  }
   auto backend = make_cpu_backend();
   Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
     sampler.load(first, count, in, tgt);
@@ -151,6 +158,12 @@ int run_train(const TrainOptions& opt) {
   for (int step = start; step < cfg.train.steps; ++step) {
     trainer.set_trace(tracing && step < kTraceSteps);
     const StepMetrics m = trainer.train_step(step);
+    const int ev = cfg.train.eval_every;
+    double val_loss = -1;
+    if (val && ev > 0 && ((step + 1) % ev == 0 || step + 1 == cfg.train.steps))
+      val_loss = trainer.evaluate(
+          [&](int64_t first, int count, int32_t* in, int32_t* tgt) { val_sampler->load(first, count, in, tgt); }, 0,
+          cfg.train.eval_batches * cfg.train.global_batch);
     if (tracing && step < kTraceSteps) {
       // Steps start together (they end in collectives): lay them end to end.
       for (TraceEvent e : trainer.last_stats().events) {
@@ -160,11 +173,11 @@ int run_train(const TrainOptions& opt) {
       trace_offset += m.step_time_s;
     }
     if (rank == 0) {
-      if (step % cfg.log.every == 0 || step == cfg.train.steps - 1) {
-        fmt::print("step {:5d}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms"
+      if (step % cfg.log.every == 0 || step == cfg.train.steps - 1 || val_loss >= 0) {
+        fmt::print("step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms"
                    " | bubble {:.1f}%\n",
-                   step, cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-                   m.step_time_s * 1e3, 100.0 * m.bubble_fraction);
+                   step, cfg.train.steps, m.loss, val_loss >= 0 ? fmt::format(" | val loss {:.4f}", val_loss) : "",
+                   m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s * 1e3, 100.0 * m.bubble_fraction);
         std::fflush(stdout);
       }
       if (metrics.is_open()) {
@@ -172,6 +185,7 @@ int run_train(const TrainOptions& opt) {
                             {"lr", m.lr},               {"grad_norm", m.grad_norm},
                             {"tokens_per_s", m.tokens_per_s}, {"step_time_s", m.step_time_s},
                             {"bubble_fraction", m.bubble_fraction}};
+        if (val_loss >= 0) j["val_loss"] = val_loss;
         metrics << j.dump() << '\n';
         metrics.flush();
       }

@@ -47,6 +47,7 @@ constexpr std::array kKeys{
     PT_KEY(train, warmup_steps),  PT_KEY(train, min_lr),           PT_KEY(train, beta1),
     PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
     PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
+    PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),
     PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
@@ -399,7 +400,10 @@ void validate_config(const Config& cfg) {
   check(t.weight_decay >= 0, pre, fmt::format("train.weight_decay ({}) must be >= 0", t.weight_decay));
   check(t.grad_clip >= 0, pre, fmt::format("train.grad_clip ({}) must be >= 0 (0 = off)", t.grad_clip));
 
+  at_least("train.eval_every", t.eval_every, 0);
+  at_least("train.eval_batches", t.eval_batches, 1);
   const auto& d = cfg.data;
+  check(t.eval_every == 0 || !d.val.empty(), pre, "train.eval_every is set but data.val names no validation dataset");
   check(!d.train.empty(), pre, "data.train: no training dataset given");
   for (const auto* list : {&d.train, &d.val})
     for (size_t i = 0; i < list->size(); ++i)

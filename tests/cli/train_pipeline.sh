@@ -9,7 +9,8 @@ head -c 200000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
 "$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5" >/dev/null
 common=(--set data.train="$tmp/corpus.h5" --set train.steps=6 --set model.d_model=64
         --set train.seq_len=32 --set model.max_seq_len=32 --set train.microbatches=4
-        --set train.global_batch=8 --set log.every=100)
+        --set train.global_batch=8 --set log.every=100 --set data.val="$tmp/corpus.h5"
+        --set train.eval_every=3 --set train.eval_batches=2)
 
 timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
   --metrics "$tmp/single.jsonl" >/dev/null
@@ -36,6 +37,9 @@ for name in ("pp2", "zbv", "dp2", "tp2"):
         rel = abs(a["loss"] - b["loss"]) / b["loss"]
         assert rel < 1e-5, f"{name} step {a['step']}: {a['loss']} vs {b['loss']}"
         assert 0.0 <= a["bubble_fraction"] < 1.0
+        assert ("val_loss" in a) == (a["step"] in (2, 5)) == ("val_loss" in b), (a, b)
+        if "val_loss" in a:
+            assert abs(a["val_loss"] - b["val_loss"]) / b["val_loss"] < 1e-5, (name, a, b)
     print(f"{name}: losses match the single-rank run")
 trace = json.load(open(f"{d}/trace/trace.json"))
 pids = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}

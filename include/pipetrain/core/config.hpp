@@ -45,6 +45,8 @@ struct TrainConfig {
   bool decay_2d_only = true;  // decay only matrices (not LayerNorm, biases)
   double grad_clip = 1.0;     // global-norm clip; 0 = off
   uint64_t seed = 1337;
+  int eval_every = 0;    // validation loss every N steps (and at the end); 0 = never
+  int eval_batches = 1;  // global batches of data.val per validation
 };
 
 struct DataConfig {
