@@ -32,9 +32,11 @@ Id mpio_fapl(MPI_Comm comm) {
   return fapl;
 }
 
-Id collective_dxpl() {
+// Writes of filtered (checksummed) datasets must be collective in parallel HDF5; reads
+// need not be, and independent reads let each rank fetch and verify only its chunks.
+Id transfer_list(H5FD_mpio_xfer_t mode) {
   Id dxpl = checked(H5Pcreate(H5P_DATASET_XFER), "transfer list");
-  check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "collective transfer");
+  check(H5Pset_dxpl_mpio(dxpl.get(), mode), "MPI-IO transfer mode");
   return dxpl;
 }
 
@@ -96,20 +98,26 @@ void select_shard(hid_t space, const std::vector<int64_t>& gshape, const Shard& 
   }
 }
 
-Id memory_space(hid_t file_space) {
+// The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly).
+Id memory_space(hid_t file_space, const std::vector<int64_t>& gshape, const Shard& shard) {
   const hssize_t n = H5Sget_select_npoints(file_space);
-  const hsize_t dim = static_cast<hsize_t>(std::max<hssize_t>(n, 1));
-  Id mem = checked(H5Screate_simple(1, &dim, nullptr), "memory space");
+  std::vector<hsize_t> dims(gshape.begin(), gshape.end());
+  if (!shard.replicated()) {
+    hsize_t len = 0;
+    for (const auto& b : shard.blocks) len += static_cast<hsize_t>(b.length);
+    dims[static_cast<size_t>(shard.dim)] = len;
+  }
+  Id mem = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "memory space");
   if (n == 0) H5Sselect_none(mem.get());
   return mem;
 }
 
-// Chunks of at most ~1M elements, whole rows where possible.
+// Chunks of at most ~4M elements (16 MiB), whole rows where possible.
 std::vector<hsize_t> chunk_dims(const std::vector<int64_t>& gshape) {
   std::vector<hsize_t> c(gshape.begin(), gshape.end());
   int64_t row = 1;
   for (size_t i = 1; i < gshape.size(); ++i) row *= gshape[i];
-  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(gshape[0], (1 << 20) / std::max<int64_t>(row, 1)));
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(gshape[0], (4 << 20) / std::max<int64_t>(row, 1)));
   c[0] = static_cast<hsize_t>(rows);
   return c;
 }
@@ -144,7 +152,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
     const size_t kill_at = kill_rank && std::atoi(kill_rank) == rank ? tensors.size() / 2 : tensors.size() + 1;
     Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
     H5Pset_create_intermediate_group(lcpl.get(), 1);
-    Id dxpl = collective_dxpl();
+    Id dxpl = transfer_list(H5FD_MPIO_COLLECTIVE);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
       if (i == kill_at) std::raise(SIGKILL);
@@ -154,11 +162,13 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
       const auto chunk = chunk_dims(t.global_shape);
       check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), t.name);
       check(H5Pset_fletcher32(dcpl.get()), t.name);
+      // Every element is written: no fill values (parallel HDF5 would write them first).
+      check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), t.name);
       Id dset = checked(H5Dcreate2(root, t.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
                                    H5P_DEFAULT),
                         tmp + ": " + t.name);
       select_shard(space.get(), t.global_shape, t.shard, t.write && t.data);
-      Id mem = memory_space(space.get());
+      Id mem = memory_space(space.get(), t.global_shape, t.shard);
       check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data),
             tmp + ": writing " + t.name);
     }
@@ -202,7 +212,7 @@ void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::
   h5io::Quiet quiet;
   Id fapl = mpio_fapl(comm);
   Id file = checked(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path + ": cannot open");
-  Id dxpl = collective_dxpl();
+  Id dxpl = transfer_list(H5FD_MPIO_INDEPENDENT);
   for (const auto& t : tensors) {
     if (H5Lexists(file.get(), t.name.c_str(), H5P_DEFAULT) <= 0)
       fail("{}: no dataset {} (a checkpoint of another model?)", path, t.name);
@@ -216,8 +226,9 @@ void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::
       fail("{}: {} has shape {} but the model needs {} (model config differs from the checkpoint's)", path,
            t.name, got, want);
     }
-    select_shard(space.get(), t.global_shape, t.shard, t.data != nullptr);
-    Id mem = memory_space(space.get());
+    if (!t.data) continue;  // independent reads: ranks without this tensor skip it
+    select_shard(space.get(), t.global_shape, t.shard, true);
+    Id mem = memory_space(space.get(), t.global_shape, t.shard);
     if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data) < 0)
       fail("{}: reading {} failed (checksum mismatch or I/O error): {}", path, t.name, h5io::last_error());
   }

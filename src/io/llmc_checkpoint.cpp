@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
