@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/app/commands.hpp"
+#include "pipetrain/app/run_log.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
@@ -98,28 +102,40 @@ int run_train(const TrainOptions& opt) {
     sampler.load(first, count, in, tgt);
   });
 
-  std::ofstream metrics;
-  if (rank == 0 && !cfg.log.metrics.empty()) {
-    metrics.open(cfg.log.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics) fail("log.metrics: cannot write {}", cfg.log.metrics);
-  }
+  RunLog log(cfg, !opt.resume.empty(), rank);
   const int64_t nparams = trainer.model_params();
   const Schedule& sched = trainer.schedule();
   const SimResult sim = simulate(sched, Costs{});
-  if (rank == 0) {
-    fmt::print("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters\n",
-               cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams));
-    fmt::print("  data {} tokens ({} windows of {}), {} sampling; {} tokens/step "
-               "({} x {} microbatches x seq {}); backend {}\n",
-               human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,
-               cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
-               cfg.train.microbatches, cfg.train.seq_len, backend->name());
-    fmt::print("grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
-               "simulated bubble {:.1f}% (F=1, B=2)\n",
-               grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
-               sched.num_microbatches, 100.0 * sim.bubble_fraction);
-    std::fflush(stdout);
-  }
+  const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
+  // Memory estimate of this rank: parameters, gradients and AdamW moments (4 floats per
+  // parameter; fewer with ZeRO-1), plus the stashed activations the schedule keeps alive
+  // at its peak (measured on the first step, reported from then on).
+  double est = static_cast<double>(trainer.params().numel()) * 4.0 * (cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0);
+  grid.world().allreduce_max(&est, 1);
+  log.line(fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters",
+                       cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
+  log.line(fmt::format("  data {} tokens ({} windows of {}), {} sampling; {} tokens/step "
+                       "({} x {} microbatches x seq {}); backend {}",
+                       human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,
+                       cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
+                       cfg.train.microbatches, cfg.train.seq_len, backend->name()));
+  log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
+                       "simulated bubble {:.1f}% (F=1, B=2); weights + optimizer {:.0f} MiB per rank",
+                       grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
+                       sched.num_microbatches, 100.0 * sim.bubble_fraction, est / 1048576.0));
+  log.run_files(cfg,
+                {{"config", cfg.source},
+                 {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},
+                 {"world_size", grid.world_size()},
+                 {"schedule", sched.name},
+                 {"num_stages", sched.num_stages},
+                 {"microbatches", sched.num_microbatches},
+                 {"model_params", nparams},
+                 {"tokens_per_step", trainer.tokens_per_step()},
+                 {"flops_per_token", flops_per_token},
+                 {"peak_flops", cfg.log.peak_flops},
+                 {"simulated_bubble", sim.bubble_fraction}},
+                sched, sim);
   // Where to start: a checkpoint (--resume), another run's weights (--init), or step 0.
   int start = 0;
   const auto& ck = cfg.checkpoint;
@@ -127,13 +143,13 @@ int run_train(const TrainOptions& opt) {
     const std::string path = opt.resume == "auto" ? find_resumable(ck.dir, grid) : opt.resume;
     if (!path.empty()) {
       start = static_cast<int>(trainer.load_checkpoint(path, false));
-      if (rank == 0) fmt::print("resumed from {} at step {}\n", path, start);
-    } else if (rank == 0) {
-      fmt::print("no checkpoint in {}: starting from step 0\n", ck.dir);
+      log.line(fmt::format("resumed from {} at step {}", path, start));
+    } else {
+      log.line(fmt::format("no checkpoint in {}: starting from step 0", ck.dir));
     }
   } else if (!opt.init.empty()) {
     trainer.load_checkpoint(opt.init, true);
-    if (rank == 0) fmt::print("initialised the weights from {}\n", opt.init);
+    log.line(fmt::format("initialised the weights from {}", opt.init));
   }
   auto save = [&](int next_step, const char* why) {
     std::error_code ec;
@@ -144,15 +160,17 @@ int run_train(const TrainOptions& opt) {
     if (rank == 0) {
       update_latest(ck.dir, path);
       prune_checkpoints(ck.dir, ck.keep);
-      fmt::print("saved checkpoint {} ({})\n", path, why);
-      std::fflush(stdout);
+      log.line(fmt::format("saved checkpoint {} ({})", path, why));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   };
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
-  const bool tracing = !opt.trace_dir.empty();
+  const std::string trace_dir = log.trace_dir(opt.trace_dir);
+  const bool tracing = !trace_dir.empty();
+  const bool tty = rank == 0 && isatty(fileno(stdout));
+  const auto t_start = std::chrono::steady_clock::now();
   std::vector<TraceEvent> trace;
   double trace_offset = 0;
   for (int step = start; step < cfg.train.steps; ++step) {
@@ -168,28 +186,45 @@ int run_train(const TrainOptions& opt) {
       // Steps start together (they end in collectives): lay them end to end.
       for (TraceEvent e : trainer.last_stats().events) {
         e.start_s += trace_offset;
+        e.step = step;
         trace.push_back(std::move(e));
       }
       trace_offset += m.step_time_s;
     }
-    if (rank == 0) {
-      if (step % cfg.log.every == 0 || step == cfg.train.steps - 1 || val_loss >= 0) {
-        fmt::print("step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms"
-                   " | bubble {:.1f}%\n",
-                   step, cfg.train.steps, m.loss, val_loss >= 0 ? fmt::format(" | val loss {:.4f}", val_loss) : "",
-                   m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s * 1e3, 100.0 * m.bubble_fraction);
-        std::fflush(stdout);
+    // Peak pooled memory over the ranks; MFU against log.peak_flops per rank.
+    double peak_mem = static_cast<double>(trainer.pool().stats().peak_in_use_bytes);
+    grid.world().allreduce_max(&peak_mem, 1);
+    const double flops = m.tokens_per_s * flops_per_token;
+    const double mfu = cfg.log.peak_flops > 0 ? flops / (cfg.log.peak_flops * grid.world_size()) : -1;
+    if (step % cfg.log.every == 0 || step == cfg.train.steps - 1 || val_loss >= 0) {
+      std::string text = fmt::format(
+          "step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {} | {:.1f} ms"
+          " | bubble {:.1f}% | mem {:.0f} MiB",
+          step, cfg.train.steps, m.loss, val_loss >= 0 ? fmt::format(" | val loss {:.4f}", val_loss) : "", m.lr,
+          m.grad_norm, m.tokens_per_s,
+          mfu >= 0 ? fmt::format("{}FLOP/s, MFU {:.1f}%", human(flops), 100.0 * mfu) : human(flops) + "FLOP/s",
+          m.step_time_s * 1e3, 100.0 * m.bubble_fraction, peak_mem / 1048576.0);
+      if (tty) {  // a progress bar with ETA, only on a terminal
+        const double done = static_cast<double>(step + 1 - start) / std::max(1, cfg.train.steps - start);
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+        const int filled = static_cast<int>(done * 20);
+        text += fmt::format(" [{:=<{}}{:<{}}] ETA {:.0f} s", "", filled, "", 20 - filled, el / done - el);
       }
-      if (metrics.is_open()) {
-        nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
-                            {"lr", m.lr},               {"grad_norm", m.grad_norm},
-                            {"tokens_per_s", m.tokens_per_s}, {"step_time_s", m.step_time_s},
-                            {"bubble_fraction", m.bubble_fraction}};
-        if (val_loss >= 0) j["val_loss"] = val_loss;
-        metrics << j.dump() << '\n';
-        metrics.flush();
-      }
+      log.line(text);
     }
+    nlohmann::json row = {{"step", m.step},
+                          {"loss", m.loss},
+                          {"lr", m.lr},
+                          {"grad_norm", m.grad_norm},
+                          {"tokens_per_s", m.tokens_per_s},
+                          {"step_time_s", m.step_time_s},
+                          {"bubble_fraction", m.bubble_fraction},
+                          {"tokens", static_cast<int64_t>(step + 1) * trainer.tokens_per_step()},
+                          {"flops_per_s", flops},
+                          {"peak_mem_bytes", peak_mem}};
+    if (val_loss >= 0) row["val_loss"] = val_loss;
+    if (mfu >= 0) row["mfu"] = mfu;
+    log.metrics(row);
     // Checkpoint every checkpoint.every steps, at the end, and when a stop signal
     // arrived on any rank (agreed here, at the step boundary).
     int stop = static_cast<int>(g_stop_signal);
@@ -197,24 +232,21 @@ int run_train(const TrainOptions& opt) {
     const int next = step + 1;
     if (stop) {
       save(next, stop == SIGTERM ? "SIGTERM" : "SIGUSR1");
-      if (rank == 0) fmt::print("stopping after step {} on {}; resume with --resume auto\n", step,
-                                stop == SIGTERM ? "SIGTERM" : "SIGUSR1");
+      log.line(fmt::format("stopping after step {} on {}; resume with --resume auto", step,
+                           stop == SIGTERM ? "SIGTERM" : "SIGUSR1"));
       return 0;
     }
     if (ck.every > 0 && (next % ck.every == 0 || next == cfg.train.steps)) save(next, "checkpoint.every");
   }
   if (tracing) {
     std::error_code ec;
-    if (rank == 0) std::filesystem::create_directories(opt.trace_dir, ec);
-    const std::string path = (std::filesystem::path(opt.trace_dir) / "trace.json").string();
+    if (rank == 0) std::filesystem::create_directories(trace_dir, ec);
+    const std::string path = (std::filesystem::path(trace_dir) / "trace.json").string();
     write_chrome_trace(path, trace, MPI_COMM_WORLD);
-    if (rank == 0) fmt::print("wrote {} (the first {} steps, all ranks)\n", path, std::min(cfg.train.steps, kTraceSteps));
+    log.line(fmt::format("wrote {} (the first {} steps, all ranks)", path, std::min(cfg.train.steps, kTraceSteps)));
   }
-  if (rank == 0) {
-    const PoolStats ps = trainer.pool().stats();
-    fmt::print("done: {} steps; peak pooled memory {} MiB\n", cfg.train.steps,
-               ps.peak_in_use_bytes >> 20);
-  }
+  log.line(fmt::format("done: {} steps; peak pooled memory {} MiB on rank 0", cfg.train.steps,
+                       trainer.pool().stats().peak_in_use_bytes >> 20));
   return 0;
 }
 

@@ -51,6 +51,7 @@ constexpr std::array kKeys{
     PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
+    PT_KEY(log, dir),             PT_KEY(log, peak_flops),
 };
 #undef PT_KEY
 
@@ -416,6 +417,7 @@ void validate_config(const Config& cfg) {
   at_least("checkpoint.every", cfg.checkpoint.every, 0);
   at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
   at_least("log.every", cfg.log.every, 1);
+  check(cfg.log.peak_flops >= 0, pre, fmt::format("log.peak_flops ({}) must be >= 0 (0 = unknown)", cfg.log.peak_flops));
 }
 
 std::string to_toml(const Config& cfg) {

@@ -20,7 +20,8 @@ void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& 
                     {"pid", rank},
                     {"tid", 0},
                     {"ts", e.start_s * 1e6},
-                    {"dur", e.dur_s * 1e6}});
+                    {"dur", e.dur_s * 1e6},
+                    {"args", {{"step", e.step}}}});
   }
   const std::string text = mine.dump();
   int len = static_cast<int>(text.size());

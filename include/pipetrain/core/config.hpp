@@ -63,8 +63,10 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int every = 1;
-  std::string metrics;  // JSON Lines file; empty = none
-  std::string file;     // per-run log file; empty = none
+  std::string metrics;     // JSON Lines file; empty = none (or <dir>/metrics.jsonl)
+  std::string file;        // a copy of rank 0's progress lines; empty = none
+  std::string dir;         // run directory for `pipetrain report`; empty = none
+  double peak_flops = 0;   // peak FLOP/s of one rank's device, for MFU; 0 = not reported
 };
 
 struct Config {

@@ -27,6 +27,7 @@ struct TraceEvent {
   std::string name;  // "1F3" for compute, "wait 1F3" for time blocked on its input
   int rank = 0;
   double start_s = 0, dur_s = 0;
+  int step = -1;  // the training step it belongs to (set by the caller)
 };
 
 struct ExecutorStats {
