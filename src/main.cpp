@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     pipetrain::add_data_command(app, runner);
     pipetrain::add_schedule_command(app, runner);
     pipetrain::add_ckpt_command(app, runner);
+    pipetrain::add_report_command(app, runner);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

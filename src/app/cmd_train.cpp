@@ -17,6 +17,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trace_writer.hpp"
@@ -40,7 +41,18 @@ struct TrainOptions {
 // Set by SIGUSR1 / SIGTERM (Slurm's --signal, pre-emption); the ranks agree on it at
 // the next step boundary, checkpoint and exit 0.
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  watchdog::report_on_signal();  // a rank stuck in a wait says where it is
+}
+
+// Keeps the hang watchdog running for the scope of a run, also when it ends by an error.
+struct WatchdogGuard {
+  WatchdogGuard(double timeout_s, int rank) { watchdog::start(timeout_s, rank); }
+  ~WatchdogGuard() { watchdog::stop(); }
+  WatchdogGuard(const WatchdogGuard&) = delete;
+  WatchdogGuard& operator=(const WatchdogGuard&) = delete;
+};
 
 constexpr int kTraceSteps = 20;  // steps recorded by --trace (the first ones)
 
@@ -87,6 +99,7 @@ int run_train(const TrainOptions& opt) {
   Config cfg = load_config(opt.config, opt.overrides);
   if (!opt.metrics.empty()) cfg.log.metrics = opt.metrics;
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
+  WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
 
   TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size);
   BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);
@@ -196,6 +209,10 @@ int run_train(const TrainOptions& opt) {
     grid.world().allreduce_max(&peak_mem, 1);
     const double flops = m.tokens_per_s * flops_per_token;
     const double mfu = cfg.log.peak_flops > 0 ? flops / (cfg.log.peak_flops * grid.world_size()) : -1;
+    if (m.skipped)
+      log.line(fmt::format("step {}: non-finite loss ({}) or gradient norm ({}): update skipped "
+                           "(runtime.on_nonfinite = \"skip\")",
+                           step, m.loss, m.grad_norm));
     if (step % cfg.log.every == 0 || step == cfg.train.steps - 1 || val_loss >= 0) {
       std::string text = fmt::format(
           "step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {} | {:.1f} ms"

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/watchdog.hpp"
 
 namespace pipetrain {
 
@@ -11,7 +12,8 @@ namespace {
 // Adds the lifetime of the scope to a counter.
 class Timed {
  public:
-  explicit Timed(double& acc) : acc_(acc), t0_(MPI_Wtime()) {}
+  explicit Timed(double& acc, std::string what = "an MPI operation")
+      : acc_(acc), t0_(MPI_Wtime()), waiting_(std::move(what)) {}
   ~Timed() { acc_ += MPI_Wtime() - t0_; }
   Timed(const Timed&) = delete;
   Timed& operator=(const Timed&) = delete;
@@ -19,6 +21,7 @@ class Timed {
  private:
   double& acc_;
   double t0_;
+  watchdog::Waiting waiting_;
 };
 
 void check(int rc, const char* what, const std::string& comm) {
@@ -41,7 +44,7 @@ class MpiRequest : public CommRequest {
     if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
-    Timed t(timer_);
+    Timed t(timer_, what_.empty() ? "a message on the " + comm_ + " communicator" : what_);
     check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait", comm_);
   }
   bool test() override {
@@ -50,11 +53,13 @@ class MpiRequest : public CommRequest {
     return done != 0;
   }
   MPI_Request* get() { return &req_; }
+  void describe(std::string what) { what_ = std::move(what); }
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::string comm_;
   double& timer_;
+  std::string what_;
 };
 
 }  // namespace
@@ -72,37 +77,37 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::allreduce_sum(float* data, size_t n) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_sum(double* data, size_t n) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_SUM, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_max(double* data, size_t n) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_MAX, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::allreduce_max(float* data, size_t n) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   if (size_ == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_MAX, comm_), "allreduce", name_);
 }
 
 void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   check(MPI_Reduce_scatter_block(send, recv, count_of(recv_count, name_), MPI_FLOAT, MPI_SUM, comm_),
         "reduce-scatter", name_);
 }
 
 void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   const int n = count_of(send_count, name_);
   // A rank's own block already in place in recv: MPI_IN_PLACE.
   const void* s = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
@@ -110,7 +115,7 @@ void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_cou
 }
 
 void MpiCommunicator::broadcast(float* data, size_t n, int root) {
-  Timed timed(comm_s_);
+  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
   if (size_ == 1) return;
   check(MPI_Bcast(data, count_of(n, name_), MPI_FLOAT, root, comm_), "broadcast", name_);
 }
@@ -119,12 +124,14 @@ void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier", name_); }
 
 std::unique_ptr<CommRequest> MpiCommunicator::isend(const float* data, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>(name_, comm_s_);
+  r->describe(fmt::format("the send of message {} to rank {} of the {} communicator to complete", tag, peer, name_));
   check(MPI_Isend(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "isend", name_);
   return r;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::irecv(float* data, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>(name_, comm_s_);
+  r->describe(fmt::format("message {} from rank {} of the {} communicator", tag, peer, name_));
   check(MPI_Irecv(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "irecv", name_);
   return r;
 }

@@ -52,6 +52,7 @@ constexpr std::array kKeys{
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),
+    PT_KEY(runtime, timeout_s),   PT_KEY(runtime, on_nonfinite),
 };
 #undef PT_KEY
 
@@ -417,6 +418,11 @@ void validate_config(const Config& cfg) {
   at_least("checkpoint.every", cfg.checkpoint.every, 0);
   at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
   at_least("log.every", cfg.log.every, 1);
+  check(cfg.runtime.timeout_s >= 0, pre,
+        fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
+  check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip", pre,
+        fmt::format("runtime.on_nonfinite: unknown action {} (expected \"stop\" or \"skip\")",
+                    quote(cfg.runtime.on_nonfinite)));
   check(cfg.log.peak_flops >= 0, pre, fmt::format("log.peak_flops ({}) must be >= 0 (0 = unknown)", cfg.log.peak_flops));
 }
 

@@ -1,12 +1,14 @@
 #include "pipetrain/runtime/executor.hpp"
 
 #include <chrono>
+#include <fmt/format.h>
 #include <climits>
 #include <deque>
 #include <optional>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/watchdog.hpp"
 
 namespace pipetrain {
 
@@ -107,6 +109,10 @@ struct PipelineExecutor::Impl {
                                p2p_tag(key.kind, key.microbatch, key.stage, S()));
       it = recvs.emplace(key, std::move(r)).first;
     }
+    watchdog::set_position(fmt::format("step {}, action {} ({}), which needs the {} of {}{}{} from rank {}", hooks.step,
+                                       current, to_string(a), key.kind == kActivation ? "activation" : "gradient",
+                                       key.kind == kActivation ? key.stage - 1 : key.stage + 1,
+                                       key.kind == kActivation ? 'F' : 'B', key.microbatch, source_rank));
     const double w0 = now();
     it->second.request->wait();
     const double w1 = now();
@@ -251,6 +257,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const Mi
     st.post_receives(program, i);
     st.current = i;
     const Action& a = program[i];
+    watchdog::set_position(fmt::format("step {}, action {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
     switch (a.op) {
       case Op::F: st.forward(a); break;
       case Op::B:
@@ -259,6 +266,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const Mi
     }
     if (hooks.poll) hooks.poll();
   }
+  watchdog::set_position(fmt::format("step {}, end of the action list (waiting for its sends)", hooks.step));
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();
   st.sends.clear();

@@ -5,10 +5,14 @@
 #include <fstream>
 #include <sstream>
 #include <algorithm>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <thread>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
@@ -179,6 +183,10 @@ StepMetrics Trainer::train_step(int step) {
     source_(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
   };
   ExecutorHooks hooks;
+  hooks.step = step;
+  // Fault injection for the watchdog test: this rank stops making progress.
+  if (const char* r = std::getenv("PIPETRAIN_TEST_HANG_RANK"); r && std::atoi(r) == grid_.world_rank() && step == 1)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (reducer_) {
     reducer_->begin_step();
     hooks.layer_grads_final = [this](int stage, int layer) { reducer_->layer_final(stage, layer); };
@@ -186,7 +194,9 @@ StepMetrics Trainer::train_step(int step) {
   }
   last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
                                cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
+  watchdog::set_position(fmt::format("step {}, gradient reduction", step));
   reduce_gradients();
+  watchdog::set_position(fmt::format("step {}, loss and gradient norm", step));
 
   StepMetrics out;
   out.step = step;
@@ -197,12 +207,18 @@ StepMetrics Trainer::train_step(int step) {
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
   out.grad_norm = global_grad_norm();
-  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm))
-    fail("step {}: non-finite {} ({}); stopping before the update", step,
-         std::isfinite(out.loss) ? "gradient norm" : "loss",
-         std::isfinite(out.loss) ? out.grad_norm : out.loss);
   out.lr = learning_rate(cfg_.train, step);
-  optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
+    if (cfg_.runtime.on_nonfinite != "skip")
+      fail("step {}: non-finite {} ({}); stopping before the update (runtime.on_nonfinite = \"skip\" skips such "
+           "steps)",
+           step, std::isfinite(out.loss) ? "gradient norm" : "loss",
+           std::isfinite(out.loss) ? out.grad_norm : out.loss);
+    out.skipped = true;  // every rank sees the same reduced values, so all skip together
+  } else {
+    watchdog::set_position(fmt::format("step {}, optimizer", step));
+    optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+  }
   out.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Ranks finish at slightly different times; report the slowest.
   grid_.world().allreduce_max(&out.step_time_s, 1);

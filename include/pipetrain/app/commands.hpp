@@ -16,6 +16,7 @@ void add_data_command(CLI::App& app, CommandRunner& runner);
 void add_schedule_command(CLI::App& app, CommandRunner& runner);
 // `pipetrain ckpt inspect|verify|import-llmc|export-llmc ...`
 void add_ckpt_command(CLI::App& app, CommandRunner& runner);
+void add_report_command(CLI::App& app, CommandRunner& runner);
 
 // `pipetrain --version` text: version, git revision, compiler, backends, MPI, HDF5.
 std::string version_text();

@@ -69,6 +69,11 @@ struct LogConfig {
   double peak_flops = 0;   // peak FLOP/s of one rank's device, for MFU; 0 = not reported
 };
 
+struct RuntimeConfig {
+  double timeout_s = 600;  // hang watchdog: longest single wait before the job aborts; 0 = off
+  std::string on_nonfinite = "stop";  // non-finite loss or gradient: stop | skip (the update)
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -77,6 +82,7 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  RuntimeConfig runtime;
   std::string source;  // the file the config came from (for messages)
 };
 

@@ -46,6 +46,7 @@ struct ExecutorHooks {
   std::function<void(int stage, int layer)> layer_grads_final;
   // Called after every action (lets nonblocking collectives progress).
   std::function<void()> poll;
+  int step = -1;  // for the hang watchdog's report
 };
 
 class PipelineExecutor {

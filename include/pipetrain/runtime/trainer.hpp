@@ -35,6 +35,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double bubble_fraction = 0;  // mean idle share of the step over all ranks
   int peak_stashed = 0;        // this rank's most simultaneous activation stashes
+  bool skipped = false;        // non-finite loss or gradient with runtime.on_nonfinite = "skip"
 };
 
 // The schedule a config asks for (schedule.name, or schedule.file with
