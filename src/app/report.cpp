@@ -88,7 +88,8 @@ std::vector<json> load_metrics(const fs::path& path) {
     }
     if (!row.is_object() || !row.contains("step") || !row["step"].is_number())
       fail("report: {} line {} has no \"step\"", path.string(), i + 1);
-    by_step[row["step"].get<int64_t>()] = std::move(row);
+    const auto step = row["step"].get<int64_t>();  // before the move (= evaluates its right side first)
+    by_step[step] = std::move(row);
   }
   std::vector<json> rows;
   for (auto& [step, row] : by_step) rows.push_back(std::move(row));

@@ -97,16 +97,15 @@ std::string format_tick(double value, double step) {
   static const std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "K"}};
   double unit = 1;
   const char* suffix = "";
-  if (std::max(std::abs(value), step) >= 1e4) {
-    for (const auto& [u, s] : units)
-      if (step >= u) {
-        unit = u;
-        suffix = s;
-        break;
-      }
-  }
+  for (const auto& [u, s] : units)  // by the step, so that one axis uses one unit
+    if (step >= u) {
+      unit = u;
+      suffix = s;
+      break;
+    }
+  if (value == 0) return "0";
   const double scaled = step / unit;
-  if (scaled < 1e-4) return fmt::format("{:.3g}", value);
+  if (scaled < 1e-6) return fmt::format("{:.3g}", value);
   int decimals = 0;
   while (decimals < 8) {
     const double v = scaled * std::pow(10.0, decimals);
@@ -224,8 +223,10 @@ std::string svg_timeline(const Timeline& t, const std::vector<TimelineBox>& boxe
   }
   svg += fmt::format(
       "<rect x=\"{}\" y=\"28\" width=\"14\" height=\"12\" fill=\"url(#{})\" stroke=\"#999\"/>"
-      "<text class=\"legend\" x=\"{}\" y=\"38\">wait / idle</text>\n",
-      num(lx), hatch, num(lx + 18));
+      "<text class=\"legend\" x=\"{}\" y=\"38\">wait</text>"
+      "<rect x=\"{}\" y=\"28\" width=\"14\" height=\"12\" fill=\"#f7f7f7\" stroke=\"#999\"/>"
+      "<text class=\"legend\" x=\"{}\" y=\"38\">idle</text>\n",
+      num(lx), hatch, num(lx + 18), num(lx + 60), num(lx + 78));
 
   double end = 0;
   for (const auto& b : boxes)

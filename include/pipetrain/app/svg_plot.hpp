@@ -15,14 +15,15 @@ std::string xml_escape(std::string_view text);
 // covering [lo, hi]; the first is <= lo and the last >= hi.
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 
-// A tick label: as many decimals as the tick step needs; K/M/G/T suffixes from 10^4 on.
+// A tick label: as many decimals as the tick step needs; a K/M/G/T suffix when the
+// step is at least 10^3, 10^6, ... (so that one axis uses one unit).
 std::string format_tick(double value, double step);
 
 struct PlotSeries {
   std::string name;
   std::vector<double> x, y;  // same length; non-finite points are skipped
   std::string color = "#4e79a7";
-  bool markers = false;  // a dot on every point (always drawn for sparse series)
+  bool markers = false;  // a dot on every point (always drawn for a lone point)
   bool dashed = false;
 };
 
