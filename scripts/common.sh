@@ -9,12 +9,16 @@ PIPETRAIN_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
 )
 
+# Only the test suite needs these (the report page is checked in headless Chromium).
+PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools)
+
 log() { printf '==> %s\n' "$*"; }
 
-# Installs the packages that are missing; silent when all are present.
+# Installs the packages that are missing (the build's, plus any named as arguments);
+# silent when all are present.
 ensure_packages() {
   local missing=()
-  for p in "${PIPETRAIN_PACKAGES[@]}"; do
+  for p in "${PIPETRAIN_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
-ensure_packages
+ensure_packages "${PIPETRAIN_TEST_PACKAGES[@]}"
 mpi_env
 configure_and_build build -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=ON
 log "running the test suite"
