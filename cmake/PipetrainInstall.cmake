@@ -17,6 +17,9 @@ set(PIPETRAIN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/pipetrain"
     CACHE STRING "Where pipetrainConfig.cmake is installed (relative to the prefix)")
 
 # --- Targets ------------------------------------------------------------------------
+# The installed executable keeps the RPATH to the dependency libraries it was linked
+# against outside the build tree (MPI, HDF5, OpenBLAS under non-default directories).
+set_target_properties(pipetrain PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS pipetrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # The library is exported as pipetrain::pipetrain. Its PUBLIC usage requirements name
@@ -29,8 +32,7 @@ install(TARGETS pipetrain_lib pipetrain_hdf5 pipetrain_blas pipetrain_kokkos pip
   EXPORT pipetrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/pipetrain
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
@@ -63,7 +65,19 @@ else()
   set(PIPETRAIN_CONFIG_TOML "headers")
 endif()
 
+# The optional CUDA backend (cmake/PipetrainCuda.cmake) links the CUDA runtime and
+# cuBLAS by path, so the package needs nothing from CUDAToolkit; it is only reported.
+if(PIPETRAIN_CUDA)
+  set(PIPETRAIN_CONFIG_CUDA "ON (CUDA ${CUDAToolkit_VERSION}, architectures ${PIPETRAIN_CUDA_ARCHITECTURES})")
+else()
+  set(PIPETRAIN_CONFIG_CUDA "OFF")
+endif()
+# One line naming the MPI library (FindMPI leaves the version string empty when it
+# cannot run a test program, e.g. when cross-compiling).
 string(REGEX REPLACE "[\r\n].*" "" PIPETRAIN_CONFIG_MPI "${MPI_C_LIBRARY_VERSION_STRING}")
+if(NOT PIPETRAIN_CONFIG_MPI)
+  list(GET MPI_C_LIBRARIES 0 PIPETRAIN_CONFIG_MPI)
+endif()
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/pipetrainConfig.cmake.in
   ${PROJECT_BINARY_DIR}/pipetrainConfig.cmake
@@ -97,8 +111,9 @@ set(_pt_module_code "")
 foreach(_v IN ITEMS PROJECT_VERSION CMAKE_CXX_COMPILER_ID CMAKE_CXX_COMPILER_VERSION CMAKE_BUILD_TYPE
                     CMAKE_INSTALL_BINDIR CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_INCLUDEDIR
                     CMAKE_INSTALL_DATADIR CMAKE_INSTALL_DOCDIR PIPETRAIN_INSTALL_CMAKEDIR
-                    MPI_C_LIBRARY_VERSION_STRING MPI_C_VERSION HDF5_VERSION HDF5_IS_PARALLEL
-                    OpenBLAS_VERSION PIPETRAIN_CONFIG_BLAS PIPETRAIN_CONFIG_KOKKOS)
+                    MPI_C_VERSION HDF5_VERSION HDF5_IS_PARALLEL
+                    OpenBLAS_VERSION PIPETRAIN_CONFIG_BLAS PIPETRAIN_CONFIG_KOKKOS
+                    PIPETRAIN_CONFIG_CUDA)
   string(APPEND _pt_module_code "set(${_v} [==[${${_v}}]==])\n")
 endforeach()
 string(APPEND _pt_module_code "set(PIPETRAIN_MODULE_MPI [==[${PIPETRAIN_CONFIG_MPI}]==])\n")
