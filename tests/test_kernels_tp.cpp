@@ -20,6 +20,7 @@
 
 #include "kernel_reference.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
@@ -42,7 +43,11 @@ struct BackendFactory {
 void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; }
 
 std::vector<BackendFactory> backend_factories() {
-  return {{"cpu", [] { return make_cpu_backend(); }}};
+  return {{"cpu", [] { return make_cpu_backend(); }},
+#ifdef PIPETRAIN_HAVE_CUDA
+          {"cuda", [] { return make_cuda_backend(); }},
+#endif
+  };
 }
 
 // A device buffer that mirrors a host vector (as in test_kernels.cpp).
@@ -99,7 +104,11 @@ Vec columns(const Vec& m, int N, int ld, int c0, int w) {
 
 class KernelTpTest : public ::testing::TestWithParam<BackendFactory> {
  protected:
-  void SetUp() override { be_ = GetParam().make(); }
+  void SetUp() override {
+    std::string why;
+    if (GetParam().name == "cuda" && !cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+    be_ = GetParam().make();
+  }
   Backend& be() { return *be_; }
   std::unique_ptr<Backend> be_;
 

@@ -5,6 +5,7 @@
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
 namespace pipetrain {
@@ -18,10 +19,10 @@ std::string version_text() {
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
-      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {})\nMPI: {}\n"
-      "HDF5: {}.{}.{}{}",
+      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}), cuda ({})\n"
+      "MPI: {}\nHDF5: {}.{}.{}{}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
-      blas_kernel_name(), mpi, maj, min, rel,
+      blas_kernel_name(), cuda_build_summary(), mpi, maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
       " (parallel)"
 #else

@@ -1,0 +1,186 @@
+// Causal multi-head self-attention on a fused (B, T, 3C) QKV tensor, with the
+// blocked-causal structure of src/backend/cpu/attention.cpp: queries in blocks of
+// `block` rows, and block [i0, i1) multiplies only against keys 0 .. i1-1, so the
+// upper triangle beyond each block is never computed. Every matrix product is a
+// cuBLAS strided-batched sgemm whose leading dimensions index straight into qkv
+// (3C), out/dout (C) and the (T, T) slices of att/scratch: no copies. One call
+// covers a query block for all heads of one sequence (or all sequences of one
+// head, whichever batch is larger). The row softmax (and its backward) is a single
+// kernel launch over all B * NH * T rows, one warp per row, between the products.
+#include <cmath>
+
+#include "cuda_device.cuh"
+#include "cuda_kernels.hpp"
+
+namespace pipetrain::cuda {
+namespace {
+
+constexpr unsigned kWarpsPerBlock = 8;
+
+// Query block: 64 rows as on the CPU for short sequences, growing so that there
+// are at most 8 blocks (fewer, larger products for long sequences).
+int query_block(int T) {
+  const int per8 = (T + 7) / 8;
+  const int b = (per8 + 63) / 64 * 64;
+  return b < 64 ? 64 : b;
+}
+
+// How the (b, h) pairs are cut into cuBLAS batches: `outer` calls, each over
+// `inner` matrices; strides (in floats) for qkv (and dqkv), out (and dout), att.
+struct Batching {
+  int outer, inner;
+  long outer_qkv, outer_out, outer_att;
+  long inner_qkv, inner_out, inner_att;
+};
+
+Batching batching(int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const long qkv_seq = 3L * C * T, out_seq = static_cast<long>(C) * T, att_head = long(T) * T;
+  if (NH >= B) {  // batch over the heads of one sequence
+    return {B, NH, qkv_seq, out_seq, NH * att_head, hs, hs, att_head};
+  }
+  return {NH, B, hs, hs, att_head, qkv_seq, out_seq, NH * att_head};  // over sequences
+}
+
+// Row r of the (B*NH*T, T) probability matrix: softmax over entries 0..i
+// (i = r % T, scores already scaled) in place; entries i+1 .. T-1 set to 0.
+__global__ void causal_softmax_kernel(float* att, int T, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const int len = static_cast<int>(r % T) + 1;
+  float* row = att + r * T;
+  float m = -INFINITY;
+  for (int k = lane; k < len; k += 32) m = fmaxf(m, row[k]);
+  m = warp_reduce(m, MaxOp{});
+  float s = 0.0f;
+  for (int k = lane; k < len; k += 32) {
+    const float e = expf(row[k] - m);
+    row[k] = e;
+    s += e;
+  }
+  const float inv = 1.0f / warp_sum(s);
+  for (int k = lane; k < len; k += 32) row[k] *= inv;
+  for (int k = len + lane; k < T; k += 32) row[k] = 0.0f;
+}
+
+// Softmax backward, row r (i = r % T, its query block ends at i1): over dp in
+// place, ds[k] = scale * p[k] * (dp[k] - sum_j p[j] dp[j]) for k <= i, 0 for
+// i < k < i1 (the products that follow read columns 0 .. i1-1).
+__global__ void causal_softmax_backward_kernel(float* dp, const float* __restrict__ att, int T,
+                                               int block, float scale, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const int i = static_cast<int>(r % T);
+  const int len = i + 1;
+  const int i1 = (i / block + 1) * block < T ? (i / block + 1) * block : T;
+  float* d = dp + r * T;
+  const float* p = att + r * T;
+  float dot = 0.0f;
+  for (int k = lane; k < len; k += 32) dot += p[k] * d[k];
+  dot = warp_sum(dot);
+  for (int k = lane; k < len; k += 32) d[k] = scale * p[k] * (d[k] - dot);
+  for (int k = len + lane; k < i1; k += 32) d[k] = 0.0f;
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+}  // namespace
+
+void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T,
+                       int C, int NH) {
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+  const int hs = C / NH, C3 = 3 * C, block = query_block(T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const Batching g = batching(B, T, C, NH);
+  for (int o = 0; o < g.outer; ++o) {
+    const float* q = qkv + o * g.outer_qkv;
+    const float* k = q + C;
+    float* a = att + o * g.outer_att;
+    for (int i0 = 0; i0 < T; i0 += block) {
+      const int i1 = i0 + block < T ? i0 + block : T;
+      // S = scale * Q_blk K[0:i1]^T   (nb x i1)
+      gemm_strided_batched(ctx, false, true, i1 - i0, i1, hs, scale, q + long(i0) * C3, C3,
+                           g.inner_qkv, k, C3, g.inner_qkv, 0.0f, a + long(i0) * T, T,
+                           g.inner_att, g.inner);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  causal_softmax_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, ctx.stream>>>(att, T, rows);
+  check_launch("attention softmax");
+  for (int o = 0; o < g.outer; ++o) {
+    const float* v = qkv + o * g.outer_qkv + 2 * C;
+    const float* a = att + o * g.outer_att;
+    float* y = out + o * g.outer_out;
+    for (int i0 = 0; i0 < T; i0 += block) {
+      const int i1 = i0 + block < T ? i0 + block : T;
+      // out_blk = P_blk V[0:i1]   (nb x hs)
+      gemm_strided_batched(ctx, false, false, i1 - i0, hs, i1, 1.0f, a + long(i0) * T, T,
+                           g.inner_att, v, C3, g.inner_qkv, 0.0f, y + long(i0) * C, C,
+                           g.inner_out, g.inner);
+    }
+  }
+}
+
+void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
+                        const float* qkv, const float* att, int B, int T, int C, int NH) {
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+  const int hs = C / NH, C3 = 3 * C, block = query_block(T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int nblocks = (T + block - 1) / block;
+  const Batching g = batching(B, T, C, NH);
+  // dP_blk = dO_blk V[0:i1]^T   (nb x i1), into scratch
+  for (int o = 0; o < g.outer; ++o) {
+    const float* v = qkv + o * g.outer_qkv + 2 * C;
+    const float* dO = dout + o * g.outer_out;
+    float* s = scratch + o * g.outer_att;
+    for (int i0 = 0; i0 < T; i0 += block) {
+      const int i1 = i0 + block < T ? i0 + block : T;
+      gemm_strided_batched(ctx, false, true, i1 - i0, i1, hs, 1.0f, dO + long(i0) * C, C,
+                           g.inner_out, v, C3, g.inner_qkv, 0.0f, s + long(i0) * T, T,
+                           g.inner_att, g.inner);
+    }
+  }
+  // dS = scale * P (dP - rowsum(P dP)), in place
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  causal_softmax_backward_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, ctx.stream>>>(
+      scratch, att, T, block, scale, rows);
+  check_launch("attention softmax backward");
+  for (int o = 0; o < g.outer; ++o) {
+    const long off = o * g.outer_qkv;
+    const float* q = qkv + off;
+    const float* k = q + C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + o * g.outer_att;
+    const float* s = scratch + o * g.outer_att;
+    const float* dO = dout + o * g.outer_out;
+    // Last block first: it touches every key row, so it overwrites dK and dV
+    // (beta = 0) and the earlier blocks accumulate into them.
+    for (int blk = nblocks - 1; blk >= 0; --blk) {
+      const int i0 = blk * block;
+      const int i1 = i0 + block < T ? i0 + block : T;
+      const int nb = i1 - i0;
+      const float beta = blk == nblocks - 1 ? 0.0f : 1.0f;
+      const float* ab = a + long(i0) * T;
+      const float* sb = s + long(i0) * T;
+      const float* dOb = dO + long(i0) * C;
+      // dQ_blk = dS_blk K[0:i1]   (nb x hs)
+      gemm_strided_batched(ctx, false, false, nb, hs, i1, 1.0f, sb, T, g.inner_att, k, C3,
+                           g.inner_qkv, 0.0f, dq + long(i0) * C3, C3, g.inner_qkv, g.inner);
+      // dV[0:i1] (+)= P_blk^T dO_blk   (i1 x hs)
+      gemm_strided_batched(ctx, true, false, i1, hs, nb, 1.0f, ab, T, g.inner_att, dOb, C,
+                           g.inner_out, beta, dv, C3, g.inner_qkv, g.inner);
+      // dK[0:i1] (+)= dS_blk^T Q_blk   (i1 x hs)
+      gemm_strided_batched(ctx, true, false, i1, hs, nb, 1.0f, sb, T, g.inner_att,
+                           q + long(i0) * C3, C3, g.inner_qkv, beta, dk, C3, g.inner_qkv,
+                           g.inner);
+    }
+  }
+}
+
+}  // namespace pipetrain::cuda

@@ -1,0 +1,405 @@
+// CudaBackend: the Backend interface on one GPU. Owns the device binding, a
+// stream, a cuBLAS handle and a little scratch memory; checks arguments (throwing
+// pipetrain::Error with the CPU backend's messages) and forwards every kernel to a
+// launcher in pipetrain::cuda (one .cu file per kernel family). Also exports
+// make_cuda_backend(), cuda_available() and cuda_build_summary().
+//
+// Streams: all work goes to the backend's own stream, created blocking (it
+// synchronises with the legacy default stream, so plain cudaMemcpy elsewhere stays
+// ordered with it). copy() waits for the stream when host memory is involved.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "cuda_kernels.hpp"
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/core/error.hpp"
+
+#ifndef PIPETRAIN_CUDA_ARCHS
+#define PIPETRAIN_CUDA_ARCHS "90"
+#endif
+
+namespace pipetrain {
+namespace cuda {
+
+void cuda_fail(const char* call, cudaError_t err) {
+  (void)cudaGetLastError();  // clear a non-sticky error so that later calls can proceed
+  fail("CUDA error in {}: {} ({})", call, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+void cublas_fail(const char* call, cublasStatus_t status) {
+  fail("cuBLAS error in {}: {} ({})", call, cublasGetStatusName(status),
+       cublasGetStatusString(status));
+}
+
+namespace {
+
+std::string version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
+
+// "90,80a" -> "sm_90, sm_80a"
+std::string arch_list() {
+  std::string in = PIPETRAIN_CUDA_ARCHS, out;
+  size_t pos = 0;
+  while (pos <= in.size()) {
+    const size_t end = std::min(in.find(',', pos), in.size());
+    if (end > pos) out += (out.empty() ? "sm_" : ", sm_") + in.substr(pos, end - pos);
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Node-local rank from the launcher's environment (Open MPI, Slurm, MPICH/Hydra).
+int node_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    const char* s = std::getenv(var);
+    if (s == nullptr || *s == '\0') continue;
+    int v = 0;
+    const char* end = s + std::strlen(s);
+    const auto [p, ec] = std::from_chars(s, end, v);
+    if (ec == std::errc() && p == end && v >= 0) return v;
+  }
+  return 0;
+}
+
+bool is_device_memory(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice;
+}
+
+// Number of this shard's columns that are real (global index < V), in [0, Vl].
+int real_columns(int Vl, int col_begin, int V) {
+  const int64_t r = static_cast<int64_t>(V) - col_begin;
+  return r <= 0 ? 0 : (r < Vl ? static_cast<int>(r) : Vl);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    try {
+      init();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~CudaBackend() override { release(); }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return name_; }
+
+  // ---- memory ----
+  void* allocate(size_t bytes) override {
+    bind();
+    void* p = nullptr;
+    // cudaMalloc aligns to 256 bytes; a 0-byte request still gets a unique pointer.
+    const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 64 : bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+      fail("cuda backend: cannot allocate {} bytes on device {} ({}; {} of {} bytes free)", bytes,
+           device_, cudaGetErrorString(err), free_b, total_b);
+    }
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) override {
+    if (p == nullptr) return;
+    bind();
+    // Never throws (called from destructors); an error here means an earlier kernel failed.
+    const cudaError_t err = cudaFree(p);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "pipetrain: cuda backend: cudaFree of %zu bytes failed: %s\n", bytes,
+                   cudaGetErrorString(err));
+    }
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    bind();
+    PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx_.stream));
+    if (!is_device_memory(dst) || !is_device_memory(src)) sync();
+  }
+  void to_device(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    bind();
+    PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault, ctx_.stream));
+    sync();
+  }
+  void to_host(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    bind();
+    PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDefault, ctx_.stream));
+    sync();
+  }
+  void fill(float* x, float value, size_t n) override { cuda::fill(ctx(), x, value, n); }
+
+  // ---- matrix products ----
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override {
+    cuda::gemm(ctx(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                            const float* A, int lda, long stride_a, const float* B, int ldb,
+                            long stride_b, float beta, float* C, int ldc, long stride_c,
+                            int batch) override {
+    cuda::gemm_strided_batched(ctx(), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
+                               stride_b, beta, C, ldc, stride_c, batch);
+  }
+
+  // ---- elementwise and reductions ----
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    cuda::add(ctx(), out, a, b, n);
+  }
+  void accumulate(float* out, const float* a, size_t n) override {
+    cuda::accumulate(ctx(), out, a, n);
+  }
+  void scale(float* x, float s, size_t n) override { cuda::scale(ctx(), x, s, n); }
+  double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(ctx(), x, n); }
+  bool all_finite(const float* x, size_t n) override { return cuda::all_finite(ctx(), x, n); }
+  void bias_add(float* out, const float* bias, int N, int C) override {
+    cuda::bias_add(ctx(), out, bias, N, C);
+  }
+  void bias_backward(float* dbias, const float* dout, int N, int C) override {
+    cuda::bias_backward(ctx(), dbias, dout, N, C);
+  }
+
+  // ---- GELU, LayerNorm, attention ----
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    cuda::gelu_forward(ctx(), out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    cuda::gelu_backward(ctx(), dinp, inp, dout, n);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override {
+    cuda::layernorm_forward(ctx(), out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                const float* weight, const float* mean, const float* rstd, int N,
+                                int C) override {
+    cuda::layernorm_backward_input(ctx(), dinp, dout, inp, weight, mean, rstd, N, C);
+  }
+  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* mean, const float* rstd, int N,
+                                 int C) override {
+    cuda::layernorm_backward_weight(ctx(), dweight, dbias, dout, inp, mean, rstd, N, C);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cuda::attention_forward(ctx(), out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override {
+    cuda::attention_backward(ctx(), dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  }
+
+  // ---- embedding ----
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    check_tokens(tokens, static_cast<int64_t>(B) * T);
+    cuda::embedding_forward(ctx(), out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override {
+    check_tokens(tokens, static_cast<int64_t>(B) * T);
+    if (B <= 0 || T <= 0) return;
+    cuda::embedding_scatter(ctx(), dwte, dout, tokens, 0, std::numeric_limits<int32_t>::max(),
+                            B * T, C);
+    cuda::position_backward(ctx(), dwpe, dout, B, T, C);
+  }
+  void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
+                        int row_end, int N, int C) override {
+    check_shape("embedding_lookup", N, C);
+    check_range("embedding_lookup", row_begin, row_end);
+    cuda::embedding_lookup(ctx(), out, tokens, wte, row_begin, row_end, N, C);
+  }
+  void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
+                         int row_end, int N, int C) override {
+    check_shape("embedding_scatter", N, C);
+    check_range("embedding_scatter", row_begin, row_end);
+    cuda::embedding_scatter(ctx(), dwte, dout, tokens, row_begin, row_end, N, C);
+  }
+  void position_add(float* out, const float* wpe, int B, int T, int C) override {
+    if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
+    check_shape("position_add", static_cast<int64_t>(B) * T, C);
+    cuda::position_add(ctx(), out, wpe, B, T, C);
+  }
+  void position_backward(float* dwpe, const float* dout, int B, int T, int C) override {
+    if (B < 0 || T < 0) fail("position_backward: negative size (B={}, T={})", B, T);
+    check_shape("position_backward", static_cast<int64_t>(B) * T, C);
+    cuda::position_backward(ctx(), dwpe, dout, B, T, C);
+  }
+
+  // ---- cross-entropy ----
+  void crossentropy_local_max(float* rowmax, const float* logits, int N, int Vl, int col_begin,
+                              int V) override {
+    check_ce_args("crossentropy_local_max", N, Vl, col_begin, V);
+    cuda::crossentropy_local_max(ctx(), rowmax, logits, N, Vl, real_columns(Vl, col_begin, V));
+  }
+  void crossentropy_local_sums(float* sumexp, float* target_logit, const float* logits,
+                               const float* rowmax, const int32_t* targets, int N, int Vl,
+                               int col_begin, int V) override {
+    check_ce_args("crossentropy_local_sums", N, Vl, col_begin, V);
+    check_targets("crossentropy_local_sums", targets, N, V);
+    cuda::crossentropy_local_sums(ctx(), sumexp, target_logit, logits, rowmax, targets, N, Vl,
+                                  col_begin, real_columns(Vl, col_begin, V));
+  }
+  void crossentropy_finish(float* losses, float* logits, const float* rowmax, const float* sumexp,
+                           const float* target_logit, const int32_t* targets, int N, int Vl,
+                           int col_begin, int V, float grad_scale) override {
+    check_ce_args("crossentropy_finish", N, Vl, col_begin, V);
+    check_targets("crossentropy_finish", targets, N, V);
+    cuda::crossentropy_finish(ctx(), losses, logits, rowmax, sumexp, target_logit, targets, N, Vl,
+                              col_begin, real_columns(Vl, col_begin, V), grad_scale);
+  }
+  void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                            int Vp, float grad_scale) override {
+    if (V <= 0 || Vp < V) fail("crossentropy: need 0 < V <= Vp, got V={} Vp={}", V, Vp);
+    check_targets("crossentropy", targets, N, V);
+    cuda::crossentropy_forward(ctx(), losses, logits, targets, N, V, Vp, grad_scale);
+  }
+
+  // ---- optimizer ----
+  void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step,
+             float grad_scale) override {
+    if (step < 1) fail("adamw: step must start at 1, got {}", step);
+    const auto inv_c1 = static_cast<float>(1.0 / (1.0 - std::pow(double{beta1}, step)));
+    const auto inv_c2 = static_cast<float>(1.0 / (1.0 - std::pow(double{beta2}, step)));
+    cuda::adamw(ctx(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_c1,
+                inv_c2, grad_scale);
+  }
+
+ private:
+  void init() {
+    PIPETRAIN_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    PIPETRAIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    PIPETRAIN_CUDA_CHECK(cudaStreamCreate(&ctx_.stream));
+    PIPETRAIN_CUBLAS_CHECK(cublasCreate(&ctx_.blas));
+    PIPETRAIN_CUBLAS_CHECK(cublasSetStream(ctx_.blas, ctx_.stream));
+    const char* tf32 = std::getenv("PIPETRAIN_CUDA_TF32");
+    const bool use_tf32 = tf32 != nullptr && std::strcmp(tf32, "1") == 0;
+    PIPETRAIN_CUBLAS_CHECK(
+        cublasSetMathMode(ctx_.blas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.scratch, cuda::kScratchBytes));
+    const int sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    ctx_.max_blocks = static_cast<unsigned>(sms) * 8u;
+    int runtime = 0, blas = 0;
+    PIPETRAIN_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    PIPETRAIN_CUBLAS_CHECK(cublasGetVersion(ctx_.blas, &blas));
+    name_ = fmt::format("cuda (device {}: {}, sm_{}{}, {:.0f} GiB, CUDA {}, cuBLAS {}.{}.{}, {})",
+                        device_, prop.name, prop.major, prop.minor,
+                        static_cast<double>(prop.totalGlobalMem) / (1 << 30),
+                        version_string(runtime), blas / 10000, blas / 100 % 100, blas % 100,
+                        use_tf32 ? "TF32" : "fp32");
+  }
+  void release() noexcept {
+    (void)cudaSetDevice(device_);
+    if (ctx_.stream != nullptr) (void)cudaStreamSynchronize(ctx_.stream);
+    if (ctx_.blas != nullptr) (void)cublasDestroy(ctx_.blas);
+    if (ctx_.stream != nullptr) (void)cudaStreamDestroy(ctx_.stream);
+    if (ctx_.scratch != nullptr) (void)cudaFree(ctx_.scratch);
+    ctx_ = cuda::Ctx{};
+    (void)cudaGetLastError();
+  }
+  // The current device is per host thread: set it before any work.
+  void bind() const { PIPETRAIN_CUDA_CHECK(cudaSetDevice(device_)); }
+  const cuda::Ctx& ctx() const {
+    bind();
+    return ctx_;
+  }
+  void sync() const { PIPETRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+
+  // The checks of the CPU backend, with the same messages; those that look at
+  // device data wait for the stream (once per call, before any output is written).
+  void check_tokens(const int32_t* tokens, int64_t n) const {
+    int32_t value = 0;
+    const int64_t i = cuda::first_out_of_range(ctx(), tokens, n, 0, int64_t{1} << 32, &value);
+    if (i >= 0) fail("embedding: token {} at position {} is negative", value, i);
+  }
+  void check_targets(const char* kernel, const int32_t* targets, int N, int V) const {
+    int32_t value = 0;
+    const int64_t i = cuda::first_out_of_range(ctx(), targets, N, 0, V, &value);
+    if (i >= 0) {
+      fail("{}: target {} at row {} is outside the vocabulary [0, {})", kernel, value, i, V);
+    }
+  }
+  static void check_ce_args(const char* kernel, int N, int Vl, int col_begin, int V) {
+    if (V <= 0 || N < 0 || Vl < 0 || col_begin < 0) {
+      fail("{}: need V > 0 and N, Vl, col_begin >= 0, got N={} Vl={} col_begin={} V={}", kernel,
+           N, Vl, col_begin, V);
+    }
+  }
+  static void check_shape(const char* kernel, int64_t rows, int C) {
+    if (rows < 0 || C < 0) fail("{}: negative size (rows={}, C={})", kernel, rows, C);
+  }
+  static void check_range(const char* kernel, int row_begin, int row_end) {
+    if (row_begin < 0 || row_end < row_begin) {
+      fail("{}: invalid row range [{}, {})", kernel, row_begin, row_end);
+    }
+  }
+
+  int device_;
+  cuda::Ctx ctx_;
+  std::string name_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+bool cuda_available(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  std::string reason;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    reason = fmt::format("cudaGetDeviceCount: {}", cudaGetErrorString(err));
+  } else if (count == 0) {
+    reason = "no CUDA device is visible";
+  }
+  if (why != nullptr) *why = reason;
+  return reason.empty();
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  std::string why;
+  if (!cuda_available(&why)) fail("cuda backend: no usable GPU ({})", why);
+  int count = 0;
+  PIPETRAIN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device == -1) {
+    device = cuda::node_local_rank() % count;
+  } else if (device < 0 || device >= count) {
+    fail("cuda backend: device {} requested, but {} device(s) are visible", device, count);
+  }
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+std::string cuda_build_summary() {
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    (void)cudaGetLastError();
+    runtime = CUDART_VERSION;
+  }
+  return fmt::format("CUDA {}, built for {}", cuda::version_string(runtime), cuda::arch_list());
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,142 @@
+// Private header of the CUDA backend: the launchers CudaBackend (cuda_backend.cpp)
+// forwards to, one file per kernel family (*.cu; gemm.cpp for cuBLAS), and the
+// error-check macros. Semantics of every kernel are those documented in
+// include/pipetrain/backend/backend.hpp; argument checks that throw pipetrain::Error
+// happen in cuda_backend.cpp before a launcher runs (the .cu files do not include
+// fmt). Launchers queue work on ctx.stream and return without waiting, except where
+// a result comes back to the host (sum_squares, all_finite, first_out_of_range).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pipetrain::cuda {
+
+// Bytes of Ctx::scratch: device memory owned by the backend for the small results
+// of reductions and checks (used by one launcher at a time, in stream order).
+inline constexpr size_t kScratchBytes = 64 * 1024;
+
+// Everything a launcher needs: the backend's stream, its cuBLAS handle (bound to
+// that stream) and scratch; max_blocks caps grid-stride launches (SMs x 8).
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* scratch = nullptr;
+  unsigned max_blocks = 1024;
+};
+
+// Throw pipetrain::Error naming the call and the CUDA / cuBLAS error (cuda_backend.cpp).
+[[noreturn]] void cuda_fail(const char* call, cudaError_t err);
+[[noreturn]] void cublas_fail(const char* call, cublasStatus_t status);
+
+#define PIPETRAIN_CUDA_CHECK(call)                                          \
+  do {                                                                      \
+    const cudaError_t pipetrain_err_ = (call);                              \
+    if (pipetrain_err_ != cudaSuccess) {                                    \
+      ::pipetrain::cuda::cuda_fail(#call, pipetrain_err_);                  \
+    }                                                                       \
+  } while (0)
+#define PIPETRAIN_CUBLAS_CHECK(call)                                        \
+  do {                                                                      \
+    const cublasStatus_t pipetrain_st_ = (call);                            \
+    if (pipetrain_st_ != CUBLAS_STATUS_SUCCESS) {                           \
+      ::pipetrain::cuda::cublas_fail(#call, pipetrain_st_);                 \
+    }                                                                       \
+  } while (0)
+
+// After a <<<...>>> launch: a bad configuration shows up here (errors inside the
+// kernel surface at the next synchronising call).
+inline void check_launch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) cuda_fail(kernel, err);
+}
+
+// Grid size for a grid-stride loop over n items with `threads` per block.
+inline unsigned grid_for(size_t n, unsigned threads, const Ctx& ctx) {
+  const size_t blocks = (n + threads - 1) / threads;
+  return blocks < ctx.max_blocks ? static_cast<unsigned>(blocks < 1 ? 1 : blocks)
+                                 : ctx.max_blocks;
+}
+
+// Threads per block for kernels that give one block to a row of `len` elements.
+inline unsigned row_threads(int64_t len) { return len >= 4096 ? 512 : len >= 1024 ? 256 : 128; }
+
+// ---- memory and checks (elementwise.cu, checks.cu) ----
+void fill(const Ctx& ctx, float* x, float value, size_t n);
+// C[i, j] = beta * C[i, j] (0 when beta == 0) for an M x N matrix with row stride ldc.
+void scale_matrix(const Ctx& ctx, float* C, int M, int N, int ldc, float beta);
+// Index of the first v[i] outside [lo, hi), and that value in *value; -1 if none.
+// Waits for the stream.
+int64_t first_out_of_range(const Ctx& ctx, const int32_t* v, int64_t n, int64_t lo, int64_t hi,
+                           int32_t* value);
+
+// ---- matrix products (gemm.cpp: cuBLAS, row-major through the operand swap) ----
+void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K,
+                          float alpha, const float* A, int lda, long stride_a, const float* B,
+                          int ldb, long stride_b, float beta, float* C, int ldc, long stride_c,
+                          int batch);
+
+// ---- elementwise and reductions (elementwise.cu) ----
+void add(const Ctx& ctx, float* out, const float* a, const float* b, size_t n);
+void accumulate(const Ctx& ctx, float* out, const float* a, size_t n);
+void scale(const Ctx& ctx, float* x, float s, size_t n);
+double sum_squares(const Ctx& ctx, const float* x, size_t n);  // waits for the stream
+bool all_finite(const Ctx& ctx, const float* x, size_t n);     // waits for the stream
+void bias_add(const Ctx& ctx, float* out, const float* bias, int N, int C);
+void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int N, int C);
+
+// ---- GELU (gelu.cu) ----
+void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t n);
+void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, size_t n);
+
+// ---- LayerNorm (layernorm.cu) ----
+void layernorm_forward(const Ctx& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C, float eps);
+void layernorm_backward_input(const Ctx& ctx, float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int N,
+                              int C);
+void layernorm_backward_weight(const Ctx& ctx, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* mean, const float* rstd, int N,
+                               int C);
+
+// ---- attention (attention.cu: gemm for the products, kernels for the softmax) ----
+void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T,
+                       int C, int NH);
+void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
+                        const float* qkv, const float* att, int B, int T, int C, int NH);
+
+// ---- embedding (embedding.cu) ----
+void embedding_forward(const Ctx& ctx, float* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int B, int T, int C);
+// dwte[tokens[n] - row_begin, :] += dout[n, :] for tokens in [row_begin, row_end),
+// deterministic (every (row, column) summed by one thread in token order).
+void embedding_scatter(const Ctx& ctx, float* dwte, const float* dout, const int32_t* tokens,
+                       int row_begin, int row_end, int N, int C);
+void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const float* wte,
+                      int row_begin, int row_end, int N, int C);
+void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C);
+void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C);
+
+// ---- cross-entropy (crossentropy.cu, crossentropy_parallel.cu); targets checked ----
+void crossentropy_forward(const Ctx& ctx, float* losses, float* logits, const int32_t* targets,
+                          int N, int V, int Vp, float grad_scale);
+// nreal: how many of the shard's Vl columns are real (global index < V).
+void crossentropy_local_max(const Ctx& ctx, float* rowmax, const float* logits, int N, int Vl,
+                            int nreal);
+void crossentropy_local_sums(const Ctx& ctx, float* sumexp, float* target_logit,
+                             const float* logits, const float* rowmax, const int32_t* targets,
+                             int N, int Vl, int col_begin, int nreal);
+void crossentropy_finish(const Ctx& ctx, float* losses, float* logits, const float* rowmax,
+                         const float* sumexp, const float* target_logit, const int32_t* targets,
+                         int N, int Vl, int col_begin, int nreal, float grad_scale);
+
+// ---- optimizer (adamw.cu); inv_c1/inv_c2 = 1 / (1 - beta^step), from the host ----
+void adamw(const Ctx& ctx, float* params, const float* grads, float* m, float* v, size_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, float inv_c1,
+           float inv_c2, float grad_scale);
+
+}  // namespace pipetrain::cuda
