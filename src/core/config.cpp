@@ -52,7 +52,7 @@ constexpr std::array kKeys{
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),
-    PT_KEY(runtime, timeout_s),   PT_KEY(runtime, on_nonfinite),
+    PT_KEY(runtime, device),      PT_KEY(runtime, timeout_s),      PT_KEY(runtime, on_nonfinite),
 };
 #undef PT_KEY
 
@@ -418,6 +418,8 @@ void validate_config(const Config& cfg) {
   at_least("checkpoint.every", cfg.checkpoint.every, 0);
   at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
   at_least("log.every", cfg.log.every, 1);
+  check(cfg.runtime.device == "cpu" || cfg.runtime.device == "cuda", pre,
+        fmt::format("runtime.device: unknown device {} (expected \"cpu\" or \"cuda\")", quote(cfg.runtime.device)));
   check(cfg.runtime.timeout_s >= 0, pre,
         fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
   check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip", pre,

@@ -64,4 +64,7 @@ check dp_batch "train.global_batch" \
   "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set parallel.dp=2 \
   --set train.global_batch=6
 
+# No GPU here (or a CPU-only build): runtime.device = "cuda" is refused with the reason.
+check no_gpu "runtime.device" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set runtime.device=cuda
+
 exit $((fails > 0))

@@ -70,6 +70,7 @@ struct LogConfig {
 };
 
 struct RuntimeConfig {
+  std::string device = "cpu";  // cpu | cuda
   double timeout_s = 600;  // hang watchdog: longest single wait before the job aborts; 0 = off
   std::string on_nonfinite = "stop";  // non-finite loss or gradient: stop | skip (the update)
 };
