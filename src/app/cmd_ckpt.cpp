@@ -28,14 +28,6 @@ struct CkptOptions {
   std::string out;
 };
 
-bool is_rank0() {
-  int init = 0, fin = 0, rank = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank == 0;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   return shape.empty() ? std::string("scalar") : fmt::format("{}", fmt::join(shape, "x"));
 }
@@ -82,17 +74,6 @@ void verify(const std::string& path) {
   fmt::print("{}: {} datasets verified\n", path, total);
 }
 
-// Makes `sub` install `work` (run on rank 0 only) as the command's runner.
-template <typename Work>
-void on_parsed(CLI::App* sub, CommandRunner& runner, Work work) {
-  sub->callback([&runner, work] {
-    runner = [work] {
-      if (is_rank0()) work();
-      return 0;
-    };
-  });
-}
-
 }  // namespace
 
 void add_ckpt_command(CLI::App& app, CommandRunner& runner) {
@@ -102,16 +83,16 @@ void add_ckpt_command(CLI::App& app, CommandRunner& runner) {
 
   auto* insp = ckpt->add_subcommand("inspect", "Print a checkpoint's metadata, model and datasets");
   insp->add_option("checkpoint", o->input, "Checkpoint file (.h5)")->required();
-  on_parsed(insp, runner, [o] { inspect(o->input); });
+  run_on_rank0(insp, runner, [o] { inspect(o->input); });
 
   auto* ver = ckpt->add_subcommand("verify", "Read every dataset of a checkpoint and check its checksum");
   ver->add_option("checkpoint", o->input, "Checkpoint file (.h5)")->required();
-  on_parsed(ver, runner, [o] { verify(o->input); });
+  run_on_rank0(ver, runner, [o] { verify(o->input); });
 
   auto* imp = ckpt->add_subcommand("import-llmc", "Convert llm.c GPT-2 weights (.bin, fp32 or bf16) to a checkpoint");
   imp->add_option("model", o->input, "llm.c model file (e.g. gpt2_124M.bin)")->required();
   imp->add_option("-o,--output", o->out, "Checkpoint to write (.h5); train from it with --init")->required();
-  on_parsed(imp, runner, [o] {
+  run_on_rank0(imp, runner, [o] {
     const ModelConfig m = import_llmc(o->input, o->out);
     fmt::print("wrote {}: GPT-2 {} layers, {} heads, d_model {}, vocab {} (padded {}), max_seq_len {}; "
                "{} parameter values\n",
@@ -122,7 +103,7 @@ void add_ckpt_command(CLI::App& app, CommandRunner& runner) {
   auto* exp = ckpt->add_subcommand("export-llmc", "Write a checkpoint's weights as an llm.c fp32 model file");
   exp->add_option("checkpoint", o->input, "Checkpoint file (.h5)")->required();
   exp->add_option("-o,--output", o->out, "llm.c model file to write (.bin)")->required();
-  on_parsed(exp, runner, [o] {
+  run_on_rank0(exp, runner, [o] {
     const ModelConfig m = export_llmc(o->input, o->out);
     fmt::print("wrote {}: llm.c version {} (fp32), {} parameter values\n", o->out, kLlmcVersionFp32,
                llmc_num_params(m));

@@ -4,12 +4,6 @@
 //   pipetrain data raw FILE... --dtype u16|u32 --vocab N -o OUT.h5 [--tokenizer NAME]
 //   pipetrain data info FILE.h5...                              what a token file holds
 // Runs on rank 0 only when launched with more ranks; errors throw pipetrain::Error.
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // C API only: the MPI C++ bindings library is not linked
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
 #include <mpi.h>
 
 #include <memory>
@@ -32,14 +26,6 @@ struct DataOptions {
   std::string tokenizer = "unknown";
 };
 
-bool is_rank0() {
-  int init = 0, fin = 0, rank = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank == 0;
-}
-
 void print_written(const TokenFileInfo& info) {
   fmt::print("wrote {}: {} tokens, vocab {} ({}), {}\n", info.path, info.num_tokens,
              info.vocab_size, info.tokenizer, info.dtype);
@@ -49,17 +35,6 @@ void print_info(const TokenFileInfo& info) {
   fmt::print("{}: tokens {}, vocab_size {}, tokenizer {}, dtype {}\n", info.path, info.num_tokens,
              info.vocab_size > 0 ? std::to_string(info.vocab_size) : std::string("unknown"),
              info.tokenizer.empty() ? std::string("unknown") : info.tokenizer, info.dtype);
-}
-
-// Makes `sub` install `work` (run on rank 0 only) as the command's runner.
-template <typename Work>
-void on_parsed(CLI::App* sub, CommandRunner& runner, Work work) {
-  sub->callback([&runner, work] {
-    runner = [work] {
-      if (is_rank0()) work();
-      return 0;
-    };
-  });
 }
 
 void add_inputs_and_output(CLI::App* sub, DataOptions& o, const char* what) {
@@ -76,11 +51,11 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
 
   auto* text = data->add_subcommand("text", "Byte-level tokenize text files (vocab 256)");
   add_inputs_and_output(text, *o, "Text files, concatenated in order");
-  on_parsed(text, runner, [o] { print_written(convert_text(o->inputs, o->out)); });
+  run_on_rank0(text, runner, [o] { print_written(convert_text(o->inputs, o->out)); });
 
   auto* llmc = data->add_subcommand("llmc", "Import llm.c GPT-2 token shards (.bin)");
   add_inputs_and_output(llmc, *o, "llm.c shards, concatenated in order");
-  on_parsed(llmc, runner, [o] { print_written(convert_llmc(o->inputs, o->out)); });
+  run_on_rank0(llmc, runner, [o] { print_written(convert_llmc(o->inputs, o->out)); });
 
   auto* raw = data->add_subcommand("raw", "Import headerless little-endian token arrays");
   add_inputs_and_output(raw, *o, "Raw token files, concatenated in order");
@@ -88,13 +63,13 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   raw->add_option("--vocab", o->vocab, "Vocabulary size (every token must be below it)")
       ->required();
   raw->add_option("--tokenizer", o->tokenizer, "Tokenizer name to record")->capture_default_str();
-  on_parsed(raw, runner, [o] {
+  run_on_rank0(raw, runner, [o] {
     print_written(convert_raw(o->inputs, o->out, o->dtype, o->vocab, o->tokenizer));
   });
 
   auto* info = data->add_subcommand("info", "Print what token files hold");
   info->add_option("files", o->inputs, "Token files (.h5)")->required();
-  on_parsed(info, runner, [o] {
+  run_on_rank0(info, runner, [o] {
     for (const auto& f : o->inputs) print_info(inspect_token_file(f));
   });
 }

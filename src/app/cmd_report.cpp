@@ -24,11 +24,7 @@ struct ReportOptions {
 };
 
 int run_report(const ReportOptions& o) {
-  int init = 0, fin = 0, rank = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) return 0;
+  if (!is_world_rank0()) return 0;
   const std::string html = render_report(o.run_dir, o.metrics);
   const std::string out = o.out.empty() ? (std::filesystem::path(o.run_dir) / "report.html").string() : o.out;
   std::ofstream f(out, std::ios::binary | std::ios::trunc);

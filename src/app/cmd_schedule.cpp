@@ -6,12 +6,6 @@
 // Validates the schedule, simulates it and prints the text grid, makespan, bubble
 // fraction and peak in-flight activations per rank (or only JSON with --json). Runs on
 // rank 0 only when launched with more ranks; errors throw pipetrain::Error.
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // C API only: the MPI C++ bindings library is not linked
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
 #include <mpi.h>
 
 #include <fmt/ranges.h>
@@ -42,14 +36,6 @@ struct ScheduleOptions {
   bool json = false, list = false;
   std::string svg, trace, csv;
 };
-
-bool is_rank0() {
-  int init = 0, fin = 0, rank = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank == 0;
-}
 
 Costs parse_costs(const std::string& text, double comm) {
   std::vector<double> v;
@@ -176,7 +162,7 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--csv", o->csv, "Write the schedule as PyTorch compute-only CSV");
   sub->add_flag("--list", o->list, "List the registered schedules");
   sub->callback([&runner, o] {
-    runner = [o] { return is_rank0() ? run(*o) : 0; };
+    runner = [o] { return is_world_rank0() ? run(*o) : 0; };
   });
 }
 

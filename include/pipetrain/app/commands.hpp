@@ -8,6 +8,12 @@ namespace pipetrain {
 
 using CommandRunner = std::function<int()>;
 
+// True on rank 0 of MPI_COMM_WORLD (and when MPI is not running).
+bool is_world_rank0();
+// Makes `sub`, once parsed, set `runner` to run `work` on rank 0 only (the file tools:
+// data, ckpt; under mpirun the other ranks have nothing to do).
+void run_on_rank0(CLI::App* sub, CommandRunner& runner, std::function<void()> work);
+
 // `pipetrain train CONFIG [--set k=v]... [--metrics FILE]`
 void add_train_command(CLI::App& app, CommandRunner& runner);
 // `pipetrain data text|llmc ... -o OUT.h5`
