@@ -14,17 +14,15 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
+#include "bench_common.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 using namespace pipetrain;
+using bench::median;
+using bench::random_tokens;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Result {
   double step_s = 0, dp_comm_s = 0, tp_comm_s = 0;
@@ -33,14 +31,7 @@ struct Result {
 Result measure(const Config& cfg, MPI_Comm comm, int steps) {
   auto backend = make_cpu_backend();
   Grid grid(comm, cfg.parallel);
-  const int vocab = cfg.model.vocab_size, T = cfg.train.seq_len;
-  Trainer trainer(cfg, grid, *backend, [vocab, T](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    Rng rng = Rng::for_stream(static_cast<uint64_t>(first), "bench");
-    for (int i = 0; i < count * T; ++i) {
-      in[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-      tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-    }
-  });
+  Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len));
   trainer.train_step(0);
   std::vector<double> step, dp, tp;
   for (int s = 1; s <= steps; ++s) {

@@ -16,28 +16,17 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
+#include "bench_common.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 using namespace pipetrain;
+using bench::median;
+using bench::random_tokens;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-BatchSource random_tokens(int vocab, int T) {
-  return [vocab, T](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    Rng rng = Rng::for_stream(static_cast<uint64_t>(first), "bench");
-    for (int i = 0; i < count * T; ++i) {
-      in[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-      tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-    }
-  };
-}
 
 struct Measured {
   double step_s = 0, exec_s = 0, bubble = 0, sim_makespan = 0, sim_bubble = 0;

@@ -15,17 +15,15 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
+#include "bench_common.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 using namespace pipetrain;
+using bench::median;
+using bench::random_tokens;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // GFLOP/s of C = A B^T with the given shape, median of `reps` runs after a warm-up.
 double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
@@ -73,15 +71,8 @@ int main(int argc, char** argv) {
   cfg.train.microbatches = microbatches;
   cfg.train.steps = steps + 1;
   auto backend = make_cpu_backend();
-  const int vocab = cfg.model.vocab_size;
   Grid grid(MPI_COMM_SELF, cfg.parallel);
-  Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    Rng rng = Rng::for_stream(static_cast<uint64_t>(first), "bench");
-    for (int i = 0; i < count * seq_len; ++i) {
-      in[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-      tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
-    }
-  });
+  Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
   const int64_t nparams = trainer.model_params();
   const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, seq_len);
   const int tokens_mb = mb_size * seq_len;
