@@ -14,6 +14,7 @@ mkdir -p data
 log "converting inputs/austen.txt to data/austen.h5 (byte-level tokens)"
 build/bin/pipetrain data text inputs/austen.txt -o data/austen.h5
 
-log "training the demo model (inputs/shakespeare-char.toml) on 1 MPI rank"
-mpirun -np 1 build/bin/pipetrain train inputs/shakespeare-char.toml \
-  --metrics data/quickstart-metrics.jsonl "$@"
+log "training the demo model (inputs/shakespeare-char.toml) on 2 MPI ranks: a 2-stage 1F1B pipeline"
+mpirun -np 2 build/bin/pipetrain train inputs/shakespeare-char.toml --set parallel.pp=2 \
+  --set log.dir=data/quickstart-run "$@"
+log "an HTML report of the run: build/bin/pipetrain report data/quickstart-run"
