@@ -180,7 +180,7 @@ TEST(ConfigTest, ToTomlRoundTripsExactly) {
   c.train.seed = 123456789012345ULL;
   c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle"};
   c.checkpoint = {"/tmp/ck", 7, 1};
-  c.log = {3, "metrics.jsonl", "", "runs/a", 1.5e14};
+  c.log = {3, "metrics.jsonl", "", "runs/a", 1.5e14, false};
   c.source = "x.toml";
   const std::string text = to_toml(c);
   for (const char* s : {"[model]", "[parallel]", "[schedule]", "[train]", "[data]", "[checkpoint]", "[log]",

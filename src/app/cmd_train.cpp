@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -200,7 +201,10 @@ int run_train(const TrainOptions& opt) {
 
   const std::string trace_dir = log.trace_dir(opt.trace_dir);
   const bool tracing = !trace_dir.empty();
-  const bool tty = rank == 0 && isatty(fileno(stdout));
+  // Progress bar only on a terminal, never inside a batch job (mpirun may hand ranks a
+  // pseudo-terminal even when its own output goes to a file: log.progress = false).
+  const bool tty = rank == 0 && cfg.log.progress && isatty(fileno(stdout)) && !std::getenv("SLURM_JOB_ID") &&
+                   !std::getenv("PBS_JOBID");
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<TraceEvent> trace;
   double trace_offset = 0;

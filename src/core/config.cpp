@@ -51,7 +51,7 @@ constexpr std::array kKeys{
     PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
-    PT_KEY(log, dir),             PT_KEY(log, peak_flops),
+    PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),
     PT_KEY(runtime, device),      PT_KEY(runtime, timeout_s),      PT_KEY(runtime, on_nonfinite),
 };
 #undef PT_KEY

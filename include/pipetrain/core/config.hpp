@@ -67,6 +67,7 @@ struct LogConfig {
   std::string file;        // a copy of rank 0's progress lines; empty = none
   std::string dir;         // run directory for `pipetrain report`; empty = none
   double peak_flops = 0;   // peak FLOP/s of one rank's device, for MFU; 0 = not reported
+  bool progress = true;    // progress bar + ETA when stdout is a terminal (never in batch jobs)
 };
 
 struct RuntimeConfig {
