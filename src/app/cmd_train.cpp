@@ -21,6 +21,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/model/partition.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trace_writer.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -143,6 +144,17 @@ int run_train(const TrainOptions& opt) {
   // parameter; fewer with ZeRO-1), plus the stashed activations the schedule keeps alive
   // at its peak (measured on the first step, reported from then on).
   double est = static_cast<double>(trainer.params().numel()) * 4.0 * (cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0);
+  {
+    const auto units = partition_gpt2(cfg.model, sched.num_stages, cfg.parallel.layers_per_stage);
+    double largest = 0;  // the biggest stage this rank holds, times the schedule's peak stash count
+    for (int st = 0; st < sched.num_stages; ++st)
+      if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
+        const auto& u = units[static_cast<size_t>(st)];
+        largest = std::max(largest, gpt2_stash_bytes(cfg.model, u.first, u.last, grid.tp(),
+                                                     trainer.microbatch_size(), cfg.train.seq_len));
+      }
+    est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
+  }
   grid.world().allreduce_max(&est, 1);
   log.line(fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters",
                        cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
@@ -152,7 +164,7 @@ int run_train(const TrainOptions& opt) {
                        cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
                        cfg.train.microbatches, cfg.train.seq_len, backend->name()));
   log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
-                       "simulated bubble {:.1f}% (F=1, B=2); weights + optimizer {:.0f} MiB per rank",
+                       "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
                        sched.num_microbatches, 100.0 * sim.bubble_fraction, est / 1048576.0));
   log.run_files(cfg,

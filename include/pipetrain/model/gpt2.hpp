@@ -32,4 +32,9 @@ class Gpt2Stage {
 // Model FLOPs per token for training: 6 * params + 6 * n_layer * d_model * seq_len.
 double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len);
 
+// Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
+// [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
+// backward action (what the Block and LossHead stashes hold, fp32).
+double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T);
+
 }  // namespace pipetrain
