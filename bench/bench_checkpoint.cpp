@@ -16,6 +16,7 @@
 #include <fstream>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -51,12 +52,7 @@ int main(int argc, char** argv) {
     CLI::App app{"checkpoint bandwidth vs a plain sequential write/read"};
     app.add_option("--dir", dir, "directory on the file system to measure");
     app.add_option("--layers", layers);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      MPI_Finalize();
-      return app.exit(e);
-    }
+    if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     Config cfg;
     cfg.model.n_layer = layers;
     cfg.parallel.pp = size;

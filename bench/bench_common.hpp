@@ -1,6 +1,10 @@
 // Shared by the benchmarks: medians and a synthetic token stream.
 #pragma once
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <vector>
 
@@ -12,6 +16,17 @@ namespace pipetrain::bench {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Parses the command line; on --help or a bad option, ends MPI and returns the exit code.
+inline std::optional<int> parse_args(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    MPI_Finalize();
+    return app.exit(e);
+  }
+  return std::nullopt;
 }
 
 // Uniformly random inputs and targets (throughput does not depend on the text).

@@ -60,12 +60,7 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      MPI_Finalize();
-      return app.exit(e);
-    }
+    if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
     cfg.model.n_layer = layers;

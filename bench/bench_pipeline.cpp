@@ -92,12 +92,7 @@ int main(int argc, char** argv) {
     app.add_option("--microbatches", microbatches);
     app.add_option("--layers-per-stage", split, "blocks per stage (the head weighs ~5 blocks)")->delimiter(',');
     app.add_option("--steps", steps);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      MPI_Finalize();
-      return app.exit(e);
-    }
+    if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
     cfg.model.n_layer = layers;

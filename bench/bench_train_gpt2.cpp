@@ -55,12 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", microbatches);
   app.add_option("--steps", steps, "timed steps (after one warm-up step)");
   app.add_option("--threads", threads, "BLAS threads");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    MPI_Finalize();
-    return app.exit(e);
-  }
+  if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
   Config cfg;

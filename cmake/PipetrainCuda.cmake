@@ -3,7 +3,7 @@
 #
 #   PIPETRAIN_ENABLE_CUDA        AUTO (default): ON when check_language(CUDA) finds a
 #                                working nvcc, else OFF. ON: required (configure fails
-#                                without nvcc). OFF: never (the stub in
+#                                without nvcc). OFF: never (the fallback in
 #                                src/backend/cuda/cuda_disabled.cpp is built instead).
 #   PIPETRAIN_CUDA_ARCHITECTURES GPU architectures to compile for, CMake style
 #                                ("90", "80;90", "90a"); default 90 (H100/H200).

@@ -9,25 +9,9 @@ set -euo pipefail
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/cli/lib/expect.sh
+source "$(dirname "$0")/lib/expect.sh"
 pt() { timeout 120 "$PIPETRAIN" "$@"; }
-die() { echo "FAIL: $*" >&2; exit 1; }
-expect_contains() {  # TEXT NEEDLE WHAT
-  [[ "$1" == *"$2"* ]] || die "$3: expected '$2' in: $1"
-}
-# Runs a command expected to fail; checks exit status, one stderr line, NAME in it.
-expect_failure() {  # NAME_IN_MESSAGE CMD...
-  local name=$1
-  shift
-  local rc=0
-  "$@" > "$tmp/out.txt" 2> "$tmp/err.txt" || rc=$?
-  [[ $rc -ne 0 ]] || die "'$*' succeeded"
-  [[ $rc -ne 124 ]] || die "'$*' timed out"
-  local lines
-  lines=$(grep -c . "$tmp/err.txt" || true)
-  [[ $lines -eq 1 ]] || die "'$*': expected one error line, got $lines: $(cat "$tmp/err.txt")"
-  expect_contains "$(cat "$tmp/err.txt")" "$name" "error of '$*'"
-  echo "ok (failed as expected): $(cat "$tmp/err.txt")"
-}
 
 # write_llmc FILE [VERSION [MAGIC]]: a tiny GPT-2 (L=2, NH=2, C=8, V=50, Vp=128,
 # maxT=16) in llm.c's format, parameter i = a distinct value.

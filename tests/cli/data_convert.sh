@@ -9,11 +9,9 @@ set -euo pipefail
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/cli/lib/expect.sh
+source "$(dirname "$0")/lib/expect.sh"
 pt() { timeout 120 "$PIPETRAIN" "$@"; }
-die() { echo "FAIL: $*" >&2; exit 1; }
-expect_contains() {  # TEXT NEEDLE WHAT
-  [[ "$1" == *"$2"* ]] || die "$3: expected '$2' in: $1"
-}
 
 # Little-endian binary writers (no python needed).
 le32() {
@@ -33,20 +31,6 @@ write_shard() {
   } > "$file"
 }
 
-# Runs a command expected to fail; checks exit status, one stderr line, file named.
-expect_failure() {  # NAME_IN_MESSAGE CMD...
-  local name=$1
-  shift
-  local rc=0
-  "$@" > "$tmp/out.txt" 2> "$tmp/err.txt" || rc=$?
-  [[ $rc -ne 0 ]] || die "'$*' succeeded"
-  [[ $rc -ne 124 ]] || die "'$*' timed out"
-  local lines
-  lines=$(grep -c . "$tmp/err.txt" || true)
-  [[ $lines -eq 1 ]] || die "'$*': expected one error line, got $lines: $(cat "$tmp/err.txt")"
-  expect_contains "$(cat "$tmp/err.txt")" "$name" "error of '$*'"
-  echo "ok (failed as expected): $(cat "$tmp/err.txt")"
-}
 
 # --- text -> byte tokens --------------------------------------------------------------
 printf 'hello, pipetrain\n' > "$tmp/a.txt"  # 17 bytes

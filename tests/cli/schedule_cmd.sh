@@ -11,26 +11,10 @@ SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/cli/lib/expect.sh
+source "$(dirname "$0")/lib/expect.sh"
 pt() { timeout 60 "$PIPETRAIN" "$@"; }
-die() { echo "FAIL: $*" >&2; exit 1; }
-expect_contains() {  # TEXT NEEDLE WHAT
-  [[ "$1" == *"$2"* ]] || die "$3: expected '$2' in: $1"
-}
 
-# Runs a command expected to fail; checks exit status, one stderr line, text named.
-expect_failure() {  # TEXT_IN_MESSAGE CMD...
-  local name=$1
-  shift
-  local rc=0
-  "$@" > "$tmp/out.txt" 2> "$tmp/err.txt" || rc=$?
-  [[ $rc -ne 0 ]] || die "'$*' succeeded"
-  [[ $rc -ne 124 ]] || die "'$*' timed out"
-  local lines
-  lines=$(grep -c . "$tmp/err.txt" || true)
-  [[ $lines -eq 1 ]] || die "'$*': expected one error line, got $lines: $(cat "$tmp/err.txt")"
-  expect_contains "$(cat "$tmp/err.txt")" "$name" "error of '$*'"
-  echo "ok (failed as expected): $(cat "$tmp/err.txt")"
-}
 
 # 1F1B, 4 ranks, 8 microbatches, F=1 B=2: makespan 33, bubble 3/11, peaks 4 3 2 1.
 json=$(pt schedule 1f1b --ranks 4 --microbatches 8 --json)
