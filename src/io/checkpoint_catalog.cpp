@@ -9,6 +9,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/durable_file.hpp"
 #include "pipetrain/io/token_dataset.hpp"  // h5io::Id, h5io::Quiet
 
 namespace pipetrain {
@@ -101,12 +102,10 @@ void update_latest(const std::string& dir, const std::string& file) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << fs::path(file).filename().string() << '\n';
-    out.flush();
+    out.close();
     if (!out) fail("{}: cannot write", tmp.string());
   }
-  std::error_code ec;
-  fs::rename(tmp, latest, ec);
-  if (ec) fail("{}: cannot replace: {}", latest.string(), ec.message());
+  durable_rename(tmp.string(), latest.string());
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {

@@ -1,14 +1,15 @@
 // Writing and reading checkpoint files (see pipetrain/io/checkpoint.hpp).
 #include <hdf5.h>
 
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fmt/ranges.h>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/fault.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/durable_file.hpp"
 #include "pipetrain/io/token_dataset.hpp"  // h5io::Id, h5io::Quiet
 
 namespace pipetrain {
@@ -147,15 +148,12 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
     write_string_attr(root, "schedule", meta.schedule);
     write_string_attr(root, "config", meta.config_toml);
 
-    // Fault injection for the crash-safety test: this rank dies half-way through the write.
-    const char* kill_rank = std::getenv("PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT");
-    const size_t kill_at = kill_rank && std::atoi(kill_rank) == rank ? tensors.size() / 2 : tensors.size() + 1;
     Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     Id dxpl = transfer_list(H5FD_MPIO_COLLECTIVE);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
-      if (i == kill_at) std::raise(SIGKILL);
+      fault::point("checkpoint-write");
       std::vector<hsize_t> dims(t.global_shape.begin(), t.global_shape.end());
       Id space = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), t.name);
       Id dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), t.name);
@@ -175,12 +173,11 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
     check(H5Fflush(root, H5F_SCOPE_GLOBAL), tmp + ": flush");
     if (!file.reset()) fail("{}: closing the file failed", tmp);
   }
+  // Every writer syncs what it wrote (on a parallel file system each client caches its
+  // own writes); only then is the complete file published under its name.
+  sync_file(tmp);
   MPI_Barrier(comm);
-  if (rank == 0) {
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
-  }
+  if (rank == 0) durable_rename(tmp, path);
   MPI_Barrier(comm);
 }
 

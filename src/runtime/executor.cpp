@@ -8,16 +8,10 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
 
 namespace pipetrain {
-
-int p2p_tag(int kind, int microbatch, int stage, int num_stages) {
-  const long tag = (static_cast<long>(microbatch) * num_stages + stage) * 2 + kind;
-  if (tag > 32767L * 1024)  // well inside every MPI's MPI_TAG_UB (>= 32767 by the standard)
-    fail("too many microbatches x stages ({} x {}) for unique message tags", microbatch + 1, num_stages);
-  return static_cast<int>(tag);
-}
 
 namespace {
 
@@ -49,10 +43,11 @@ struct PendingSend {
 }  // namespace
 
 struct PipelineExecutor::Impl {
-  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr,
-       const ExecutorHooks& h)
-      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
+  Impl(PipelineExecutor& e, const TagPlan& tg, const MicrobatchLoader& l, int b, int t, int rank, float scale,
+       bool tr, const ExecutorHooks& h)
+      : ex(e), tags(tg), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
   PipelineExecutor& ex;
+  const TagPlan& tags;
   const MicrobatchLoader& load;
   int B, T, me;
   float loss_scale;
@@ -74,6 +69,8 @@ struct PipelineExecutor::Impl {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
   size_t activation_elems() const { return static_cast<size_t>(B) * T * ex.d_model_; }
 
+  int tag_of(const Key& k) const { return tags.tag(static_cast<Transfer>(k.kind), k.microbatch, k.stage); }
+
   // The remote input an action consumes, if any.
   std::optional<std::pair<Key, int>> remote_input(const Action& a) const {
     if (a.op == Op::F && a.stage > 0 && rank_of(a.stage - 1) != me)
@@ -90,7 +87,7 @@ struct PipelineExecutor::Impl {
       PendingRecv r;
       r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
       r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), in->second,
-                               p2p_tag(in->first.kind, in->first.microbatch, in->first.stage, S()));
+                               tag_of(in->first));
       recvs.emplace(in->first, std::move(r));
     }
   }
@@ -106,13 +103,14 @@ struct PipelineExecutor::Impl {
       PendingRecv r;
       r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
       r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), source_rank,
-                               p2p_tag(key.kind, key.microbatch, key.stage, S()));
+                               tag_of(key));
       it = recvs.emplace(key, std::move(r)).first;
     }
     watchdog::set_position(fmt::format("step {}, action {} ({}), which needs the {} of {}{}{} from rank {}", hooks.step,
                                        current, to_string(a), key.kind == kActivation ? "activation" : "gradient",
                                        key.kind == kActivation ? key.stage - 1 : key.stage + 1,
                                        key.kind == kActivation ? 'F' : 'B', key.microbatch, source_rank));
+    fault::point("p2p-wait");
     const double w0 = now();
     it->second.request->wait();
     const double w1 = now();
@@ -130,7 +128,7 @@ struct PipelineExecutor::Impl {
       return;
     }
     PendingSend s;
-    s.request = ex.pp_.isend(t.f32(), activation_elems(), dest, p2p_tag(key.kind, key.microbatch, key.stage, S()));
+    s.request = ex.pp_.isend(t.f32(), activation_elems(), dest, tag_of(key));
     s.buffer = std::move(t);
     sends.push_back(std::move(s));
     // Completed sends give their buffers back to the pool.
@@ -167,6 +165,7 @@ struct PipelineExecutor::Impl {
   }
 
   void forward(const Action& a) {
+    fault::point("forward");
     Gpt2Stage& st = stage(a);
     Tensor x;
     if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage}, rank_of(a.stage - 1));
@@ -193,6 +192,7 @@ struct PipelineExecutor::Impl {
   }
 
   void backward_input(const Action& a) {
+    fault::point("backward");
     Gpt2Stage& st = stage(a);
     Tensor dy;
     if (!st.has_head()) dy = take_input(a, {kGradient, a.microbatch, a.stage}, rank_of(a.stage + 1));
@@ -212,6 +212,7 @@ struct PipelineExecutor::Impl {
   }
 
   void backward_weight(const Action& a) {
+    fault::point("backward");
     Gpt2Stage& st = stage(a);
     const double c0 = now();
     StageStash& ss = stash_of(a);
@@ -244,9 +245,10 @@ PipelineExecutor::PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2S
     : schedule_(schedule), stages_(std::move(stages)), pp_(pp), tp_(tp), backend_(backend), pool_(pool),
       d_model_(d_model) {}
 
-ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const MicrobatchLoader& load,
-                                    int B, int T, float loss_scale, bool trace, const ExecutorHooks& hooks) {
-  Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
+ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const TagPlan& tags,
+                                    const MicrobatchLoader& load, int B, int T, float loss_scale, bool trace,
+                                    const ExecutorHooks& hooks) {
+  Impl st(*this, tags, load, B, T, pp_.rank(), loss_scale, trace, hooks);
   for (size_t i = 0; i < program.size(); ++i)
     if (program[i].op == Op::B || program[i].op == Op::W) st.last_weight_action[program[i].stage] = i;
   const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fmt/format.h>
-#include <thread>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/schedule/csv.hpp"
@@ -73,6 +73,11 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   params_.initialize(cfg.train.seed, backend_);
   executor_ = std::make_unique<PipelineExecutor>(schedule_, mine, grid.pp_comm(), &grid.tp_comm(), backend_,
                                                  *pool_, cfg.model.d_model);
+  // Every message tag of a step (and of evaluation, when configured) is fixed and
+  // checked against the MPI's bound now, before any compute.
+  train_tags_ = TagPlan(schedule_.stage_to_rank, schedule_.num_microbatches, true, grid.pp_comm().tag_ub());
+  if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
+    eval_tags(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   if (zero1) {
     const int64_t n = params_.numel() / grid.dp();
     shard_lo_ = n * grid.coords().dp;
@@ -156,6 +161,7 @@ double Trainer::global_grad_norm() {
 }
 
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {
+  fault::point("optimizer");
   if (!grad_shard_.defined()) {
     optimizer_.step(params_, backend_, step + 1, lr, grad_scale);
     return;
@@ -184,15 +190,12 @@ StepMetrics Trainer::train_step(int step) {
   };
   ExecutorHooks hooks;
   hooks.step = step;
-  // Fault injection for the watchdog test: this rank stops making progress.
-  if (const char* r = std::getenv("PIPETRAIN_TEST_HANG_RANK"); r && std::atoi(r) == grid_.world_rank() && step == 1)
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (reducer_) {
     reducer_->begin_step();
     hooks.layer_grads_final = [this](int stage, int layer) { reducer_->layer_final(stage, layer); };
     hooks.poll = [this] { reducer_->poll(); };
   }
-  last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
+  last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], train_tags_, load, mb_size_,
                                cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
   reduce_gradients();
@@ -226,7 +229,14 @@ StepMetrics Trainer::train_step(int step) {
   return out;
 }
 
+TagPlan& Trainer::eval_tags(int microbatches) {
+  if (microbatches > 0 && eval_tags_.num_microbatches() != microbatches)
+    eval_tags_ = TagPlan(schedule_.stage_to_rank, microbatches, false, grid_.pp_comm().tag_ub());
+  return eval_tags_;
+}
+
 double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
+  fault::point("eval");
   const int dp = grid_.dp();
   const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
   if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
@@ -238,7 +248,8 @@ double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
   MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
     source(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
   };
-  const ExecutorStats st = executor_->run(program, load, mb_size_, cfg_.train.seq_len, 0.0f, false);
+  const ExecutorStats st =
+      executor_->run(program, eval_tags(per_replica), load, mb_size_, cfg_.train.seq_len, 0.0f, false);
   double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
   grid_.world().allreduce_sum(&sum, 1);
   return sum / (static_cast<double>(per_replica) * dp * mb_size_ * cfg_.train.seq_len);

@@ -72,7 +72,8 @@ grep -q "resumed from bad/step_00000003.h5 at step 3" auto.out
 echo "== kill -9 one rank while a checkpoint is written: the previous one survives"
 mkdir crash && cp full/step_00000003.h5 crash/ && echo step_00000003.h5 >crash/latest
 set +e
-PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT=1 timeout 300 "$MPIEXEC" -np 2 -x PIPETRAIN_TEST_KILL_RANK_IN_CHECKPOINT \
+# Rank 1 is killed half-way through the step-6 checkpoint: tensor 42 of 3 x 28 (2 layers).
+PIPETRAIN_FAULT=1:checkpoint-write:kill:42 timeout 300 "$MPIEXEC" -np 2 -x PIPETRAIN_FAULT \
   "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=crash --set checkpoint.every=3 \
   --resume crash/step_00000003.h5 >crash.out 2>&1
 rc=$?

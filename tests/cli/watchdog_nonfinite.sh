@@ -13,7 +13,8 @@ cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=c.h5 --set model
 
 echo "== rank 1 stops making progress: the watchdog reports and the job ends non-zero"
 set +e
-PIPETRAIN_TEST_HANG_RANK=1 timeout 120 "$MPIEXEC" -np 2 -x PIPETRAIN_TEST_HANG_RANK "$PIPETRAIN" "${cfg[@]}" \
+# Rank 1 hangs at its first forward of step 1 (each step runs train.microbatches = 2 forwards).
+PIPETRAIN_FAULT=1:forward:hang:3 timeout 120 "$MPIEXEC" -np 2 -x PIPETRAIN_FAULT "$PIPETRAIN" "${cfg[@]}" \
   --set parallel.pp=2 --set runtime.timeout_s=3 >hang.out 2>hang.err
 rc=$?
 set -e

@@ -22,6 +22,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "pp" — used in error messages
+  // The largest message tag isend/irecv accept (MPI_TAG_UB; the standard guarantees 32767).
+  virtual int tag_ub() const = 0;
   // Seconds this rank spent inside blocking collectives and waits since the last reset
   // (how much of a step communication costs).
   double comm_seconds() const { return comm_s_; }

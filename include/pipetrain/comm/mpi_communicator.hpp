@@ -17,6 +17,7 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return name_; }
+  int tag_ub() const override { return tag_ub_; }
   MPI_Comm comm() const { return comm_; }
 
   void allreduce_sum(float* data, size_t n) override;
@@ -35,6 +36,7 @@ class MpiCommunicator : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
+  int tag_ub_ = 32767;
 };
 
 }  // namespace pipetrain

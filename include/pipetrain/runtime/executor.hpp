@@ -5,6 +5,7 @@
 //   directly; otherwise the output goes out with a nonblocking send as soon as it
 //   exists, and receives are posted a few actions ahead into pooled buffers and
 //   waited on at first use. Stashed activations are freed after B, or after W.
+//   Message tags come from a TagPlan fixed before the first step.
 #pragma once
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/gpt2.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/tag_plan.hpp"
 
 namespace pipetrain {
 
@@ -57,10 +59,12 @@ class PipelineExecutor {
   PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages, Communicator& pp,
                    Communicator* tp, Backend& backend, MemoryPool& pool, int d_model);
 
-  // Runs `program` (this rank's actions) over microbatches of B sequences of T tokens.
-  // loss_scale = d(step loss)/d(token loss); 0 runs forward only (evaluation).
-  ExecutorStats run(const std::vector<Action>& program, const MicrobatchLoader& load, int B, int T,
-                    float loss_scale, bool trace, const ExecutorHooks& hooks = {});
+  // Runs `program` (this rank's actions) over microbatches of B sequences of T tokens,
+  // tagging its messages by `tags` (built for the same microbatch count and checked
+  // against MPI_TAG_UB before step 0). loss_scale = d(step loss)/d(token loss); 0 runs
+  // forward only (evaluation).
+  ExecutorStats run(const std::vector<Action>& program, const TagPlan& tags, const MicrobatchLoader& load, int B,
+                    int T, float loss_scale, bool trace, const ExecutorHooks& hooks = {});
 
  private:
   struct Impl;
@@ -72,9 +76,5 @@ class PipelineExecutor {
   MemoryPool& pool_;
   int d_model_;
 };
-
-// MPI tag of the message feeding stage `stage` of microbatch m (kind 0 = activation,
-// 1 = gradient); unique within a step.
-int p2p_tag(int kind, int microbatch, int stage, int num_stages);
 
 }  // namespace pipetrain
