@@ -229,6 +229,18 @@ StepMetrics Trainer::train_step(int step) {
   return out;
 }
 
+std::vector<float> Trainer::reduced_gradients() {
+  std::vector<float> out(static_cast<size_t>(params_.numel()));
+  if (!grad_shard_.defined()) {
+    backend_.to_host(out.data(), params_.grads().raw(), out.size() * sizeof(float));
+    return out;
+  }
+  std::vector<float> shard(static_cast<size_t>(grad_shard_.numel()));
+  backend_.to_host(shard.data(), grad_shard_.raw(), shard.size() * sizeof(float));
+  grid_.dp_comm().all_gather(shard.data(), out.data(), shard.size());
+  return out;
+}
+
 TagPlan& Trainer::eval_tags(int microbatches) {
   if (microbatches > 0 && eval_tags_.num_microbatches() != microbatches)
     eval_tags_ = TagPlan(schedule_.stage_to_rank, microbatches, false, grid_.pp_comm().tag_ub());

@@ -346,6 +346,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (with_datasets) write_datasets(file.get(), in);
       ok_rc(H5Fclose(file.release()));
     } catch (const Skip&) {
+      note("generator: HDF5 refused this combination");
       require(open_hdf5_objects() == 0, "generator left HDF5 objects open");
       return -1;  // a combination HDF5 refuses to write: not an input worth keeping
     }
@@ -357,7 +358,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     m = pipetrain::read_checkpoint_meta(path);
     read_ok = true;
-  } catch (const pipetrain::Error&) {
+    note("read_checkpoint_meta: ok, step " + std::to_string(m.step) + ", schedule \"" +
+         m.schedule + "\"");
+  } catch (const pipetrain::Error& e) {
+    note(std::string("read_checkpoint_meta: ") + e.what());
   }
   require(open_hdf5_objects() == 0, "read_checkpoint_meta left HDF5 objects open");
 

@@ -4,6 +4,7 @@
 //    well-formed file and each byte of a seed is one readable choice.
 //  - strict(): PIPETRAIN_FUZZ_STRICT=1 lets the generators produce the inputs of known,
 //    reported reader bugs that they otherwise steer around (README.md lists them).
+//  - verbose()/note(): PIPETRAIN_FUZZ_VERBOSE=1 prints each input's outcome.
 //  - require(): a property that must hold; __builtin_trap() otherwise (a finding).
 //  - TempPath: one scratch file per process, removed at exit.
 //  - H5 helpers for the structure-aware HDF5 generators: the file is always written
@@ -59,6 +60,18 @@ inline void require(bool ok, const char* what) {
     std::fprintf(stderr, "pipetrain fuzz: property violated: %s\n", what);
     __builtin_trap();
   }
+}
+
+// PIPETRAIN_FUZZ_VERBOSE=1: say what happened to each input (for writing seeds).
+inline bool verbose() {
+  static const bool on = [] {
+    const char* s = std::getenv("PIPETRAIN_FUZZ_VERBOSE");
+    return s && *s && std::strcmp(s, "0") != 0;
+  }();
+  return on;
+}
+inline void note(const std::string& what) {
+  if (verbose()) std::fprintf(stderr, "pipetrain fuzz: %s\n", what.c_str());
 }
 
 // One scratch file per process ($TMPDIR or /tmp, with the pid), removed at exit.

@@ -42,9 +42,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pipetrain::Config cfg;
   try {
     cfg = pipetrain::parse_config(text, "fuzz.toml", overrides);
-  } catch (const pipetrain::Error&) {
+  } catch (const pipetrain::Error& e) {
+    pipetrain_fuzz::note(std::string("parse_config: ") + e.what());
     return 0;
   }
+  pipetrain_fuzz::note("parse_config: ok (" + std::to_string(overrides.size()) + " overrides)");
   require(cfg.source == "fuzz.toml", "Config.source names the origin");
   try {
     pipetrain::validate_config(cfg);

@@ -64,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pipetrain::Schedule s;
   try {
     s = pipetrain::from_csv(text, "fuzz.csv", placement);
-  } catch (const pipetrain::Error&) {
+  } catch (const pipetrain::Error& e) {
+    pipetrain_fuzz::note(std::string("from_csv: ") + e.what());
     return 0;
   }
   require(s.num_ranks >= 1 && static_cast<size_t>(s.num_ranks) == s.per_rank.size(),
@@ -75,9 +76,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool valid = true;
   try {
     pipetrain::validate(s);
-  } catch (const pipetrain::Error&) {
+  } catch (const pipetrain::Error& e) {
+    pipetrain_fuzz::note(std::string("validate: ") + e.what());
     valid = false;
   }
+  if (valid)
+    pipetrain_fuzz::note("valid: " + std::to_string(s.num_ranks) + " ranks, " +
+                         std::to_string(s.num_stages) + " stages, " +
+                         std::to_string(s.num_microbatches) + " microbatches");
 
   // KNOWN ISSUE 2 (README.md): a rank whose row has only idle cells (",,") is dumped by
   // to_csv as an empty line; when it is the last rank, from_csv drops it as a trailing

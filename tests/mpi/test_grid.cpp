@@ -51,7 +51,8 @@ TEST(GridMatchesSingleRank, EveryGridScheduleClipAndZero1) {
           if (zero1 && g.dp == 1) continue;
           SCOPED_TRACE(::testing::Message() << "grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", "
                                             << sched << ", clip " << clip << ", zero1 " << zero1);
-          expect_same_run(run(grid_config(g, sched, clip, zero1), MPI_COMM_WORLD), ref);
+          const Config cfg = grid_config(g, sched, clip, zero1);
+          expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
         }
   }
 }

@@ -49,7 +49,7 @@ class PipelineMatchesSingleRank : public ::testing::TestWithParam<Case> {};
 void expect_matches_reference(const Config& cfg) {
   const RunResult& ref = reference();
   const RunResult got = run(cfg, MPI_COMM_WORLD);
-  expect_same_run(got, ref);
+  expect_same_run(got, ref, cfg);
   // Peak stashed activations equal the simulator's prediction.
   const Schedule sched = schedule_from_config(cfg);
   const SimResult sim = simulate(sched, Costs{});

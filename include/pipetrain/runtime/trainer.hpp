@@ -57,6 +57,10 @@ class Trainer {
   int microbatch_size() const { return mb_size_; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once
   const ExecutorStats& last_stats() const { return last_stats_; }
+  // The last step's fully reduced gradient (over dp replicas and the tied embedding),
+  // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
+  // order). Collective over the dp communicator under ZeRO-1 (gathers the shards).
+  std::vector<float> reduced_gradients();
 
   // Collective: writes parameters, AdamW moments and the run's state as of the start of
   // step `next_step` to `path` (see io/checkpoint.hpp).
