@@ -6,6 +6,7 @@
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
 namespace pipetrain {
@@ -20,7 +21,7 @@ std::string version_text() {
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
       "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}), cuda ({})\n"
-      "MPI: {}\nHDF5: {}.{}.{}{}",
+      "MPI: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
       blas_kernel_name(), cuda_build_summary(), mpi, maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
@@ -28,7 +29,8 @@ std::string version_text() {
 #else
       " (serial)"
 #endif
-  );
+      ,
+      fault::compiled_in ? "on (PIPETRAIN_FAULT, for tests)" : "off");
 }
 
 }  // namespace pipetrain

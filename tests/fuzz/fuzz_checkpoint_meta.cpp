@@ -122,6 +122,7 @@ hid_t memory_type(Kind k) { return k == Kind::U64 ? H5T_NATIVE_UINT64 : H5T_NATI
 size_t max_points() { return strict() ? 8 : 1; }
 
 void write_attr(hid_t obj, const Spec& s, const Attr& a) {
+  if (a.form == 1) return;  // absent
   std::string name = s.name;
   if (a.form == 10) name += " ";
   // Dataspace.

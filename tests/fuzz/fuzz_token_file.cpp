@@ -173,6 +173,7 @@ hsize_t huge_dims(uint8_t h) {
 }
 
 void write_vocab_attr(hid_t obj, const Plan& p, int64_t value) {
+  if (p.vocab_form == 1) return;  // absent
   H space;
   size_t n = 1;
   if (p.vocab_form == 5) {
@@ -211,6 +212,7 @@ void write_vocab_attr(hid_t obj, const Plan& p, int64_t value) {
 }
 
 void write_tokenizer_attr(hid_t obj, const Plan& p) {
+  if (p.tok_form == 1) return;  // absent
   H space;
   size_t n = 1;
   if (p.tok_form == 7) {
