@@ -80,12 +80,75 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& fil
   return s;
 }
 
-// The file selection of this rank's shard (or nothing).
-void select_shard(hid_t space, const std::vector<int64_t>& gshape, const Shard& shard, bool take) {
+// Adds the global hyperslab of the local box [lo, lo + n) (per dimension) to the
+// selection, splitting it at the shard's block boundaries along the shard dimension.
+void select_local_box(hid_t space, const Shard& shard, std::vector<hsize_t> lo, std::vector<hsize_t> n) {
+  if (shard.replicated()) {
+    H5Sselect_hyperslab(space, H5S_SELECT_OR, lo.data(), nullptr, n.data(), nullptr);
+    return;
+  }
+  const size_t d = static_cast<size_t>(shard.dim);
+  const hsize_t x0 = lo[d], x1 = lo[d] + n[d];
+  hsize_t offset = 0;  // where the block starts in the local layout
+  for (const auto& b : shard.blocks) {
+    const hsize_t b0 = offset, b1 = offset + static_cast<hsize_t>(b.length);
+    offset = b1;
+    const hsize_t s0 = std::max(x0, b0), s1 = std::min(x1, b1);
+    if (s0 >= s1) continue;
+    std::vector<hsize_t> start = lo, count = n;
+    start[d] = static_cast<hsize_t>(b.begin) + (s0 - b0);
+    count[d] = s1 - s0;
+    H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
+  }
+}
+
+// The local shape of a shard: the global shape with the shard dimension's blocks summed.
+std::vector<int64_t> local_shape(const std::vector<int64_t>& gshape, const Shard& shard) {
+  std::vector<int64_t> dims = gshape;
+  if (!shard.replicated()) {
+    int64_t len = 0;
+    for (const auto& b : shard.blocks) len += b.length;
+    dims[static_cast<size_t>(shard.dim)] = len;
+  }
+  return dims;
+}
+
+// Selects the elements [a, b) of the local shard's row-major layout: at most three boxes
+// (the rest of the first row, whole rows, the start of the last row) of a 1-D or 2-D
+// tensor. The local -> global map is increasing along every dimension, so HDF5's
+// row-major walk of the file selection meets the elements in the local order.
+void select_flat_range(hid_t space, const std::vector<int64_t>& gshape, const Shard& shard, int64_t a, int64_t b) {
+  H5Sselect_none(space);
+  if (a >= b) return;
+  const auto dims = local_shape(gshape, shard);
+  if (dims.size() == 1) {
+    select_local_box(space, shard, {static_cast<hsize_t>(a)}, {static_cast<hsize_t>(b - a)});
+    return;
+  }
+  if (dims.size() != 2) fail("checkpoint: ZeRO-1 slices of {}-D tensors are not supported", dims.size());
+  const int64_t C = dims[1];
+  auto box = [&](int64_t row, int64_t rows, int64_t col, int64_t cols) {
+    if (rows > 0 && cols > 0)
+      select_local_box(space, shard, {static_cast<hsize_t>(row), static_cast<hsize_t>(col)},
+                       {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)});
+  };
+  int64_t r0 = a / C, c0 = a % C;
+  const int64_t r1 = b / C, c1 = b % C;
+  if (r0 == r1) return box(r0, 1, c0, c1 - c0);
+  if (c0 > 0) box(r0++, 1, c0, C - c0);
+  box(r0, r1 - r0, 0, C);
+  box(r1, 1, 0, c1);
+}
+
+// The file selection of this rank's part of a tensor (or nothing).
+void select_part(hid_t space, const CheckpointTensor& t, bool take) {
   if (!take) {
     H5Sselect_none(space);
     return;
   }
+  if (t.partial()) return select_flat_range(space, t.global_shape, t.shard, t.flat_begin, t.flat_end);
+  const auto& gshape = t.global_shape;
+  const Shard& shard = t.shard;
   if (shard.replicated()) {
     H5Sselect_all(space);
     return;
@@ -99,15 +162,13 @@ void select_shard(hid_t space, const std::vector<int64_t>& gshape, const Shard& 
   }
 }
 
-// The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly).
-Id memory_space(hid_t file_space, const std::vector<int64_t>& gshape, const Shard& shard) {
+// The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly), or
+// a 1-D run of elements for a partial tensor.
+Id memory_space(hid_t file_space, const CheckpointTensor& t) {
   const hssize_t n = H5Sget_select_npoints(file_space);
-  std::vector<hsize_t> dims(gshape.begin(), gshape.end());
-  if (!shard.replicated()) {
-    hsize_t len = 0;
-    for (const auto& b : shard.blocks) len += static_cast<hsize_t>(b.length);
-    dims[static_cast<size_t>(shard.dim)] = len;
-  }
+  const auto local = local_shape(t.global_shape, t.shard);
+  std::vector<hsize_t> dims(local.begin(), local.end());
+  if (t.partial()) dims = {static_cast<hsize_t>(std::max<int64_t>(t.flat_end - t.flat_begin, 1))};
   Id mem = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "memory space");
   if (n == 0) H5Sselect_none(mem.get());
   return mem;
@@ -165,8 +226,8 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
       Id dset = checked(H5Dcreate2(root, t.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
                                    H5P_DEFAULT),
                         tmp + ": " + t.name);
-      select_shard(space.get(), t.global_shape, t.shard, t.write && t.data);
-      Id mem = memory_space(space.get(), t.global_shape, t.shard);
+      select_part(space.get(), t, t.write && t.data);
+      Id mem = memory_space(space.get(), t);
       check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data),
             tmp + ": writing " + t.name);
     }
@@ -224,8 +285,8 @@ void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::
            t.name, got, want);
     }
     if (!t.data) continue;  // independent reads: ranks without this tensor skip it
-    select_shard(space.get(), t.global_shape, t.shard, true);
-    Id mem = memory_space(space.get(), t.global_shape, t.shard);
+    select_part(space.get(), t, true);
+    Id mem = memory_space(space.get(), t);
     if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data) < 0)
       fail("{}: reading {} failed (checksum mismatch or I/O error): {}", path, t.name, h5io::last_error());
   }

@@ -9,10 +9,11 @@
 
 namespace pipetrain {
 
-std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments, float* m_flat, float* v_flat) {
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
   // The whole model's parameter list (names and global shapes), the same on every rank.
   ParameterStore all;
   Gpt2Stage whole(cfg_.model, 0, gpt2_num_units(cfg_.model), all);
+  const bool zero1 = grad_shard_.defined();
   std::vector<CheckpointTensor> out;
   const std::vector<std::pair<std::string, int>> kinds =
       moments ? std::vector<std::pair<std::string, int>>{{"params/", 0}, {"adam_m/", 1}, {"adam_v/", 2}}
@@ -24,11 +25,20 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments, float* m
       t.global_shape = g.global_shape;
       if (Parameter* p = params_.find(g.name)) {
         t.shard = p->shard;
-        float* base = kind == 0 ? p->value.f32()
-                      : kind == 1 ? (m_flat ? m_flat + p->offset : p->m.f32())
-                                  : (v_flat ? v_flat + p->offset : p->v.f32());
-        t.data = base;
-        t.write = grid_.coords().dp == 0 && counts_in_norm(*p);
+        if (kind == 0 || !zero1) {
+          t.data = kind == 0 ? p->value.f32() : kind == 1 ? p->m.f32() : p->v.f32();
+          t.write = grid_.coords().dp == 0 && counts_in_norm(*p);
+        } else {
+          // ZeRO-1: this dp rank holds the moments of the flat range [shard_lo_, shard_hi_)
+          // only, and writes / reads exactly that part of the tensor.
+          const int64_t lo = std::max(p->offset, shard_lo_), hi = std::min(p->offset + p->numel(), shard_hi_);
+          if (lo < hi) {
+            t.data = (kind == 1 ? m_shard_.f32() : v_shard_.f32()) + (lo - shard_lo_);
+            t.flat_begin = lo - p->offset;
+            t.flat_end = hi - p->offset;
+            t.write = counts_in_norm(*p);
+          }
+        }
       }
       out.push_back(std::move(t));
     }
@@ -47,34 +57,14 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.tp = grid_.tp();
   meta.zero1 = grad_shard_.defined();
   meta.schedule = schedule_.name;
-  Tensor m_full, v_full;
-  if (grad_shard_.defined()) {  // ZeRO-1: gather the moment shards first
-    m_full = Tensor::empty(*pool_, {params_.numel()});
-    v_full = Tensor::empty(*pool_, {params_.numel()});
-    const size_t n = static_cast<size_t>(shard_hi_ - shard_lo_);
-    grid_.dp_comm().all_gather(m_shard_.f32(), m_full.f32(), n);
-    grid_.dp_comm().all_gather(v_shard_.f32(), v_full.f32(), n);
-  }
-  write_checkpoint(path, grid_.world().comm(), meta,
-                   checkpoint_tensors(true, m_full.defined() ? m_full.f32() : nullptr,
-                                      v_full.defined() ? v_full.f32() : nullptr));
+  // Written straight from the live buffers: ZeRO-1 ranks write their moment shards, so
+  // a save allocates nothing.
+  write_checkpoint(path, grid_.world().comm(), meta, checkpoint_tensors(true));
 }
 
 int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   const CheckpointMeta meta = read_checkpoint_meta(path);
-  Tensor m_full, v_full;
-  if (grad_shard_.defined() && !weights_only) {
-    m_full = Tensor::empty(*pool_, {params_.numel()});
-    v_full = Tensor::empty(*pool_, {params_.numel()});
-  }
-  read_checkpoint_tensors(path, grid_.world().comm(),
-                          checkpoint_tensors(!weights_only, m_full.defined() ? m_full.f32() : nullptr,
-                                             v_full.defined() ? v_full.f32() : nullptr));
-  if (m_full.defined()) {
-    const size_t n = static_cast<size_t>(shard_hi_ - shard_lo_) * sizeof(float);
-    backend_.copy(m_shard_.f32(), m_full.f32() + shard_lo_, n);
-    backend_.copy(v_shard_.f32(), v_full.f32() + shard_lo_, n);
-  }
+  read_checkpoint_tensors(path, grid_.world().comm(), checkpoint_tensors(!weights_only));
   if (weights_only) return 0;
   if (meta.samples_seen != meta.step * cfg_.train.global_batch)
     fail("{}: written with train.global_batch = {}, this run has {}; resume with the same global batch "

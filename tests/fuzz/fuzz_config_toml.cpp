@@ -22,6 +22,37 @@ using pipetrain_fuzz::require;
 
 constexpr const char* kOverrideMarker = "\n#--set\n";
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -35,6 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while (b <= rest.size() && overrides.size() < 16) {
       const size_t e = std::min(rest.find('\n', b), rest.size());
       if (e > b) overrides.push_back(rest.substr(b, e - b));
+      // KNOWN ISSUE 7 (README.md): an override whose value is not TOML is stored as a bare
+      // string without a UTF-8 check, and to_toml then writes TOML that does not parse.
+      // Outside strict mode such overrides are not generated.
+      if (!overrides.empty() && !pipetrain_fuzz::strict() && !valid_utf8(overrides.back()))
+        return -1;
       b = e + 1;
     }
   }

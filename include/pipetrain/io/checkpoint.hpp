@@ -39,6 +39,10 @@ struct CheckpointTensor {
   Shard shard;
   float* data = nullptr;
   bool write = false;
+  // Only the elements [flat_begin, flat_end) of the local shard (row-major), which
+  // `data` points at — a ZeRO-1 rank's slice of the optimizer moments. -1: the whole shard.
+  int64_t flat_begin = 0, flat_end = -1;
+  bool partial() const { return flat_end >= 0; }
 };
 
 // Collective over `comm`: every rank passes the same tensor names in the same order.

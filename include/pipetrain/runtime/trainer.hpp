@@ -79,8 +79,8 @@ class Trainer {
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
   // Every tensor of the whole model in canonical order, pointing at this rank's data
-  // (moments: the given flat buffers, or p.m / p.v when null).
-  std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments, float* m_flat, float* v_flat);
+  // (under ZeRO-1, the moments: this dp rank's slice of them).
+  std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments);
 
   Config cfg_;
   Grid& grid_;
