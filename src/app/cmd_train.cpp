@@ -23,6 +23,7 @@
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/runtime/resume.hpp"
 #include "pipetrain/runtime/trace_writer.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/schedule/simulate.hpp"
@@ -58,33 +59,6 @@ struct WatchdogGuard {
 };
 
 constexpr int kTraceSteps = 20;  // steps recorded by --trace (the first ones)
-
-// --resume auto: rank 0 picks the newest checkpoint of `dir` that verifies, reporting
-// (and skipping) corrupt ones; every rank gets its path ("" = none).
-std::string find_resumable(const std::string& dir, Grid& grid) {
-  std::string chosen;
-  if (grid.world_rank() == 0) {
-    for (const auto& path : checkpoints_in(dir)) {
-      std::vector<std::string> bad;
-      try {
-        bad = verify_checkpoint(path);
-      } catch (const Error& e) {
-        bad = {e.what()};
-      }
-      if (bad.empty()) {
-        chosen = path;
-        break;
-      }
-      fmt::print(stderr, "pipetrain: skipping checkpoint {}: {} fails its checksum; trying the previous one\n",
-                 path, bad.front());
-    }
-  }
-  int len = static_cast<int>(chosen.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, grid.world().comm());
-  chosen.resize(static_cast<size_t>(len));
-  MPI_Bcast(chosen.data(), len, MPI_CHAR, 0, grid.world().comm());
-  return chosen;
-}
 
 // The backend runtime.device asks for. CUDA runs need a GPU; until the NCCL
 // communicator and host-staged checkpoints exist they are single-rank and checkpoint-free.
@@ -183,14 +157,16 @@ int run_train(const TrainOptions& opt) {
   // Where to start: a checkpoint (--resume), another run's weights (--init), or step 0.
   int start = 0;
   const auto& ck = cfg.checkpoint;
-  if (!opt.resume.empty()) {
-    const std::string path = opt.resume == "auto" ? find_resumable(ck.dir, grid) : opt.resume;
-    if (!path.empty()) {
-      start = static_cast<int>(trainer.load_checkpoint(path, false));
-      log.line(fmt::format("resumed from {} at step {}", path, start));
-    } else {
-      log.line(fmt::format("no checkpoint in {}: starting from step 0", ck.dir));
-    }
+  if (opt.resume == "auto") {
+    const ResumeResult r = resume_newest(trainer, grid, ck.dir, [](const std::string& path, const std::string& why) {
+      fmt::print(stderr, "pipetrain: skipping checkpoint {}: {}; trying the previous one\n", path, why);
+    });
+    start = static_cast<int>(r.step);
+    log.line(r.path.empty() ? fmt::format("no checkpoint in {}: starting from step 0", ck.dir)
+                            : fmt::format("resumed from {} at step {}", r.path, start));
+  } else if (!opt.resume.empty()) {
+    start = static_cast<int>(trainer.load_checkpoint(opt.resume, false));
+    log.line(fmt::format("resumed from {} at step {}", opt.resume, start));
   } else if (!opt.init.empty()) {
     trainer.load_checkpoint(opt.init, true);
     log.line(fmt::format("initialised the weights from {}", opt.init));

@@ -242,8 +242,23 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
   MPI_Barrier(comm);
 }
 
+namespace {
+CheckpointMeta read_meta(const std::string& path);
+}  // namespace
+
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   h5io::Quiet quiet;
+  try {
+    return read_meta(path);
+  } catch (const CheckpointUnreadable&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointUnreadable(e.what());
+  }
+}
+
+namespace {
+CheckpointMeta read_meta(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("{}: no such checkpoint file", path);
   if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
@@ -265,11 +280,14 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   m.config_toml = read_string_attr(file.get(), "config", path);
   return m;
 }
+}  // namespace
 
 void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::vector<CheckpointTensor>& tensors) {
   h5io::Quiet quiet;
   Id fapl = mpio_fapl(comm);
-  Id file = checked(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path + ": cannot open");
+  const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  if (opened < 0) throw CheckpointUnreadable(fmt::format("{}: cannot open: {}", path, h5io::last_error()));
+  Id file(opened);
   Id dxpl = transfer_list(H5FD_MPIO_INDEPENDENT);
   for (const auto& t : tensors) {
     if (H5Lexists(file.get(), t.name.c_str(), H5P_DEFAULT) <= 0)
@@ -288,7 +306,8 @@ void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::
     select_part(space.get(), t, true);
     Id mem = memory_space(space.get(), t);
     if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data) < 0)
-      fail("{}: reading {} failed (checksum mismatch or I/O error): {}", path, t.name, h5io::last_error());
+      throw CheckpointUnreadable(fmt::format("{}: reading {} failed (checksum mismatch or I/O error): {}", path,
+                                             t.name, h5io::last_error()));
   }
 }
 

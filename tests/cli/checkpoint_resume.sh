@@ -109,6 +109,11 @@ PY
 timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=bad --set train.steps=7 --resume auto >auto.out 2>auto.err
 grep -q "skipping checkpoint bad/step_00000006.h5" auto.err
 grep -q "resumed from bad/step_00000003.h5 at step 3" auto.out
+# The same on pp = 2: the ranks verify their own shares and agree on the fallback.
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=bad --set train.steps=7 \
+  --resume auto >auto2.out 2>auto2.err
+grep -q "skipping checkpoint bad/step_00000006.h5: .*(rank [01])" auto2.err
+grep -q "resumed from bad/step_00000003.h5 at step 3" auto2.out
 
 echo "== kill -9 one rank while a checkpoint is written: the previous one survives"
 mkdir crash && cp full/step_00000003.h5 crash/ && echo step_00000003.h5 >crash/latest

@@ -12,11 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/core/shard.hpp"
 
 namespace pipetrain {
 
 inline constexpr int kCheckpointFormatVersion = 1;
+
+// A checkpoint that cannot be read back as written: missing, not HDF5, not a pipetrain
+// checkpoint, or a dataset failing its checksum. `--resume auto` skips such files;
+// other errors (a checkpoint of another model) stop the run.
+class CheckpointUnreadable : public Error {
+ public:
+  using Error::Error;
+};
 
 struct CheckpointMeta {
   int format_version = kCheckpointFormatVersion;
@@ -50,13 +59,14 @@ struct CheckpointTensor {
 void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                       const std::vector<CheckpointTensor>& tensors);
 
-// Any rank, alone. Throws pipetrain::Error naming the file: missing, not HDF5, not a
+// Any rank, alone. Throws CheckpointUnreadable naming the file: missing, not HDF5, not a
 // pipetrain checkpoint, unsupported format version.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Collective over `comm`: reads each tensor's shard into `data` (tensors with
-// data == nullptr are skipped by this rank). Throws naming the dataset on a missing
-// tensor, a shape mismatch or a checksum failure.
+// data == nullptr are skipped by this rank). Throws pipetrain::Error naming the dataset
+// on a missing tensor or a shape mismatch, CheckpointUnreadable on a file that cannot be
+// opened or a checksum failure (only the chunks this rank reads are verified).
 void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::vector<CheckpointTensor>& tensors);
 
 struct CheckpointEntry {
