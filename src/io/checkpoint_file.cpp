@@ -113,31 +113,36 @@ std::vector<int64_t> local_shape(const std::vector<int64_t>& gshape, const Shard
   return dims;
 }
 
-// Selects the elements [a, b) of the local shard's row-major layout: at most three boxes
-// (the rest of the first row, whole rows, the start of the last row) of a 1-D or 2-D
-// tensor. The local -> global map is increasing along every dimension, so HDF5's
-// row-major walk of the file selection meets the elements in the local order.
-void select_flat_range(hid_t space, const std::vector<int64_t>& gshape, const Shard& shard, int64_t a, int64_t b) {
-  H5Sselect_none(space);
+// Calls box(lo, n) for the boxes that make up the elements [a, b) of a row-major 1-D or
+// 2-D array `dims`: at most three (the rest of the first row, whole rows, the start of
+// the last row).
+template <typename F>
+void for_each_flat_box(const std::vector<int64_t>& dims, int64_t a, int64_t b, F&& box) {
   if (a >= b) return;
-  const auto dims = local_shape(gshape, shard);
-  if (dims.size() == 1) {
-    select_local_box(space, shard, {static_cast<hsize_t>(a)}, {static_cast<hsize_t>(b - a)});
-    return;
-  }
+  if (dims.size() == 1) return box({static_cast<hsize_t>(a)}, {static_cast<hsize_t>(b - a)});
   if (dims.size() != 2) fail("checkpoint: ZeRO-1 slices of {}-D tensors are not supported", dims.size());
   const int64_t C = dims[1];
-  auto box = [&](int64_t row, int64_t rows, int64_t col, int64_t cols) {
-    if (rows > 0 && cols > 0)
-      select_local_box(space, shard, {static_cast<hsize_t>(row), static_cast<hsize_t>(col)},
-                       {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)});
+  auto rows = [&](int64_t row, int64_t count, int64_t col, int64_t cols) {
+    if (count > 0 && cols > 0)
+      box({static_cast<hsize_t>(row), static_cast<hsize_t>(col)},
+          {static_cast<hsize_t>(count), static_cast<hsize_t>(cols)});
   };
-  int64_t r0 = a / C, c0 = a % C;
-  const int64_t r1 = b / C, c1 = b % C;
-  if (r0 == r1) return box(r0, 1, c0, c1 - c0);
-  if (c0 > 0) box(r0++, 1, c0, C - c0);
-  box(r0, r1 - r0, 0, C);
-  box(r1, 1, 0, c1);
+  int64_t r0 = a / C;
+  const int64_t c0 = a % C, r1 = b / C, c1 = b % C;
+  if (r0 == r1) return rows(r0, 1, c0, c1 - c0);
+  if (c0 > 0) rows(r0++, 1, c0, C - c0);
+  rows(r0, r1 - r0, 0, C);
+  rows(r1, 1, 0, c1);
+}
+
+// Selects the elements [a, b) of the local shard in the file. The local -> global map is
+// increasing along every dimension, so HDF5's row-major walk of the file selection
+// meets the elements in the order of the memory selection (the same boxes, locally).
+void select_flat_range(hid_t space, const std::vector<int64_t>& gshape, const Shard& shard, int64_t a, int64_t b) {
+  H5Sselect_none(space);
+  for_each_flat_box(local_shape(gshape, shard), a, b, [&](std::vector<hsize_t> lo, std::vector<hsize_t> n) {
+    select_local_box(space, shard, std::move(lo), std::move(n));
+  });
 }
 
 // The file selection of this rank's part of a tensor (or nothing).
@@ -162,16 +167,33 @@ void select_part(hid_t space, const CheckpointTensor& t, bool take) {
   }
 }
 
-// The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly), or
-// a 1-D run of elements for a partial tensor.
+// The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly); for a
+// partial tensor the same boxes as in the file, selected in the shard's shape.
 Id memory_space(hid_t file_space, const CheckpointTensor& t) {
   const hssize_t n = H5Sget_select_npoints(file_space);
   const auto local = local_shape(t.global_shape, t.shard);
   std::vector<hsize_t> dims(local.begin(), local.end());
-  if (t.partial()) dims = {static_cast<hsize_t>(std::max<int64_t>(t.flat_end - t.flat_begin, 1))};
+  if (t.partial()) {
+    Id mem = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "memory space");
+    H5Sselect_none(mem.get());
+    if (n > 0)
+      for_each_flat_box(local, t.flat_begin, t.flat_end, [&](std::vector<hsize_t> lo, std::vector<hsize_t> cnt) {
+        H5Sselect_hyperslab(mem.get(), H5S_SELECT_OR, lo.data(), nullptr, cnt.data(), nullptr);
+      });
+    return mem;
+  }
   Id mem = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "memory space");
   if (n == 0) H5Sselect_none(mem.get());
   return mem;
+}
+
+// The address HDF5 takes as the start of the local shard. A partial tensor's data holds
+// only elements [flat_begin, flat_end), so this is flat_begin elements before it; HDF5
+// touches only the selected elements, all inside the buffer.
+void* buffer_of(const CheckpointTensor& t) {
+  if (!t.partial() || !t.data) return t.data;
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(t.data) -
+                                 static_cast<uintptr_t>(t.flat_begin) * sizeof(float));
 }
 
 // Chunks of at most ~4M elements (16 MiB), whole rows where possible.
@@ -228,7 +250,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
                         tmp + ": " + t.name);
       select_part(space.get(), t, t.write && t.data);
       Id mem = memory_space(space.get(), t);
-      check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data),
+      check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), buffer_of(t)),
             tmp + ": writing " + t.name);
     }
     check(H5Fflush(root, H5F_SCOPE_GLOBAL), tmp + ": flush");
@@ -305,7 +327,7 @@ void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::
     if (!t.data) continue;  // independent reads: ranks without this tensor skip it
     select_part(space.get(), t, true);
     Id mem = memory_space(space.get(), t);
-    if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), t.data) < 0)
+    if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), buffer_of(t)) < 0)
       throw CheckpointUnreadable(fmt::format("{}: reading {} failed (checksum mismatch or I/O error): {}", path,
                                              t.name, h5io::last_error()));
   }

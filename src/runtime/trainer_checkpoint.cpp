@@ -34,8 +34,10 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
           const int64_t lo = std::max(p->offset, shard_lo_), hi = std::min(p->offset + p->numel(), shard_hi_);
           if (lo < hi) {
             t.data = (kind == 1 ? m_shard_.f32() : v_shard_.f32()) + (lo - shard_lo_);
-            t.flat_begin = lo - p->offset;
-            t.flat_end = hi - p->offset;
+            if (hi - lo < p->numel()) {  // a tensor cut by the slice boundary: its part only
+              t.flat_begin = lo - p->offset;
+              t.flat_end = hi - p->offset;
+            }
             t.write = counts_in_norm(*p);
           }
         }
