@@ -10,7 +10,7 @@ PIPETRAIN_PACKAGES=(
 )
 
 # Only the test suite needs these (the report page is checked in headless Chromium).
-PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools)
+PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace)
 
 log() { printf '==> %s\n' "$*"; }
 

@@ -260,7 +260,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
   // own writes); only then is the complete file published under its name.
   sync_file(tmp);
   MPI_Barrier(comm);
-  if (rank == 0) durable_rename(tmp, path);
+  if (rank == 0) publish(tmp, path);
   MPI_Barrier(comm);
 }
 

@@ -33,6 +33,10 @@ void sync_directory(const std::string& dir) { sync_path(dir.empty() ? "." : dir,
 
 void durable_rename(const std::string& from, const std::string& to) {
   sync_file(from);
+  publish(from, to);
+}
+
+void publish(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
     fail("{}: cannot rename to {}: {}", from, to, std::strerror(errno));
   sync_directory(std::filesystem::path(to).parent_path().string());

@@ -11,7 +11,9 @@ namespace pipetrain {
 void sync_file(const std::string& path);
 // fsync(2) of a directory: makes renames and creations inside it durable.
 void sync_directory(const std::string& dir);
-// sync_file(from), rename(from, to), sync_directory(parent of to).
+// sync_file(from), then publish(from, to).
 void durable_rename(const std::string& from, const std::string& to);
+// rename(from, to), sync_directory(parent of to): for a file already synced.
+void publish(const std::string& from, const std::string& to);
 
 }  // namespace pipetrain

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (the `debug`
+# preset's flags, in build-debug/): any memory error, leak in our code or undefined
+# behaviour fails the run. Installs missing packages like test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+
+ensure_packages
+mpi_env
+dir=build-debug
+log "configuring $dir (Debug, -fsanitize=address,undefined)"
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DPIPETRAIN_ENABLE_CUDA=OFF -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=OFF >"$dir.configure.log" 2>&1 \
+  || { cat "$dir.configure.log"; exit 1; }
+log "building the unit tests with $(nproc) jobs"
+cmake --build "$dir" -j "$(nproc)" --target pipetrain_tests >"$dir.build.log" 2>&1 || { tail -n 60 "$dir.build.log"; exit 1; }
+# Leaks are reported for our code; the MPI and HDF5 libraries keep allocations until exit.
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+log "running the unit suite under the sanitizers"
+ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -E '^(cli|mpi)\.' "$@"
