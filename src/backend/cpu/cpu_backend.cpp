@@ -4,10 +4,12 @@
 // set_blas_threads().
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.hpp"
 #include "pipetrain/backend/backend.hpp"
@@ -158,7 +160,27 @@ class CpuBackend final : public Backend {
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  // One product large enough to run on every BLAS thread makes the BLAS allocate its
+  // work buffers (OpenBLAS: ~128 MiB per thread, on first use) at start-up: a rank short
+  // of memory later would otherwise hang inside OpenBLAS, which retries a failed buffer
+  // allocation forever, instead of failing cleanly in our own allocation. (~5 ms.)
+  static const bool warmed = [] {
+#ifdef PIPETRAIN_HAVE_OPENBLAS
+    // OpenBLAS would spin here too when even these buffers do not fit: check first.
+    const size_t need = static_cast<size_t>(std::max(1, openblas_get_num_threads())) * (130u << 20);
+    void* probe = std::malloc(need);
+    if (!probe) fail("cpu backend: out of memory at start-up: the BLAS needs {} MiB of work space", need >> 20);
+    std::free(probe);
+#endif
+    constexpr int n = 512;
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.0f), c(a.size());
+    cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+    return true;
+  }();
+  (void)warmed;
+  return std::make_unique<cpu::CpuBackend>();
+}
 
 std::string blas_kernel_name() {
 #ifdef PIPETRAIN_HAVE_OPENBLAS
