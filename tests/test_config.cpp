@@ -252,6 +252,15 @@ TEST(ConfigTestOverride, Malformed) {
   }
 }
 
+// Found by fuzzing: a bare value is stored as a string and written back by to_toml,
+// which must stay parseable TOML (UTF-8).
+TEST(ConfigTestOverride, ValueMustBeUtf8) {
+  EXPECT_HAS(error_of(kMinimal, {"log.dir=\xca" "runs"}), "not valid UTF-8");
+  EXPECT_HAS(error_of(kMinimal, {"log.dir=\xed\xa0\x80"}), "not valid UTF-8");  // a surrogate
+  EXPECT_EQ(parse(kMinimal, {"log.dir=r\xc3\xa9sultats"}).log.dir, "r\xc3\xa9sultats");
+  EXPECT_EQ(parse(kMinimal, {"log.dir=\xf0\x9f\x9a\x80"}).log.dir, "\xf0\x9f\x9a\x80");
+}
+
 TEST(ConfigTestOverride, UnknownKeyIsAnError) {
   const std::string e = error_of(kMinimal, {"model.n_layr=3"});
   EXPECT_HAS(e, "model.n_layr");

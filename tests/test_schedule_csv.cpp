@@ -121,6 +121,28 @@ TEST(ScheduleCsv, EmptyFiles) {
             std::string::npos);
 }
 
+// Found by fuzzing: one stray index must not make the reader or the validator allocate
+// gigabytes.
+TEST(ScheduleCsv, HugeIndicesAreRefused) {
+  const std::string msg = error_of([] { from_csv("0F999999999\n", "h.csv", "loop"); });
+  EXPECT_NE(msg.find("h.csv: rank 0, column 1: cell \"0F999999999\" is beyond the largest"), std::string::npos)
+      << msg;
+  const Schedule s = from_csv("0F0,0B0,0F40000,0B40000\n", "h.csv", "loop");  // parses, but is incomplete
+  const std::string v = error_of([&] { validate(s); });
+  EXPECT_NE(v.find("1 stages x 40001 microbatches need at least 40001 forwards, but the schedule has only 4"),
+            std::string::npos)
+      << v;
+}
+
+// Found by fuzzing: an idle last rank survives the round trip (it is not a blank line).
+TEST(ScheduleCsv, IdleRanksRoundTrip) {
+  const Schedule s = from_csv("0F0,0B0\n,\n", "i.csv", "0");
+  ASSERT_EQ(s.num_ranks, 2);
+  const Schedule back = from_csv(to_csv(s), "i.csv", "0");
+  EXPECT_EQ(back.num_ranks, 2);
+  EXPECT_EQ(back.per_rank, s.per_rank);
+}
+
 TEST(ScheduleCsv, SampleFilesValidate) {
   struct Sample {
     const char* file;

@@ -229,7 +229,28 @@ std::string trim(std::string_view s) {
 }
 
 // Applies one "section.key=value" override to the parsed document.
+// Whether `s` is well-formed UTF-8 (TOML documents must be; a bare --set value is
+// stored as a string and written back by to_toml).
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
+    if (n < 0 || i + static_cast<size_t>(n) >= s.size() + (n == 0)) return false;  // n continuation bytes must follow
+    for (int k = 1; k <= n; ++k)
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) != 0x2) return false;
+    // Overlong forms, surrogates and values above U+10FFFF.
+    if ((n == 1 && c < 0xC2) || (n == 2 && c == 0xE0 && static_cast<unsigned char>(s[i + 1]) < 0xA0) ||
+        (n == 2 && c == 0xED && static_cast<unsigned char>(s[i + 1]) >= 0xA0) ||
+        (n == 3 && c == 0xF0 && static_cast<unsigned char>(s[i + 1]) < 0x90) ||
+        (n == 3 && (c > 0xF4 || (c == 0xF4 && static_cast<unsigned char>(s[i + 1]) >= 0x90))))
+      return false;
+    i += static_cast<size_t>(n) + 1;
+  }
+  return true;
+}
+
 void apply_override(toml::table& doc, const std::string& text, Ctx& ctx) {
+  if (!valid_utf8(text)) fail("--set {}: not valid UTF-8", text);
   const auto eq = text.find('=');
   const std::string key = trim(std::string_view(text).substr(0, eq));
   const auto dot = key.find('.');

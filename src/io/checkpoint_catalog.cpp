@@ -19,8 +19,11 @@ namespace fs = std::filesystem;
 namespace {
 
 // Every dataset under `group` (recursively), with its path and shape. Uses only calls
-// whose signatures are the same in HDF5 1.10, 1.12 and 1.14.
-void walk(hid_t group, const std::string& prefix, std::vector<CheckpointEntry>& out) {
+// whose signatures are the same in HDF5 1.10, 1.12 and 1.14. A checkpoint nests two
+// groups deep; a link back to an ancestor (a cycle) stops at the depth limit.
+constexpr int kMaxDepth = 16;
+void walk(hid_t group, const std::string& prefix, std::vector<CheckpointEntry>& out, int depth = 0) {
+  if (depth > kMaxDepth) fail("/{}: groups nested more than {} deep (a link cycle?): not a pipetrain checkpoint", prefix, kMaxDepth);
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0) return;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
@@ -33,7 +36,7 @@ void walk(hid_t group, const std::string& prefix, std::vector<CheckpointEntry>& 
     if (!obj.valid()) continue;
     const std::string path = prefix.empty() ? name : prefix + "/" + name;
     if (H5Iget_type(obj.get()) == H5I_GROUP) {
-      walk(obj.get(), path, out);
+      walk(obj.get(), path, out, depth + 1);
     } else if (H5Iget_type(obj.get()) == H5I_DATASET) {
       h5io::Id space(H5Dget_space(obj.get()));
       std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));

@@ -58,26 +58,24 @@ void write_string_attr(hid_t obj, const char* name, const std::string& value) {
   check(H5Awrite(attr.get(), type.get(), padded.data()), name);
 }
 
+// A root attribute the checkpoint must have: exactly one integer.
 template <typename T>
 T read_attr(hid_t obj, const char* name, hid_t type, const std::string& file) {
   if (H5Aexists(obj, name) <= 0) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
   Id attr = checked(H5Aopen(obj, name, H5P_DEFAULT), file);
+  Id ftype = checked(H5Aget_type(attr.get()), file);
+  Id space = checked(H5Aget_space(attr.get()), file);
+  if (H5Tget_class(ftype.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
+    fail("{}: attribute {} must be one integer", file, name);
   T v{};
   check(H5Aread(attr.get(), type, &v), file);
   return v;
 }
 
 std::string read_string_attr(hid_t obj, const char* name, const std::string& file) {
-  if (H5Aexists(obj, name) <= 0) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
-  Id attr = checked(H5Aopen(obj, name, H5P_DEFAULT), file);
-  Id type = checked(H5Aget_type(attr.get()), file);
-  std::string s(H5Tget_size(type.get()), '\0');
-  Id mem = checked(H5Tcopy(H5T_C_S1), file);
-  H5Tset_size(mem.get(), s.size());
-  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
-  check(H5Aread(attr.get(), mem.get(), s.data()), file);
-  while (!s.empty() && s.back() == '\0') s.pop_back();
-  return s;
+  auto s = h5io::read_string_attr(obj, name, file);
+  if (!s) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
+  return *s;
 }
 
 // Adds the global hyperslab of the local box [lo, lo + n) (per dimension) to the
@@ -300,6 +298,9 @@ CheckpointMeta read_meta(const std::string& path) {
   m.zero1 = read_attr<int>(file.get(), "zero1", H5T_NATIVE_INT, path) != 0;
   m.schedule = read_string_attr(file.get(), "schedule", path);
   m.config_toml = read_string_attr(file.get(), "config", path);
+  if (m.step < 0 || m.tokens_seen < 0 || m.samples_seen < 0 || m.dp < 1 || m.pp < 1 || m.tp < 1)
+    fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {} x {} x {})", path, m.step, m.samples_seen,
+         m.tokens_seen, m.dp, m.pp, m.tp);
   return m;
 }
 }  // namespace

@@ -1,6 +1,10 @@
-// h5io::Id, h5io::Quiet and h5io::last_error (see pipetrain/io/token_dataset.hpp):
-// the small HDF5 plumbing shared by the token-file reader and writer.
+// h5io::Id, h5io::Quiet, h5io::last_error and the attribute readers (see
+// pipetrain/io/token_dataset.hpp): the small HDF5 plumbing shared by the token files
+// and the checkpoints.
+#include <optional>
 #include <string>
+
+#include "pipetrain/core/error.hpp"
 
 #include "pipetrain/io/token_dataset.hpp"
 
@@ -71,6 +75,48 @@ std::string last_error() {
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_first, &msg);
   H5Eclear2(H5E_DEFAULT);
   return msg;
+}
+
+std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path) {
+  if (H5Aexists(obj, name) <= 0) return std::nullopt;
+  Id attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr.valid()) fail("{}: cannot open attribute {} ({})", path, name, h5io::last_error());
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
+    fail("{}: attribute {} must be one integer", path, name);
+  int64_t v = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0)
+    fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
+  return v;
+}
+
+std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path) {
+  if (H5Aexists(obj, name) <= 0) return std::nullopt;
+  Id attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr.valid()) fail("{}: cannot open attribute {} ({})", path, name, h5io::last_error());
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
+    fail("{}: attribute {} must be one string", path, name);
+  std::string out;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Id mem(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+    char* s = nullptr;
+    if (H5Aread(attr.get(), mem.get(), &s) < 0)
+      fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
+    if (s) out = s;
+    H5free_memory(s);
+  } else {
+    std::string buf(H5Tget_size(type.get()), '\0');
+    if (H5Aread(attr.get(), type.get(), buf.data()) < 0)
+      fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
+    out = buf.substr(0, buf.find('\0'));
+    while (!out.empty() && out.back() == ' ') out.pop_back();  // space-padded strings
+  }
+  return out;
 }
 
 }  // namespace pipetrain::h5io

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,48 +31,6 @@ std::string describe_type(hid_t type) {
     default:
       return "a non-numeric type";
   }
-}
-
-std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path) {
-  if (H5Aexists(obj, name) <= 0) return std::nullopt;
-  Id attr(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!attr.valid()) fail("{}: cannot open attribute {} ({})", path, name, h5io::last_error());
-  Id type(H5Aget_type(attr.get()));
-  Id space(H5Aget_space(attr.get()));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
-    fail("{}: attribute {} must be one integer", path, name);
-  int64_t v = 0;
-  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0)
-    fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
-  return v;
-}
-
-std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path) {
-  if (H5Aexists(obj, name) <= 0) return std::nullopt;
-  Id attr(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!attr.valid()) fail("{}: cannot open attribute {} ({})", path, name, h5io::last_error());
-  Id type(H5Aget_type(attr.get()));
-  Id space(H5Aget_space(attr.get()));
-  if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
-    fail("{}: attribute {} must be one string", path, name);
-  std::string out;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    Id mem(H5Tcopy(H5T_C_S1));
-    H5Tset_size(mem.get(), H5T_VARIABLE);
-    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-    char* s = nullptr;
-    if (H5Aread(attr.get(), mem.get(), &s) < 0)
-      fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
-    if (s) out = s;
-    H5free_memory(s);
-  } else {
-    std::string buf(H5Tget_size(type.get()), '\0');
-    if (H5Aread(attr.get(), type.get(), buf.data()) < 0)
-      fail("{}: cannot read attribute {} ({})", path, name, h5io::last_error());
-    out = buf.substr(0, buf.find('\0'));
-    while (!out.empty() && out.back() == ' ') out.pop_back();  // space-padded strings
-  }
-  return out;
 }
 
 struct OpenedFile {
@@ -132,12 +91,12 @@ OpenedFile open_token_file(const std::string& path) {
   o.info.dtype = size == 2 ? "uint16" : "uint32";
 
   // Attributes: on the root group (what we write), else on /tokens.
-  auto vocab = read_int_attr(o.file.get(), kVocabAttr, path);
-  if (!vocab) vocab = read_int_attr(o.dataset.get(), kVocabAttr, path);
+  auto vocab = h5io::read_int_attr(o.file.get(), kVocabAttr, path);
+  if (!vocab) vocab = h5io::read_int_attr(o.dataset.get(), kVocabAttr, path);
   if (vocab && *vocab <= 0) fail("{}: bad {} {}", path, kVocabAttr, *vocab);
   o.info.vocab_size = vocab.value_or(0);
-  auto tok = read_string_attr(o.file.get(), kTokenizerAttr, path);
-  if (!tok) tok = read_string_attr(o.dataset.get(), kTokenizerAttr, path);
+  auto tok = h5io::read_string_attr(o.file.get(), kTokenizerAttr, path);
+  if (!tok) tok = h5io::read_string_attr(o.dataset.get(), kTokenizerAttr, path);
   o.info.tokenizer = tok.value_or("");
   return o;
 }
@@ -168,6 +127,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
     f.dataset = std::move(o.dataset);
     f.first = total_;
     f.count = o.info.num_tokens;
+    if (f.count > INT64_MAX - total_) fail("{}: {} tokens: the files together hold more than 2^63", path, f.count);
     total_ += f.count;
     files_.push_back(std::move(f));
     if (!o.info.tokenizer.empty()) {

@@ -68,11 +68,14 @@ int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   const CheckpointMeta meta = read_checkpoint_meta(path);
   read_checkpoint_tensors(path, grid_.world().comm(), checkpoint_tensors(!weights_only));
   if (weights_only) return 0;
-  if (meta.samples_seen != meta.step * cfg_.train.global_batch)
+  int64_t samples = 0, tokens = 0;  // what this run's shape implies for the checkpoint's step
+  const bool overflow = __builtin_mul_overflow(meta.step, static_cast<int64_t>(cfg_.train.global_batch), &samples) ||
+                        __builtin_mul_overflow(samples, static_cast<int64_t>(cfg_.train.seq_len), &tokens);
+  if (overflow || meta.samples_seen != samples)
     fail("{}: written with train.global_batch = {}, this run has {}; resume with the same global batch "
          "(or start a new run from its weights with --init)",
          path, meta.step == 0 ? 0 : meta.samples_seen / meta.step, cfg_.train.global_batch);
-  if (meta.step > 0 && meta.tokens_seen != meta.samples_seen * cfg_.train.seq_len)
+  if (meta.step > 0 && meta.tokens_seen != tokens)
     fail("{}: written with train.seq_len = {}, this run has {}; resume with the same sequence length "
          "(or start a new run from its weights with --init)",
          path, meta.tokens_seen / std::max<int64_t>(meta.samples_seen, 1), cfg_.train.seq_len);

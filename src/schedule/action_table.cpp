@@ -34,6 +34,15 @@ void check_shape(const Schedule& s) {
 ActionTable::ActionTable(const Schedule& s)
     : num_stages_(s.num_stages), num_microbatches_(s.num_microbatches) {
   check_shape(s);
+  // Every (stage, microbatch) runs at least a forward: a schedule with fewer actions than
+  // stages x microbatches is incomplete, and refusing it first bounds the table by the
+  // schedule's own size.
+  size_t actions = 0;
+  for (const auto& p : s.per_rank) actions += p.size();
+  const double pairs = static_cast<double>(num_stages_) * static_cast<double>(num_microbatches_);
+  if (pairs > static_cast<double>(actions))
+    fail("{} stages x {} microbatches need at least {:.0f} forwards, but the schedule has only {} actions",
+         num_stages_, num_microbatches_, pairs, actions);
   slots_.assign(4 * static_cast<size_t>(num_stages_) * static_cast<size_t>(num_microbatches_), {});
   for (int r = 0; r < s.num_ranks; ++r) {
     const auto& prog = s.per_rank[static_cast<size_t>(r)];

@@ -13,6 +13,9 @@
 namespace pipetrain {
 namespace {
 
+// Bounds on the indices a file may name (the stage map is sized by the largest stage).
+constexpr int kMaxStage = 65535, kMaxMicrobatch = (1 << 24) - 1;
+
 std::string trim(const std::string& s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
@@ -64,6 +67,7 @@ bool parse_cell(const std::string& cell, Action& a) {
 std::string to_csv(const Schedule& s) {
   std::string out;
   for (const auto& prog : s.per_rank) {
+    if (prog.empty()) out += ',';  // an idle rank: one empty cell, not a blank line (which ends the file)
     for (size_t i = 0; i < prog.size(); ++i) {
       if (i > 0) out += ',';
       out += to_string(prog[i]);
@@ -112,6 +116,10 @@ Schedule from_csv(const std::string& text, const std::string& origin, const std:
         fail("{}: rank {}, column {}: bad cell \"{}\" (expected <stage><F|B|I|W><microbatch>, "
              "e.g. 0F3)",
              origin, r, c + 1, cell);
+      if (a.stage > kMaxStage || a.microbatch > kMaxMicrobatch)
+        fail("{}: rank {}, column {}: cell \"{}\" is beyond the largest stage ({}) or microbatch ({}) a schedule "
+             "may name",
+             origin, r, c + 1, cell, kMaxStage, kMaxMicrobatch);
       max_stage = std::max(max_stage, a.stage);
       max_mb = std::max(max_mb, a.microbatch);
       s.per_rank[r].push_back(a);

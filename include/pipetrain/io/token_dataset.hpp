@@ -15,6 +15,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ class Quiet {
 
 // The most specific message on HDF5's error stack ("" if none); clears the stack.
 std::string last_error();
+
+// Attribute `name` of `obj`: nullopt when absent; pipetrain::Error naming `path` when it
+// is not exactly one integer (one string: fixed- or variable-length).
+std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path);
+std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path);
 
 }  // namespace h5io
 
