@@ -10,8 +10,7 @@
 # Environment:
 #   PIPETRAIN_FUZZ_SECONDS  seconds per target (default 30)
 #   PIPETRAIN_FUZZ_JOBS     build jobs (default: nproc)
-#   PIPETRAIN_FUZZ_STRICT=1 the targets also produce the inputs of the known, reported
-#                           reader bugs they otherwise steer around (see tests/fuzz/README.md)
+#   ASAN_OPTIONS, UBSAN_OPTIONS  passed through (default: quarantine_size_mb=64, stack traces)
 #
 # Reproduce a finding: build-fuzz/bin/<target> build-fuzz/artifacts/<target>/crash-...
 set -euo pipefail

@@ -3,7 +3,8 @@
 // drives a generator that writes a well-formed HDF5 file through the HDF5 C API (never
 // raw bytes: HDF5's own parser is not under test), shaped like what write_checkpoint()
 // writes, with each root attribute present or not, of the right or a wrong HDF5 type,
-// scalar or not, and with ordinary or extreme values. The reader must return or throw
+// scalar or not, and with ordinary or extreme values. read_checkpoint_meta must return or
+// throw CheckpointUnreadable, list_checkpoint / verify_checkpoint return or throw
 // pipetrain::Error; anything else is a finding, and so is an HDF5 object left open.
 //
 // Input layout (every byte read past the end is 0 = what write_checkpoint writes, so the
@@ -25,7 +26,9 @@
 //       from the input (2 length bytes), 3 embedded NUL, 4 'x' repeated (2 length
 //       bytes), 5 trailing spaces, 6 NULs only
 //   with flag 4: 1 byte number of datasets (1..3), per dataset 1 byte type, 1 byte rank,
-//     up to 3 dimension bytes (0..4), 1 byte layout; then 1 byte link flags.
+//     up to 3 dimension bytes (0..4), 1 byte layout; then 1 byte link flags: 1 soft link
+//     to a dataset, 2 dangling soft link, 4 external link, 8 empty group, 16 a group
+//     /loop with a hard link back to / (with 32: a soft link to /loop instead).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -115,11 +118,9 @@ hid_t writer_type(Kind k) {
 
 hid_t memory_type(Kind k) { return k == Kind::U64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64; }
 
-// KNOWN ISSUES 3 and 4 (README.md): read_checkpoint_meta reads numeric attributes into one
-// scalar and string attributes into a buffer of one element, whatever the attribute's
-// dataspace holds, so an attribute of several elements overflows the stack (numbers) or
-// the heap (strings). Outside strict mode the generator makes at most one element.
-size_t max_points() { return strict() ? 8 : 1; }
+// 1-D and 2-D attributes have up to 8 elements: the reader must refuse anything but one
+// (findings 3 and 4 in README.md: it once read them into room for one).
+constexpr size_t kMaxPoints = 8;
 
 void write_attr(hid_t obj, const Spec& s, const Attr& a) {
   if (a.form == 1) return;  // absent
@@ -132,12 +133,12 @@ void write_attr(hid_t obj, const Spec& s, const Attr& a) {
     space = H(ok(H5Screate(H5S_NULL)));
     npoints = 0;
   } else if (a.form == 6) {
-    const hsize_t dims[1] = {std::min<hsize_t>(a.arg % 9, max_points())};
+    const hsize_t dims[1] = {std::min<hsize_t>(a.arg % 9, kMaxPoints)};
     space = H(ok(H5Screate_simple(1, dims, nullptr)));
     npoints = dims[0];
   } else if (a.form == 7) {
     hsize_t dims[2] = {hsize_t{a.arg} % 3, hsize_t{a.arg2} % 3};
-    if (dims[0] * dims[1] > max_points()) dims[0] = dims[1] = 1;
+    if (dims[0] * dims[1] > kMaxPoints) dims[0] = dims[1] = 1;
     space = H(ok(H5Screate_simple(2, dims, nullptr)));
     npoints = dims[0] * dims[1];
   } else {
@@ -272,10 +273,8 @@ void write_datasets(hid_t file, Bytes& in) {
   if (links & 8) {
     H g(ok(H5Gcreate2(file, "empty_group", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   }
-  // KNOWN ISSUE 5 (README.md): list_checkpoint / verify_checkpoint follow links into
-  // groups without remembering where they have been, so a link back to an ancestor group
-  // recurses without end. Only in strict mode.
-  if (strict() && (links & 16)) {
+  // A link back to an ancestor group (a cycle): the walk must stop (finding 5).
+  if (links & 16) {
     H g(ok(H5Gcreate2(file, "loop", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     if (links & 32)
       ok_rc(H5Lcreate_soft("/loop", g.get(), "again", H5P_DEFAULT, H5P_DEFAULT));
@@ -284,8 +283,11 @@ void write_datasets(hid_t file, Bytes& in) {
   }
 }
 
-std::string stripped(std::string s) {
-  while (!s.empty() && s.back() == '\0') s.pop_back();
+// What the reader returns for a fixed-length string attribute: the text up to the first
+// NUL, without trailing spaces (h5io::read_string_attr; also reads space-padded strings).
+std::string read_back(const std::string& written) {
+  std::string s = written.substr(0, written.find('\0'));
+  while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
 
@@ -361,17 +363,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     read_ok = true;
     note("read_checkpoint_meta: ok, step " + std::to_string(m.step) + ", schedule \"" +
          m.schedule + "\"");
-  } catch (const pipetrain::Error& e) {
+  } catch (const pipetrain::CheckpointUnreadable& e) {
     note(std::string("read_checkpoint_meta: ") + e.what());
+  } catch (const pipetrain::Error& e) {
+    std::fprintf(stderr, "read_checkpoint_meta: %s\n", e.what());
+    require(false, "read_checkpoint_meta throws CheckpointUnreadable (--resume auto skips those)");
   }
   require(open_hdf5_objects() == 0, "read_checkpoint_meta left HDF5 objects open");
 
-  // Oracle: a file laid out exactly as write_checkpoint writes it reads back exactly.
+  // Oracle: a file laid out exactly as write_checkpoint writes it reads back what was
+  // written (strings as read_back() says), unless a value is one the reader refuses.
   bool writer_layout = !no_file && !not_hdf5;
   for (const auto& a : attrs) writer_layout = writer_layout && a.writer_layout();
   if (writer_layout) {
     const bool version_ok = clamp_i32(attrs[0].value) == pipetrain::kCheckpointFormatVersion;
-    require(read_ok == version_ok, "a writer-shaped file reads unless its version differs");
+    // Negative counters and a grid dimension below 1 are damage, refused by the reader.
+    const bool values_ok = attrs[1].value >= 0 && attrs[2].value >= 0 && attrs[3].value >= 0 &&
+                           clamp_i32(attrs[5].value) >= 1 && clamp_i32(attrs[6].value) >= 1 &&
+                           clamp_i32(attrs[7].value) >= 1;
+    require(read_ok == (version_ok && values_ok),
+            "a writer-shaped file reads unless its version differs or a value is out of range");
     if (read_ok) {
       require(m.format_version == clamp_i32(attrs[0].value), "format_version");
       require(m.step == attrs[1].value && m.tokens_seen == attrs[2].value &&
@@ -382,8 +393,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   m.tp == clamp_i32(attrs[7].value),
               "grid");
       require(m.zero1 == (clamp_i32(attrs[8].value) != 0), "zero1");
-      require(m.schedule == stripped(attrs[9].text), "schedule");
-      require(m.config_toml == stripped(attrs[10].text), "config");
+      require(m.schedule == read_back(attrs[9].text), "schedule");
+      require(m.config_toml == read_back(attrs[10].text), "config");
     }
   }
   if (no_file || not_hdf5) require(!read_ok, "no file / not HDF5 is an error");

@@ -2,8 +2,6 @@
 //  - Bytes: reads an input front to back; once it runs out every read returns 0, and
 //    every generator maps 0 to "what pipetrain itself writes", so the empty input is a
 //    well-formed file and each byte of a seed is one readable choice.
-//  - strict(): PIPETRAIN_FUZZ_STRICT=1 lets the generators produce the inputs of known,
-//    reported reader bugs that they otherwise steer around (README.md lists them).
 //  - verbose()/note(): PIPETRAIN_FUZZ_VERBOSE=1 prints each input's outcome.
 //  - require(): a property that must hold; __builtin_trap() otherwise (a finding).
 //  - TempPath: one scratch file per process, removed at exit.
@@ -45,14 +43,6 @@ class Bytes {
   const uint8_t* p_;
   const uint8_t* end_;
 };
-
-inline bool strict() {
-  static const bool on = [] {
-    const char* s = std::getenv("PIPETRAIN_FUZZ_STRICT");
-    return s && *s && std::strcmp(s, "0") != 0;
-  }();
-  return on;
-}
 
 // A property of our code that must hold: a failure is a finding, like a crash.
 inline void require(bool ok, const char* what) {

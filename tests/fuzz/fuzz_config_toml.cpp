@@ -4,6 +4,7 @@
 // Input: TOML text, optionally followed by a line "#--set" and then one `--set`
 // override per line ("train.lr=3e-4"). A pipetrain::Error is an expected outcome; any
 // other exception, a crash or a sanitizer report is a finding. When parsing succeeds:
+//  - every override was valid UTF-8 (one that is not must be refused);
 //  - validate_config() accepts the result (parse_config already validated it);
 //  - to_toml round trip (documented in config.hpp): parse_config(to_toml(cfg)) succeeds
 //    and gives the same TOML again.
@@ -66,14 +67,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while (b <= rest.size() && overrides.size() < 16) {
       const size_t e = std::min(rest.find('\n', b), rest.size());
       if (e > b) overrides.push_back(rest.substr(b, e - b));
-      // KNOWN ISSUE 7 (README.md): an override whose value is not TOML is stored as a bare
-      // string without a UTF-8 check, and to_toml then writes TOML that does not parse.
-      // Outside strict mode such overrides are not generated.
-      if (!overrides.empty() && !pipetrain_fuzz::strict() && !valid_utf8(overrides.back()))
-        return -1;
       b = e + 1;
     }
   }
+
+  // An override that is not UTF-8 must be refused: a bare value is kept as a string,
+  // and to_toml would write it into a document that no longer parses (finding 7).
+  bool overrides_utf8 = true;
+  for (const auto& o : overrides) overrides_utf8 = overrides_utf8 && valid_utf8(o);
 
   pipetrain::Config cfg;
   try {
@@ -82,6 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pipetrain_fuzz::note(std::string("parse_config: ") + e.what());
     return 0;
   }
+  require(overrides_utf8, "parse_config refuses an override that is not UTF-8");
   pipetrain_fuzz::note("parse_config: ok (" + std::to_string(overrides.size()) + " overrides)");
   require(cfg.source == "fuzz.toml", "Config.source names the origin");
   try {
