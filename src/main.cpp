@@ -6,6 +6,7 @@
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/app/fail_fast.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
@@ -42,6 +43,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);  // may re-execute with a better OpenBLAS kernel; before MPI starts
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   pipetrain::install_fail_fast();

@@ -5,6 +5,7 @@
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
@@ -23,7 +24,7 @@ std::string version_text() {
       "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}), cuda ({})\n"
       "MPI: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
-      blas_kernel_name(), cuda_build_summary(), mpi, maj, min, rel,
+      blas_kernel_summary(), cuda_build_summary(), mpi, maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
       " (parallel)"
 #else

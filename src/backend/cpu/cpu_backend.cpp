@@ -13,6 +13,7 @@
 
 #include "cpu_kernels.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
@@ -25,7 +26,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   std::string name() const override {
-    return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_name() + ")";
+    return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ")";
   }
 
   void* allocate(size_t bytes) override {

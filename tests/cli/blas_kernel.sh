@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Kernel selection (pipetrain/backend/blas_kernel.hpp): a fallback OpenBLAS kernel is
+# replaced by the CPU's best before the first product and the header says so; a user's
+# OPENBLAS_CORETYPE is left alone; PIPETRAIN_BLAS_KERNEL=keep never corrects.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$SRC/tests/cli/lib/expect.sh"
+cd "$tmp"
+version() { env -u OPENBLAS_CORETYPE -u PIPETRAIN_BLAS_KERNEL "$@" "$PIPETRAIN" --version | grep "^backends:"; }
+if ! version | grep -q 'BLAS [A-Za-z0-9_]* (detected)'; then
+  echo "skipped: not OpenBLAS ($(version))"
+  exit 0
+fi
+
+echo "== a user's OPENBLAS_CORETYPE is honoured (and the header says what this CPU could run)"
+out=$(version OPENBLAS_CORETYPE=Prescott)
+expect_contains "$out" "BLAS Prescott (OPENBLAS_CORETYPE" "explicit setting"
+out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=keep)
+expect_contains "$out" "BLAS Prescott (OPENBLAS_CORETYPE" "keep"
+
+if ! grep -qw avx /proc/cpuinfo; then
+  echo "skipped the correction: this CPU has no AVX (Prescott is its best kernel)"
+  exit 0
+fi
+echo "== a fallback kernel is corrected before the first product, also under mpiexec"
+# PIPETRAIN_BLAS_KERNEL=best treats the forced Prescott like OpenBLAS's own fallback.
+out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best)
+expect_contains "$out" "(corrected from Prescott on this" "correction"
+[[ $out != *"BLAS Prescott"* ]] || die "still Prescott after the correction: $out"
+head -c 50000 "$SRC/inputs/austen.txt" >c.txt
+"$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
+OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best timeout 120 "$MPIEXEC" -np 2 \
+  -x OPENBLAS_CORETYPE -x PIPETRAIN_BLAS_KERNEL "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+  --set data.train=c.h5 --set model.n_layer=2 --set model.d_model=32 --set train.seq_len=16 \
+  --set model.max_seq_len=16 --set train.steps=2 --set parallel.pp=2 --set log.progress=false >train.out
+expect_contains "$(cat train.out)" "(corrected from Prescott on this" "train header"
+grep -q "^step" train.out || die "the corrected run did not train: $(cat train.out)"
+echo "kernel selection checks passed"

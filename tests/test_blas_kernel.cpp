@@ -1,0 +1,40 @@
+// Kernel selection: which OpenBLAS core replaces the one running, for each instruction
+// set (the re-execution itself is checked end to end by tests/cli/blas_kernel.sh).
+#include <gtest/gtest.h>
+
+#include "pipetrain/backend/blas_kernel.hpp"
+
+namespace pipetrain {
+namespace {
+
+CpuIsa isa(int level, bool bf16 = false, bool amd = false) {
+  CpuIsa i;
+  i.avx = level >= 1;
+  i.avx2_fma = level >= 2;
+  i.avx512 = level >= 3;
+  i.avx512_bf16 = bf16;
+  i.amd = amd;
+  return i;
+}
+
+TEST(BlasKernel, AFallbackIsReplacedByTheBestCoreForTheCpu) {
+  EXPECT_EQ(better_openblas_core("Prescott", isa(3)), "SkylakeX");  // the Xeon model 207 case
+  EXPECT_EQ(better_openblas_core("Prescott", isa(3, true)), "Cooperlake");
+  EXPECT_EQ(better_openblas_core("Haswell", isa(3)), "SkylakeX");
+  EXPECT_EQ(better_openblas_core("Sandybridge", isa(2)), "Haswell");
+  EXPECT_EQ(better_openblas_core("Core2", isa(2, false, true)), "Zen");
+  EXPECT_EQ(better_openblas_core("NEHALEM", isa(1)), "Sandybridge");  // OpenBLAS names are case-insensitive
+}
+
+TEST(BlasKernel, ARightOrUnknownCoreIsKept) {
+  EXPECT_EQ(better_openblas_core("Cooperlake", isa(3, true)), "");
+  EXPECT_EQ(better_openblas_core("SkylakeX", isa(3, true)), "");  // same level: OpenBLAS knows best
+  EXPECT_EQ(better_openblas_core("Zen", isa(2, false, true)), "");
+  EXPECT_EQ(better_openblas_core("Prescott", isa(0)), "");      // an SSE-only CPU
+  EXPECT_EQ(better_openblas_core("SkylakeX", isa(2)), "");      // never "down"
+  EXPECT_EQ(better_openblas_core("unknown", isa(3)), "");       // not OpenBLAS
+  EXPECT_EQ(better_openblas_core("NEOVERSEN1", isa(0)), "");    // not x86
+}
+
+}  // namespace
+}  // namespace pipetrain
