@@ -99,8 +99,12 @@ void select_blas_kernel(char** argv) {
 std::string blas_kernel_summary() {
   const std::string running = blas_kernel_name();
 #ifdef PIPETRAIN_HAVE_OPENBLAS
-  if (const std::string from = env(kCorrectedFrom); !from.empty())
+  if (const std::string from = env(kCorrectedFrom); !from.empty()) {
+    if (from == running)  // this OpenBLAS build lacks the kernel it was asked for
+      return running + " (OpenBLAS did not take OPENBLAS_CORETYPE=" + env("OPENBLAS_CORETYPE") + " on this " +
+             isa_name(detect_cpu_isa()) + " CPU)";
     return running + " (corrected from " + from + " on this " + isa_name(detect_cpu_isa()) + " CPU)";
+  }
   if (!env("OPENBLAS_CORETYPE").empty()) {
     const std::string better = better_openblas_core(running, detect_cpu_isa());
     return running + " (OPENBLAS_CORETYPE" +
