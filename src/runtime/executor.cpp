@@ -16,13 +16,13 @@ namespace pipetrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-enum Kind { kActivation = 0, kGradient = 1 };
-constexpr int kRecvLookahead = 4;  // actions ahead whose inputs are posted as receives
 
 struct Key {
-  int kind, microbatch, stage;  // stage = the consumer
+  int kind, microbatch, stage;  // Transfer kind; stage = the consumer
   auto operator<=>(const Key&) const = default;
 };
+Key key_of(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.stage}; }
+constexpr int kActivation = static_cast<int>(Transfer::Activation);
 
 // Everything one (microbatch, stage) keeps between its F and its last backward action.
 struct StageStash {
@@ -32,6 +32,7 @@ struct StageStash {
 
 struct PendingRecv {
   Tensor buffer;
+  int peer = -1;
   std::unique_ptr<CommRequest> request;
 };
 
@@ -43,73 +44,75 @@ struct PendingSend {
 }  // namespace
 
 struct PipelineExecutor::Impl {
-  Impl(PipelineExecutor& e, const TagPlan& tg, const MicrobatchLoader& l, int b, int t, int rank, float scale,
-       bool tr, const ExecutorHooks& h)
-      : ex(e), tags(tg), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
+  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr,
+       const ExecutorHooks& h)
+      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
   PipelineExecutor& ex;
-  const TagPlan& tags;
   const MicrobatchLoader& load;
   int B, T, me;
   float loss_scale;
   bool trace;
   const ExecutorHooks& hooks;
   std::map<int, size_t> last_weight_action;  // stage -> index of its last B or W in the program
-  size_t current = 0;                        // index of the running action
+  size_t current = 0;                        // index of the running instruction
   Clock::time_point t0 = Clock::now();
   ExecutorStats stats;
   std::map<std::pair<int, int>, StageStash> stashes;  // (microbatch, stage)
-  std::map<Key, Tensor> handoff;                      // same-rank producer -> consumer
+  std::map<Key, Tensor> outputs;                      // computed, until their SEND or MOVE
+  std::map<Key, Tensor> handoff;                      // moved to a consumer on this rank
   std::map<Key, PendingRecv> recvs;
   std::deque<PendingSend> sends;
   std::vector<int32_t> host_in, host_tgt;
   std::vector<float> host_loss;
 
-  int S() const { return ex.schedule_.num_stages; }
-  int rank_of(int stage) const { return ex.schedule_.stage_to_rank[static_cast<size_t>(stage)]; }
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
   size_t activation_elems() const { return static_cast<size_t>(B) * T * ex.d_model_; }
 
-  int tag_of(const Key& k) const { return tags.tag(static_cast<Transfer>(k.kind), k.microbatch, k.stage); }
-
-  // The remote input an action consumes, if any.
-  std::optional<std::pair<Key, int>> remote_input(const Action& a) const {
-    if (a.op == Op::F && a.stage > 0 && rank_of(a.stage - 1) != me)
-      return std::pair{Key{kActivation, a.microbatch, a.stage}, rank_of(a.stage - 1)};
-    if ((a.op == Op::B || a.op == Op::I) && a.stage < S() - 1 && rank_of(a.stage + 1) != me)
-      return std::pair{Key{kGradient, a.microbatch, a.stage}, rank_of(a.stage + 1)};
-    return std::nullopt;
+  // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
+  void post(const Instr& in) {
+    PendingRecv r;
+    r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
+    r.peer = in.peer;
+    r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), in.peer, in.tag);
+    recvs.emplace(key_of(in), std::move(r));
   }
 
-  void post_receives(const std::vector<Action>& program, size_t from) {
-    for (size_t j = from; j < program.size() && j < from + kRecvLookahead; ++j) {
-      auto in = remote_input(program[j]);
-      if (!in || recvs.count(in->first)) continue;
-      PendingRecv r;
-      r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
-      r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), in->second,
-                               tag_of(in->first));
-      recvs.emplace(in->first, std::move(r));
-    }
+  // SEND: the output goes out as soon as it exists; completed sends free their buffers.
+  void send(const Instr& in) {
+    Tensor t = take_output(in);
+    PendingSend s;
+    s.request = ex.pp_.isend(t.f32(), activation_elems(), in.peer, in.tag);
+    s.buffer = std::move(t);
+    sends.push_back(std::move(s));
+    while (!sends.empty() && sends.front().request->test()) sends.pop_front();
   }
 
-  Tensor take_input(const Action& a, Key key, int source_rank) {
+  // MOVE: a hand-off to a stage of this rank.
+  void move(const Instr& in) { handoff.emplace(key_of(in), take_output(in)); }
+
+  Tensor take_output(const Instr& in) {
+    auto it = outputs.find(key_of(in));
+    if (it == outputs.end()) fail("rank {}: instruction {} of the program ({}) has nothing to send", me, current, to_string(in));
+    Tensor t = std::move(it->second);
+    outputs.erase(it);
+    return t;
+  }
+
+  // The input of action `a`: handed over on this rank, or a posted receive waited on now.
+  Tensor take_input(const Action& a, Key key) {
     if (auto it = handoff.find(key); it != handoff.end()) {
       Tensor t = std::move(it->second);
       handoff.erase(it);
       return t;
     }
     auto it = recvs.find(key);
-    if (it == recvs.end()) {  // not yet posted (lookahead window passed it by)
-      PendingRecv r;
-      r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
-      r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), source_rank,
-                               tag_of(key));
-      it = recvs.emplace(key, std::move(r)).first;
-    }
-    watchdog::set_position(fmt::format("step {}, action {} ({}), which needs the {} of {}{}{} from rank {}", hooks.step,
-                                       current, to_string(a), key.kind == kActivation ? "activation" : "gradient",
+    if (it == recvs.end())
+      fail("rank {}: {} has no input: the program posts no receive and no hand-off for it", me, to_string(a));
+    watchdog::set_position(fmt::format("step {}, instruction {} ({}), which needs the {} of {}{}{} from rank {}",
+                                       hooks.step, current, to_string(a),
+                                       key.kind == kActivation ? "activation" : "gradient",
                                        key.kind == kActivation ? key.stage - 1 : key.stage + 1,
-                                       key.kind == kActivation ? 'F' : 'B', key.microbatch, source_rank));
+                                       key.kind == kActivation ? 'F' : 'B', key.microbatch, it->second.peer));
     fault::point("p2p-wait");
     const double w0 = now();
     it->second.request->wait();
@@ -119,20 +122,6 @@ struct PipelineExecutor::Impl {
     Tensor t = std::move(it->second.buffer);
     recvs.erase(it);
     return t;
-  }
-
-  void deliver(Key key, Tensor t) {
-    const int dest = rank_of(key.stage);
-    if (dest == me) {
-      handoff.emplace(key, std::move(t));
-      return;
-    }
-    PendingSend s;
-    s.request = ex.pp_.isend(t.f32(), activation_elems(), dest, tag_of(key));
-    s.buffer = std::move(t);
-    sends.push_back(std::move(s));
-    // Completed sends give their buffers back to the pool.
-    while (!sends.empty() && sends.front().request->test()) sends.pop_front();
   }
 
   Gpt2Stage& stage(const Action& a) {
@@ -164,11 +153,11 @@ struct PipelineExecutor::Impl {
     return ctx;
   }
 
-  void forward(const Action& a) {
+  void forward(const Action& a, bool frees) {
     fault::point("forward");
     Gpt2Stage& st = stage(a);
     Tensor x;
-    if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage}, rank_of(a.stage - 1));
+    if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage});
     const double c0 = now();
     StageStash& ss = stashes[{a.microbatch, a.stage}];
     ss.ctx = make_context(a.microbatch, st);
@@ -181,8 +170,8 @@ struct PipelineExecutor::Impl {
     }
     compute_done(a, c0);
     stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
-    if (loss_scale == 0.0f) stashes.erase({a.microbatch, a.stage});  // evaluation: nothing to keep
-    if (!st.has_head()) deliver({kActivation, a.microbatch, a.stage + 1}, std::move(x));
+    if (frees) stashes.erase({a.microbatch, a.stage});  // forward only: nothing to keep
+    if (!st.has_head()) outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, std::move(x));
   }
 
   StageStash& stash_of(const Action& a) {
@@ -191,11 +180,11 @@ struct PipelineExecutor::Impl {
     return it->second;
   }
 
-  void backward_input(const Action& a) {
+  void backward_input(const Action& a, bool frees) {
     fault::point("backward");
     Gpt2Stage& st = stage(a);
     Tensor dy;
-    if (!st.has_head()) dy = take_input(a, {kGradient, a.microbatch, a.stage}, rank_of(a.stage + 1));
+    if (!st.has_head()) dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
     const double c0 = now();
     StageStash& ss = stash_of(a);
     auto& layers = st.layers();
@@ -206,12 +195,12 @@ struct PipelineExecutor::Impl {
         weights_done(a, i);
       }
     }
-    if (a.op == Op::B) stashes.erase({a.microbatch, a.stage});
+    if (frees) stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);
-    if (a.stage > 0) deliver({kGradient, a.microbatch, a.stage - 1}, std::move(dy));
+    if (a.stage > 0) outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
   }
 
-  void backward_weight(const Action& a) {
+  void backward_weight(const Action& a, bool frees) {
     fault::point("backward");
     Gpt2Stage& st = stage(a);
     const double c0 = now();
@@ -221,7 +210,7 @@ struct PipelineExecutor::Impl {
       layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
       weights_done(a, i);
     }
-    stashes.erase({a.microbatch, a.stage});
+    if (frees) stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);
   }
 
@@ -239,43 +228,49 @@ struct PipelineExecutor::Impl {
   }
 };
 
-PipelineExecutor::PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages,
-                                   Communicator& pp, Communicator* tp, Backend& backend, MemoryPool& pool,
-                                   int d_model)
-    : schedule_(schedule), stages_(std::move(stages)), pp_(pp), tp_(tp), backend_(backend), pool_(pool),
-      d_model_(d_model) {}
+PipelineExecutor::PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp,
+                                   Backend& backend, MemoryPool& pool, int d_model)
+    : stages_(std::move(stages)), pp_(pp), tp_(tp), backend_(backend), pool_(pool), d_model_(d_model) {}
 
-ExecutorStats PipelineExecutor::run(const std::vector<Action>& program, const TagPlan& tags,
-                                    const MicrobatchLoader& load, int B, int T, float loss_scale, bool trace,
-                                    const ExecutorHooks& hooks) {
-  Impl st(*this, tags, load, B, T, pp_.rank(), loss_scale, trace, hooks);
-  for (size_t i = 0; i < program.size(); ++i)
-    if (program[i].op == Op::B || program[i].op == Op::W) st.last_weight_action[program[i].stage] = i;
+ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
+                                    float loss_scale, bool trace, const ExecutorHooks& hooks) {
+  Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instr& in = program[i];
+    if (in.op == InstrOp::Compute && (in.action.op == Op::B || in.action.op == Op::W))
+      st.last_weight_action[in.action.stage] = i;
+  }
   const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
   st.host_in.resize(n);
   st.host_tgt.resize(n);
   st.host_loss.resize(n);
   for (size_t i = 0; i < program.size(); ++i) {
-    st.post_receives(program, i);
     st.current = i;
-    const Action& a = program[i];
-    watchdog::set_position(fmt::format("step {}, action {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
+    const Instr& in = program[i];
+    switch (in.op) {
+      case InstrOp::Recv: st.post(in); continue;
+      case InstrOp::Send: st.send(in); continue;
+      case InstrOp::Move: st.move(in); continue;
+      case InstrOp::Compute: break;
+    }
+    const Action& a = in.action;
+    watchdog::set_position(fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
     switch (a.op) {
-      case Op::F: st.forward(a); break;
+      case Op::F: st.forward(a, in.frees_stash); break;
       case Op::B:
-      case Op::I: st.backward_input(a); break;
-      case Op::W: st.backward_weight(a); break;
+      case Op::I: st.backward_input(a, in.frees_stash); break;
+      case Op::W: st.backward_weight(a, in.frees_stash); break;
     }
     if (hooks.poll) hooks.poll();
   }
-  watchdog::set_position(fmt::format("step {}, end of the action list (waiting for its sends)", hooks.step));
+  watchdog::set_position(fmt::format("step {}, end of the program (waiting for its sends)", hooks.step));
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();
   st.sends.clear();
   st.stats.wait_s += st.now() - w0;
-  if (!st.stashes.empty() || !st.handoff.empty() || !st.recvs.empty())
-    fail("rank {}: the schedule left {} activation stashes, {} hand-offs and {} receives unused",
-         st.me, st.stashes.size(), st.handoff.size(), st.recvs.size());
+  if (!st.stashes.empty() || !st.handoff.empty() || !st.recvs.empty() || !st.outputs.empty())
+    fail("rank {}: the program left {} activation stashes, {} hand-offs, {} receives and {} outputs unused", st.me,
+         st.stashes.size(), st.handoff.size(), st.recvs.size(), st.outputs.size());
   st.stats.total_s = st.now();
   return st.stats;
 }

@@ -20,6 +20,10 @@
 
 namespace pipetrain {
 
+namespace {
+constexpr int kRecvLookahead = 4;  // compute actions ahead whose inputs are posted as receives
+}  // namespace
+
 Schedule schedule_from_config(const Config& cfg) {
   const auto& p = cfg.parallel;
   Schedule s;
@@ -71,13 +75,14 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
   params_.allocate(*pool_, backend_, !zero1, 16 * grid.dp());
   params_.initialize(cfg.train.seed, backend_);
-  executor_ = std::make_unique<PipelineExecutor>(schedule_, mine, grid.pp_comm(), &grid.tp_comm(), backend_,
-                                                 *pool_, cfg.model.d_model);
-  // Every message tag of a step (and of evaluation, when configured) is fixed and
-  // checked against the MPI's bound now, before any compute.
-  train_tags_ = TagPlan(schedule_.stage_to_rank, schedule_.num_microbatches, true, grid.pp_comm().tag_ub());
+  executor_ = std::make_unique<PipelineExecutor>(mine, grid.pp_comm(), &grid.tp_comm(), backend_, *pool_,
+                                                 cfg.model.d_model);
+  // The step's program (and evaluation's, when configured): every transfer and tag is
+  // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
+  train_program_ = lower(schedule_, {kRecvLookahead, grid.pp_comm().tag_ub()});
+  validate_program(train_program_, grid.pp_comm().tag_ub());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
-    eval_tags(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
+    eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   if (zero1) {
     const int64_t n = params_.numel() / grid.dp();
     shard_lo_ = n * grid.coords().dp;
@@ -195,7 +200,7 @@ StepMetrics Trainer::train_step(int step) {
     hooks.layer_grads_final = [this](int stage, int layer) { reducer_->layer_final(stage, layer); };
     hooks.poll = [this] { reducer_->poll(); };
   }
-  last_stats_ = executor_->run(schedule_.per_rank[static_cast<size_t>(grid_.coords().pp)], train_tags_, load, mb_size_,
+  last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
                                cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
   reduce_gradients();
@@ -241,10 +246,14 @@ std::vector<float> Trainer::reduced_gradients() {
   return out;
 }
 
-TagPlan& Trainer::eval_tags(int microbatches) {
-  if (microbatches > 0 && eval_tags_.num_microbatches() != microbatches)
-    eval_tags_ = TagPlan(schedule_.stage_to_rank, microbatches, false, grid_.pp_comm().tag_ub());
-  return eval_tags_;
+const Program& Trainer::eval_program(int microbatches) {
+  if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
+    const int tag_ub = grid_.pp_comm().tag_ub();
+    eval_program_ = lower(forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches),
+                          {kRecvLookahead, tag_ub});
+    validate_program(eval_program_, tag_ub);
+  }
+  return eval_program_;
 }
 
 double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
@@ -253,15 +262,12 @@ double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
   const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
   if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
   const int64_t mine = first + static_cast<int64_t>(grid_.coords().dp) * per_replica * mb_size_;
-  // Forward only, microbatch-major: every input comes from an earlier (m, s).
-  std::vector<Action> program;
-  for (int m = 0; m < per_replica; ++m)
-    for (const auto& entry : stages_) program.push_back({Op::F, m, entry.first});
   MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
     source(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
   };
-  const ExecutorStats st =
-      executor_->run(program, eval_tags(per_replica), load, mb_size_, cfg_.train.seq_len, 0.0f, false);
+  const Program& program = eval_program(per_replica);
+  const ExecutorStats st = executor_->run(program.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
+                                          cfg_.train.seq_len, 0.0f, false);
   double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
   grid_.world().allreduce_sum(&sum, 1);
   return sum / (static_cast<double>(per_replica) * dp * mb_size_ * cfg_.train.seq_len);

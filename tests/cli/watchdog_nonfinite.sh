@@ -20,7 +20,7 @@ rc=$?
 set -e
 cat hang.err | grep pipetrain || true
 test "$rc" -ne 0 && test "$rc" -ne 124
-grep -q "pipetrain: rank 0 made no progress (runtime.timeout_s exceeded): at step 1, action" hang.err
+grep -q "pipetrain: rank 0 made no progress (runtime.timeout_s exceeded): at step 1, instruction" hang.err
 grep -q "waiting 3 s for message" hang.err
 
 echo "== a non-finite loss stops the run and names the step"

@@ -1,11 +1,9 @@
-// PipelineExecutor: runs one rank's action list (F / B / I / W) for one step.
-// Every send and receive is inferred from the schedule's stage -> rank map:
-//   F(m, s) consumes F(m, s-1)'s output; B/I(m, s) consumes B/I(m, s+1)'s input
-//   gradient. Producer and consumer on the same rank hand the tensor over
-//   directly; otherwise the output goes out with a nonblocking send as soon as it
-//   exists, and receives are posted a few actions ahead into pooled buffers and
-//   waited on at first use. Stashed activations are freed after B, or after W.
-//   Message tags come from a TagPlan fixed before the first step.
+// PipelineExecutor: interprets one rank's lowered program (pipetrain/schedule/program.hpp)
+// for one step, and decides nothing itself: RECV posts a receive into a pooled buffer,
+// a compute (F / B / I / W) waits for its input (a posted receive, or a hand-off from a
+// stage of this rank), runs the stage's layers and keeps its output, SEND sends it with
+// a nonblocking send, MOVE hands it to a stage of this rank; a compute marked so frees
+// its stashed activations. Peers and tags come from the program.
 #pragma once
 #include <functional>
 #include <map>
@@ -16,7 +14,7 @@
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/gpt2.hpp"
 #include "pipetrain/schedule/schedule.hpp"
-#include "pipetrain/schedule/tag_plan.hpp"
+#include "pipetrain/schedule/program.hpp"
 
 namespace pipetrain {
 
@@ -54,21 +52,19 @@ struct ExecutorHooks {
 class PipelineExecutor {
  public:
   // stages: the Gpt2Stage of every global stage this rank owns. pp: the pipeline
-  // communicator, whose rank numbers are the schedule's ranks. tp: the stage's
+  // communicator, whose rank numbers are the program's ranks. tp: the stage's
   // tensor-parallel peers (may be null).
-  PipelineExecutor(const Schedule& schedule, std::map<int, Gpt2Stage*> stages, Communicator& pp,
-                   Communicator* tp, Backend& backend, MemoryPool& pool, int d_model);
+  PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp, Backend& backend,
+                   MemoryPool& pool, int d_model);
 
-  // Runs `program` (this rank's actions) over microbatches of B sequences of T tokens,
-  // tagging its messages by `tags` (built for the same microbatch count and checked
-  // against MPI_TAG_UB before step 0). loss_scale = d(step loss)/d(token loss); 0 runs
-  // forward only (evaluation).
-  ExecutorStats run(const std::vector<Action>& program, const TagPlan& tags, const MicrobatchLoader& load, int B,
-                    int T, float loss_scale, bool trace, const ExecutorHooks& hooks = {});
+  // Runs `program` (this rank's instructions of a validated Program) over microbatches
+  // of B sequences of T tokens. loss_scale = d(step loss)/d(token loss); 0 for a
+  // forward-only program (evaluation).
+  ExecutorStats run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
+                    float loss_scale, bool trace, const ExecutorHooks& hooks = {});
 
  private:
   struct Impl;
-  const Schedule& schedule_;
   std::map<int, Gpt2Stage*> stages_;
   Communicator& pp_;
   Communicator* tp_;

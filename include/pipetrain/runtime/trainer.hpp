@@ -52,6 +52,7 @@ class Trainer {
 
   ParameterStore& params() { return params_; }
   const Schedule& schedule() const { return schedule_; }
+  const Program& program() const { return train_program_; }
   MemoryPool& pool() { return *pool_; }
   int64_t tokens_per_step() const;
   int microbatch_size() const { return mb_size_; }
@@ -91,9 +92,9 @@ class Trainer {
   ParameterStore params_;
   std::map<int, std::unique_ptr<Gpt2Stage>> stages_;
   std::unique_ptr<PipelineExecutor> executor_;
-  TagPlan train_tags_;  // this step's messages, checked against MPI_TAG_UB at construction
-  TagPlan eval_tags_;   // evaluation's (forward only), for its microbatch count
-  TagPlan& eval_tags(int microbatches);
+  Program train_program_;  // the schedule lowered and validated at construction
+  Program eval_program_;   // forward only, for evaluation's microbatch count
+  const Program& eval_program(int microbatches);
   std::unique_ptr<MpiCommunicator> tied_comm_;  // ranks of the first and last stage, if distinct
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1

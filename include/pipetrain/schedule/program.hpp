@@ -1,0 +1,73 @@
+// The lowered program: what each pipeline rank executes, transfers included.
+//
+// `lower` turns a compute-only Schedule into a Program — the one place where the
+// dependency rule becomes communication: every F output that feeds a stage on another
+// rank becomes a SEND on the producer and a RECV (posted ahead, waited at first use) on
+// the consumer, the same for input gradients going back, and a hand-off between stages
+// of the same rank (V placement) is an explicit MOVE. Tags come from a TagPlan checked
+// against MPI_TAG_UB. The executor interprets a validated Program and decides nothing.
+//
+// Instruction names follow PyTorch's compute_comms CSV: "1F0", "0SEND_F1" (stage 0
+// sends the activation of microbatch 1), "1RECV_F1" (stage 1 receives it), "1SEND_B0"
+// (stage 1 sends its input gradient of microbatch 0), "0RECV_B0".
+// Exports: InstrOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
+// validate_program, to_string(Instr).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/tag_plan.hpp"
+
+namespace pipetrain {
+
+enum class InstrOp { Compute, Send, Recv, Move };
+
+struct Instr {
+  InstrOp op = InstrOp::Compute;
+  Action action;  // Compute: the action
+  // Send / Recv / Move: the value — the activation or gradient feeding `stage` (the
+  // consumer) of `microbatch` — the other rank and the message tag.
+  Transfer kind = Transfer::Activation;
+  int microbatch = 0, stage = 0;
+  int peer = -1, tag = -1;
+  // Compute: the last action of its (microbatch, stage): its stashed activations go.
+  bool frees_stash = false;
+  bool operator==(const Instr&) const = default;
+};
+
+struct Program {
+  std::string name;
+  int num_stages = 0, num_ranks = 0, num_microbatches = 0;
+  bool backward = true;  // false: forward only (evaluation)
+  std::vector<int> stage_to_rank;
+  std::vector<std::vector<Instr>> per_rank;
+};
+
+struct LowerOptions {
+  int recv_lookahead = 4;  // receives are posted for the next N compute actions' inputs
+  int tag_ub = 32767;      // MPI_TAG_UB of the communicator that will carry the messages
+};
+
+// Lowers a validated schedule (see validate.hpp). Throws pipetrain::Error when the tags
+// do not fit under tag_ub.
+Program lower(const Schedule& s, const LowerOptions& options = {});
+
+// The evaluation schedule: forward only, microbatch-major (every input comes from an
+// earlier microbatch or stage), for the same stage -> rank map.
+Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches);
+
+// Proves the program executable before any rank runs; throws pipetrain::Error naming the
+// rank, the position (1-based) and the instruction: every transfer matched exactly once
+// (same tag, the right peers), each receive posted before the compute that uses it and
+// each send after the compute that produces it, tags unique per pair of ranks and
+// <= tag_ub, every stash freed exactly once, every microbatch through every stage, and
+// no deadlock (sends are buffered, a compute waits for its inputs' producers; otherwise
+// "deadlock: rank 0 waits at position 3 (0B0) for 1SEND_B0 (rank 1); ..."). Returns the
+// peak number of live activation stashes per rank.
+std::vector<int> validate_program(const Program& p, int tag_ub);
+
+// "1F0", "0SEND_F1", "1RECV_F1", "1SEND_B0", "0RECV_B0", "1MOVE_F2".
+std::string to_string(const Instr& i);
+
+}  // namespace pipetrain

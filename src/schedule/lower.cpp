@@ -1,0 +1,131 @@
+// lower() and forward_only_schedule() (pipetrain/schedule/program.hpp): the dependency
+// rule turned into explicit transfers.
+#include <algorithm>
+#include <fmt/format.h>
+#include <set>
+#include <tuple>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/schedule/program.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+struct Value {  // an activation or gradient feeding (microbatch, consumer stage)
+  Transfer kind;
+  int microbatch, stage;
+  auto operator<=>(const Value&) const = default;
+};
+
+// The value a compute action consumes from another stage, if any.
+bool input_of(const Action& a, int num_stages, Value& v) {
+  if (a.op == Op::F && a.stage > 0) return v = {Transfer::Activation, a.microbatch, a.stage}, true;
+  if ((a.op == Op::B || a.op == Op::I) && a.stage + 1 < num_stages)
+    return v = {Transfer::Gradient, a.microbatch, a.stage}, true;
+  return false;
+}
+
+// The value a compute action produces for another stage, if any.
+bool output_of(const Action& a, int num_stages, bool backward, Value& v) {
+  if (a.op == Op::F && a.stage + 1 < num_stages) return v = {Transfer::Activation, a.microbatch, a.stage + 1}, true;
+  if (backward && (a.op == Op::B || a.op == Op::I) && a.stage > 0)
+    return v = {Transfer::Gradient, a.microbatch, a.stage - 1}, true;
+  return false;
+}
+
+int producer_stage(const Value& v) { return v.kind == Transfer::Activation ? v.stage - 1 : v.stage + 1; }
+
+}  // namespace
+
+Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches) {
+  Schedule s;
+  s.name = "forward-only";
+  s.num_stages = static_cast<int>(stage_to_rank.size());
+  s.num_ranks = num_ranks;
+  s.num_microbatches = num_microbatches;
+  s.stage_to_rank = stage_to_rank;
+  s.per_rank.resize(static_cast<size_t>(num_ranks));
+  for (int m = 0; m < num_microbatches; ++m)
+    for (int st = 0; st < s.num_stages; ++st)
+      s.per_rank[static_cast<size_t>(stage_to_rank[static_cast<size_t>(st)])].push_back({Op::F, m, st});
+  return s;
+}
+
+Program lower(const Schedule& s, const LowerOptions& options) {
+  Program p;
+  p.name = s.name;
+  p.num_stages = s.num_stages;
+  p.num_ranks = s.num_ranks;
+  p.num_microbatches = s.num_microbatches;
+  p.stage_to_rank = s.stage_to_rank;
+  p.backward = std::any_of(s.per_rank.begin(), s.per_rank.end(), [](const auto& prog) {
+    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return a.op != Op::F; });
+  });
+  const TagPlan tags(s.stage_to_rank, s.num_microbatches, p.backward, options.tag_ub);
+  auto rank_of = [&](int stage) { return s.stage_to_rank[static_cast<size_t>(stage)]; };
+  const size_t ahead = static_cast<size_t>(std::max(1, options.recv_lookahead));
+  p.per_rank.resize(static_cast<size_t>(s.num_ranks));
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const auto& actions = s.per_rank[static_cast<size_t>(r)];
+    auto& out = p.per_rank[static_cast<size_t>(r)];
+    // The last action of each (microbatch, stage) frees its stash: B, W, or (forward
+    // only) F itself.
+    std::set<std::pair<int, int>> freed;
+    std::vector<bool> frees(actions.size(), false);
+    for (size_t i = actions.size(); i-- > 0;) {
+      const Action& a = actions[i];
+      if ((p.backward && a.op == Op::I) || (p.backward && a.op == Op::F)) continue;
+      frees[i] = freed.insert({a.microbatch, a.stage}).second;
+    }
+    std::set<Value> posted;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      for (size_t j = i; j < actions.size() && j < i + ahead; ++j) {
+        Value v{};
+        if (!input_of(actions[j], s.num_stages, v) || rank_of(producer_stage(v)) == r || !posted.insert(v).second)
+          continue;
+        Instr recv;
+        recv.op = InstrOp::Recv;
+        recv.kind = v.kind;
+        recv.microbatch = v.microbatch;
+        recv.stage = v.stage;
+        recv.peer = rank_of(producer_stage(v));
+        recv.tag = tags.tag(v.kind, v.microbatch, v.stage);
+        out.push_back(recv);
+      }
+      Instr c;
+      c.action = actions[i];
+      c.frees_stash = frees[i];
+      out.push_back(c);
+      Value v{};
+      if (!output_of(actions[i], s.num_stages, p.backward, v)) continue;
+      Instr t;
+      t.kind = v.kind;
+      t.microbatch = v.microbatch;
+      t.stage = v.stage;
+      if (rank_of(v.stage) == r) {
+        t.op = InstrOp::Move;
+        t.peer = r;
+      } else {
+        t.op = InstrOp::Send;
+        t.peer = rank_of(v.stage);
+        t.tag = tags.tag(v.kind, v.microbatch, v.stage);
+      }
+      out.push_back(t);
+    }
+  }
+  return p;
+}
+
+std::string to_string(const Instr& i) {
+  if (i.op == InstrOp::Compute) return to_string(i.action);
+  const char k = i.kind == Transfer::Activation ? 'F' : 'B';
+  const int producer = i.kind == Transfer::Activation ? i.stage - 1 : i.stage + 1;
+  switch (i.op) {
+    case InstrOp::Send: return fmt::format("{}SEND_{}{}", producer, k, i.microbatch);
+    case InstrOp::Recv: return fmt::format("{}RECV_{}{}", i.stage, k, i.microbatch);
+    default: return fmt::format("{}MOVE_{}{}", producer, k, i.microbatch);
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,249 @@
+// validate_program() (pipetrain/schedule/program.hpp): static checks of every rank's
+// instruction list, the matching of transfers across ranks, then an all-ranks
+// execution that finds deadlocks.
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/schedule/program.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+using Value = std::tuple<int, int, int>;  // kind, microbatch, consumer stage
+using Cell = std::pair<int, int>;         // microbatch, stage
+
+Value value_of(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.stage}; }
+
+struct Where {
+  int rank = -1, pos = -1;  // pos: 0-based index in the rank's list
+};
+
+[[noreturn]] void at(int rank, size_t pos, const Instr& i, const std::string& what) {
+  fail("rank {}, position {} ({}): {}", rank, pos + 1, to_string(i), what);
+}
+
+// The value a compute consumes from another stage (false: none).
+bool input_of(const Program& p, const Action& a, Value& v) {
+  if (a.op == Op::F && a.stage > 0) return v = {0, a.microbatch, a.stage}, true;
+  if ((a.op == Op::B || a.op == Op::I) && a.stage + 1 < p.num_stages) return v = {1, a.microbatch, a.stage}, true;
+  return false;
+}
+bool output_of(const Program& p, const Action& a, Value& v) {
+  if (a.op == Op::F && a.stage + 1 < p.num_stages) return v = {0, a.microbatch, a.stage + 1}, true;
+  if (p.backward && (a.op == Op::B || a.op == Op::I) && a.stage > 0) return v = {1, a.microbatch, a.stage - 1}, true;
+  return false;
+}
+int producer_stage(const Value& v) { return std::get<0>(v) == 0 ? std::get<2>(v) - 1 : std::get<2>(v) + 1; }
+
+void check_shape(const Program& p) {
+  if (p.num_stages < 1 || p.num_ranks < 1 || p.num_microbatches < 1)
+    fail("program {}: {} stages, {} ranks, {} microbatches", p.name, p.num_stages, p.num_ranks, p.num_microbatches);
+  if (static_cast<int>(p.stage_to_rank.size()) != p.num_stages || static_cast<int>(p.per_rank.size()) != p.num_ranks)
+    fail("program {}: {} stage placements and {} rank lists for {} stages and {} ranks", p.name,
+         p.stage_to_rank.size(), p.per_rank.size(), p.num_stages, p.num_ranks);
+  for (int s = 0; s < p.num_stages; ++s)
+    if (p.stage_to_rank[static_cast<size_t>(s)] < 0 || p.stage_to_rank[static_cast<size_t>(s)] >= p.num_ranks)
+      fail("program {}: stage {} is placed on rank {}, but ranks are 0..{}", p.name, s,
+           p.stage_to_rank[static_cast<size_t>(s)], p.num_ranks - 1);
+}
+
+// One rank's list in order: values exist before they leave, receives are posted before
+// use, stashes live from F to their free. Returns the peak of live stashes.
+int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<Cell, int>& b_count,
+               std::map<Cell, int>& i_count, std::map<Cell, int>& w_count) {
+  auto rank_of = [&](int stage) { return p.stage_to_rank[static_cast<size_t>(stage)]; };
+  const auto& prog = p.per_rank[static_cast<size_t>(r)];
+  std::set<Value> produced, posted, moved;
+  std::set<Cell> live, after_i;
+  int peak = 0;
+  for (size_t pos = 0; pos < prog.size(); ++pos) {
+    const Instr& in = prog[pos];
+    if (in.op != InstrOp::Compute) {
+      const Value v = value_of(in);
+      if (in.stage < 0 || in.stage >= p.num_stages || producer_stage(v) < 0 || producer_stage(v) >= p.num_stages ||
+          in.microbatch < 0 || in.microbatch >= p.num_microbatches)
+        at(r, pos, in, "names a stage or microbatch outside the program");
+      if (in.kind == Transfer::Gradient && !p.backward) at(r, pos, in, "a gradient in a forward-only program");
+      const int src = rank_of(producer_stage(v)), dst = rank_of(in.stage);
+      if (in.op == InstrOp::Recv) {
+        if (dst != r || src == r) at(r, pos, in, fmt::format("stage {} is on rank {}, its producer on rank {}", in.stage, dst, src));
+        if (in.peer != src) at(r, pos, in, fmt::format("receives from rank {}, but the producer is on rank {}", in.peer, src));
+        if (!posted.insert(v).second) at(r, pos, in, "posted twice");
+      } else {  // Send or Move: the producer is here and has run
+        if (src != r) at(r, pos, in, fmt::format("the producer, stage {}, is on rank {}", producer_stage(v), src));
+        if (in.op == InstrOp::Send && (dst == r || in.peer != dst))
+          at(r, pos, in, fmt::format("sends to rank {}, but stage {} is on rank {}", in.peer, in.stage, dst));
+        if (in.op == InstrOp::Move && dst != r) at(r, pos, in, fmt::format("stage {} is on rank {}: a SEND, not a MOVE", in.stage, dst));
+        if (produced.erase(v) == 0) at(r, pos, in, "its value is not computed before it (or already sent)");
+        if (in.op == InstrOp::Move) moved.insert(v);
+      }
+      continue;
+    }
+    const Action& a = in.action;
+    if (a.stage < 0 || a.stage >= p.num_stages || a.microbatch < 0 || a.microbatch >= p.num_microbatches)
+      at(r, pos, in, "names a stage or microbatch outside the program");
+    if (rank_of(a.stage) != r) at(r, pos, in, fmt::format("stage {} lives on rank {}", a.stage, rank_of(a.stage)));
+    if (!p.backward && a.op != Op::F) at(r, pos, in, "a backward action in a forward-only program");
+    const Cell cell{a.microbatch, a.stage};
+    Value v{};
+    if (input_of(p, a, v)) {
+      const bool local = rank_of(producer_stage(v)) == r;
+      if (local ? moved.erase(v) == 0 : posted.erase(v) == 0)
+        at(r, pos, in, local ? "its input is not moved to it before it"
+                             : fmt::format("no receive of its input from rank {} is posted before it",
+                                           rank_of(producer_stage(v))));
+    }
+    switch (a.op) {
+      case Op::F:
+        ++f_count[cell];
+        live.insert(cell);
+        break;
+      case Op::B:
+        ++b_count[cell];
+        if (!live.count(cell)) at(r, pos, in, "runs before the forward of its microbatch (or after its free)");
+        break;
+      case Op::I:
+        ++i_count[cell];
+        if (!live.count(cell)) at(r, pos, in, "runs before the forward of its microbatch (or after its free)");
+        after_i.insert(cell);
+        break;
+      case Op::W:
+        ++w_count[cell];
+        if (!after_i.count(cell)) at(r, pos, in, "runs before the I of its microbatch");
+        break;
+    }
+    peak = std::max(peak, static_cast<int>(live.size()));
+    if (in.frees_stash && live.erase(cell) == 0) at(r, pos, in, "frees a stash that is not alive");
+    if (output_of(p, a, v)) produced.insert(v);
+  }
+  if (!live.empty()) {
+    const auto [m, s] = *live.begin();
+    fail("rank {}: the stash of microbatch {} at stage {} is never freed", r, m, s);
+  }
+  if (!produced.empty()) {
+    const auto [k, m, s] = *produced.begin();
+    fail("rank {}: the {} feeding stage {} of microbatch {} is computed but never sent or moved", r,
+         k == 0 ? "activation" : "gradient", s, m);
+  }
+  if (!posted.empty()) {
+    const auto [k, m, s] = *posted.begin();
+    fail("rank {}: a receive of the {} feeding stage {} of microbatch {} is posted but never used", r,
+         k == 0 ? "activation" : "gradient", s, m);
+  }
+  return peak;
+}
+
+// Every send has exactly one receive with the same tag; tags are unique per pair.
+void match_transfers(const Program& p, int tag_ub) {
+  std::map<Value, std::pair<Where, const Instr*>> sends, recvs;
+  std::map<std::tuple<int, int, int>, Value> tag_use;  // (src, dst, tag)
+  for (int r = 0; r < p.num_ranks; ++r) {
+    const auto& prog = p.per_rank[static_cast<size_t>(r)];
+    for (size_t pos = 0; pos < prog.size(); ++pos) {
+      const Instr& in = prog[pos];
+      if (in.op != InstrOp::Send && in.op != InstrOp::Recv) continue;
+      if (in.tag < 0 || in.tag > tag_ub) at(r, pos, in, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
+      auto& side = in.op == InstrOp::Send ? sends : recvs;
+      if (!side.emplace(value_of(in), std::pair{Where{r, static_cast<int>(pos)}, &in}).second)
+        at(r, pos, in, in.op == InstrOp::Send ? "sent twice" : "received twice");
+      if (in.op == InstrOp::Send) {
+        const auto key = std::tuple{r, in.peer, in.tag};
+        if (auto [it, fresh] = tag_use.emplace(key, value_of(in)); !fresh)
+          at(r, pos, in, fmt::format("tag {} is already used from rank {} to rank {}", in.tag, r, in.peer));
+      }
+    }
+  }
+  for (const auto& [v, s] : sends) {
+    auto it = recvs.find(v);
+    if (it == recvs.end()) at(s.first.rank, static_cast<size_t>(s.first.pos), *s.second, "no rank receives it");
+    if (it->second.second->tag != s.second->tag)
+      at(it->second.first.rank, static_cast<size_t>(it->second.first.pos), *it->second.second,
+         fmt::format("tag {} differs from the send's {} (rank {}, position {})", it->second.second->tag,
+                     s.second->tag, s.first.rank, s.first.pos + 1));
+  }
+  for (const auto& [v, rc] : recvs)
+    if (!sends.count(v)) at(rc.first.rank, static_cast<size_t>(rc.first.pos), *rc.second, "no rank sends it");
+}
+
+void check_complete(const Program& p, const std::map<Cell, int>& f, const std::map<Cell, int>& b,
+                    const std::map<Cell, int>& i, const std::map<Cell, int>& w) {
+  auto n = [](const std::map<Cell, int>& c, const Cell& k) {
+    auto it = c.find(k);
+    return it == c.end() ? 0 : it->second;
+  };
+  for (int m = 0; m < p.num_microbatches; ++m)
+    for (int s = 0; s < p.num_stages; ++s) {
+      const Cell k{m, s};
+      if (n(f, k) != 1) fail("program {}: {}F{} appears {} times (once expected)", p.name, s, m, n(f, k));
+      if (!p.backward) continue;
+      const bool full = n(b, k) == 1 && n(i, k) == 0 && n(w, k) == 0;
+      const bool split = n(b, k) == 0 && n(i, k) == 1 && n(w, k) == 1;
+      if (!full && !split)
+        fail("program {}: microbatch {} at stage {} has {} B, {} I and {} W (one B, or one I and one W)", p.name, m,
+             s, n(b, k), n(i, k), n(w, k));
+    }
+}
+
+// All ranks together: sends are buffered, a compute with a remote input waits for the
+// send of that input. Reports what each stuck rank waits for.
+void check_progress(const Program& p) {
+  const auto R = static_cast<size_t>(p.num_ranks);
+  std::vector<size_t> next(R, 0);
+  std::set<Value> sent;
+  size_t left = 0;
+  for (const auto& prog : p.per_rank) left += prog.size();
+  while (left > 0) {
+    bool moved = false;
+    for (size_t r = 0; r < R; ++r) {
+      const auto& prog = p.per_rank[r];
+      while (next[r] < prog.size()) {
+        const Instr& in = prog[next[r]];
+        Value v{};
+        if (in.op == InstrOp::Compute && input_of(p, in.action, v) &&
+            p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != static_cast<int>(r) && !sent.count(v))
+          break;
+        if (in.op == InstrOp::Send) sent.insert(value_of(in));
+        ++next[r];
+        --left;
+        moved = true;
+      }
+    }
+    if (moved) continue;
+    std::string msg = "deadlock:";
+    for (size_t r = 0; r < R; ++r) {
+      if (next[r] >= p.per_rank[r].size()) continue;
+      const Instr& in = p.per_rank[r][next[r]];
+      Value v{};
+      input_of(p, in.action, v);
+      Instr send;
+      send.op = InstrOp::Send;
+      send.kind = static_cast<Transfer>(std::get<0>(v));
+      send.microbatch = std::get<1>(v);
+      send.stage = std::get<2>(v);
+      msg += fmt::format("{} rank {} waits at position {} ({}) for {} (rank {})", msg.size() > 9 ? ";" : "", r,
+                         next[r] + 1, to_string(in), to_string(send),
+                         p.stage_to_rank[static_cast<size_t>(producer_stage(v))]);
+    }
+    throw Error(msg);
+  }
+}
+
+}  // namespace
+
+std::vector<int> validate_program(const Program& p, int tag_ub) {
+  check_shape(p);
+  std::map<Cell, int> f, b, i, w;
+  std::vector<int> peaks;
+  for (int r = 0; r < p.num_ranks; ++r) peaks.push_back(check_rank(p, r, f, b, i, w));
+  check_complete(p, f, b, i, w);
+  match_transfers(p, tag_ub);
+  check_progress(p);
+  return peaks;
+}
+
+}  // namespace pipetrain

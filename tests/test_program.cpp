@@ -1,0 +1,140 @@
+// Lowering: every built-in schedule over a sweep lowers to a program that validates and
+// whose peak stash counts equal the simulator's; hand-broken programs are refused naming
+// the rank, the position and the instruction.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/registry.hpp"
+#include "pipetrain/schedule/simulate.hpp"
+#include "pipetrain/schedule/validate.hpp"
+
+namespace pipetrain {
+namespace {
+
+std::string problem(const Program& p, int tag_ub = 32767) {
+  try {
+    validate_program(p, tag_ub);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return msg;
+  }
+  return "(valid)";
+}
+
+#define EXPECT_HAS(text, needle) EXPECT_NE((text).find(needle), std::string::npos) << (text)
+
+TEST(Lowering, EveryBuiltinOverASweepValidatesWithTheSimulatorsPeaks) {
+  int lowered = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
+    for (int p : {1, 2, 3, 4})
+      for (int v : {1, 2})
+        for (int m : {1, 2, 4, 5, 8}) {
+          Schedule s;
+          try {
+            s = make_schedule(name, {p, v, m});
+          } catch (const Error&) {
+            continue;  // parameters the schedule does not take
+          }
+          SCOPED_TRACE(fmt::format("{} p={} v={} m={}", name, p, v, m));
+          const Program prog = lower(s);
+          std::vector<int> peaks;
+          ASSERT_NO_THROW(peaks = validate_program(prog, 32767)) << problem(prog);
+          EXPECT_EQ(peaks, simulate(s).peak_inflight);
+          for (int ahead : {1, 2, 8}) EXPECT_EQ(problem(lower(s, {ahead, 32767})), "(valid)") << "lookahead " << ahead;
+          ++lowered;
+        }
+  EXPECT_GT(lowered, 140);
+}
+
+TEST(Lowering, TransfersAreExplicitAndSameRankHandOffsAreMoves) {
+  // zbv on 2 ranks: stages 0 1 | 1 0 (V): 1 -> 2 is on rank 1 itself.
+  const Program p = lower(make_schedule("zbv", {2, 2, 2}));
+  auto has = [&](int r, const std::string& cell) {
+    for (const auto& i : p.per_rank[static_cast<size_t>(r)])
+      if (to_string(i) == cell) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(0, "0SEND_F0"));
+  EXPECT_TRUE(has(1, "1RECV_F0"));
+  EXPECT_TRUE(has(1, "1MOVE_F0"));   // stage 1 -> 2, both on rank 1
+  EXPECT_FALSE(has(1, "1SEND_F0"));
+  EXPECT_TRUE(has(1, "1SEND_B0"));   // stage 1's input gradient back to stage 0
+  EXPECT_TRUE(has(0, "0RECV_B0"));
+}
+
+TEST(Lowering, ForwardOnlyProgramsValidate) {
+  for (int p : {1, 2, 4}) {
+    const Schedule s = forward_only_schedule(loop_placement(2 * p, p), p, 3);
+    const Program prog = lower(s);
+    EXPECT_FALSE(prog.backward);
+    EXPECT_EQ(problem(prog), "(valid)");
+    for (const auto& rank : prog.per_rank)
+      for (const auto& i : rank)
+        if (i.op == InstrOp::Compute) {
+          EXPECT_TRUE(i.frees_stash) << to_string(i);
+        }
+  }
+}
+
+// Finds the first instruction printed as `cell` on rank r.
+size_t find(const Program& p, int r, const std::string& cell) {
+  const auto& v = p.per_rank[static_cast<size_t>(r)];
+  for (size_t i = 0; i < v.size(); ++i)
+    if (to_string(v[i]) == cell) return i;
+  ADD_FAILURE() << cell << " not on rank " << r;
+  return 0;
+}
+
+TEST(Lowering, BrokenProgramsAreRefusedWithRankAndPosition) {
+  const Program good = lower(make_schedule("1f1b", {2, 1, 2}));
+  ASSERT_EQ(problem(good), "(valid)");
+
+  Program p = good;  // a receive with no send
+  p.per_rank[0].erase(p.per_rank[0].begin() + static_cast<long>(find(p, 0, "0SEND_F1")));
+  EXPECT_HAS(problem(p), "rank 0: the activation feeding stage 1 of microbatch 1 is computed but never sent");
+
+  p = good;  // the send of a value nobody receives
+  p.per_rank[1].erase(p.per_rank[1].begin() + static_cast<long>(find(p, 1, "1RECV_F1")));
+  EXPECT_HAS(problem(p), "rank 1, position");
+  EXPECT_HAS(problem(p), "(1F1): no receive of its input from rank 0 is posted before it");
+
+  p = good;  // a receive moved after the compute that needs it
+  {
+    auto& v = p.per_rank[1];
+    const size_t r = find(p, 1, "1RECV_F0"), c = find(p, 1, "1F0");
+    std::swap(v[r], v[c]);
+  }
+  EXPECT_HAS(problem(p), "(1F0): no receive of its input from rank 0 is posted before it");
+
+  p = good;  // a duplicate tag between the same pair of ranks
+  p.per_rank[0][find(p, 0, "0SEND_F1")].tag = p.per_rank[0][find(p, 0, "0SEND_F0")].tag;
+  EXPECT_HAS(problem(p), "is already used from rank 0 to rank 1");
+
+  p = good;  // a tag above the bound
+  EXPECT_HAS(problem(p, 0), "is outside 0..MPI_TAG_UB = 0");
+
+  p = good;  // rank 0 computes its backward before it sends the forward: deadlock
+  {
+    auto& v = p.per_rank[0];
+    const size_t send = find(p, 0, "0SEND_F0");
+    const Instr s = v[send];
+    v.erase(v.begin() + static_cast<long>(send));
+    v.insert(v.begin() + static_cast<long>(find(p, 0, "0B0")) + 1, s);
+  }
+  EXPECT_HAS(problem(p), "deadlock: rank 0 waits at position");
+  EXPECT_HAS(problem(p), "for 1SEND_B0 (rank 1); rank 1 waits at position");
+  EXPECT_HAS(problem(p), "(1F0) for 0SEND_F0 (rank 0)");
+
+  p = good;  // a stash freed twice
+  p.per_rank[0][find(p, 0, "0F0")].frees_stash = true;
+  EXPECT_HAS(problem(p), "(0B0): runs before the forward of its microbatch (or after its free)");
+}
+
+}  // namespace
+}  // namespace pipetrain
