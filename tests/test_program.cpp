@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/schedule/validate.hpp"
@@ -134,6 +136,72 @@ TEST(Lowering, BrokenProgramsAreRefusedWithRankAndPosition) {
   p = good;  // a stash freed twice
   p.per_rank[0][find(p, 0, "0F0")].frees_stash = true;
   EXPECT_HAS(problem(p), "(0B0): runs before the forward of its microbatch (or after its free)");
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+std::string placement_of(const Schedule& s) { return fmt::format("{}", fmt::join(s.stage_to_rank, ",")); }
+
+TEST(ProgramCsv, EveryBuiltinRoundTripsUnchanged) {
+  int n = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
+    for (int p : {1, 2, 4})
+      for (int v : {1, 2})
+        for (int m : {1, 4, 8}) {
+          Schedule s;
+          try {
+            s = make_schedule(name, {p, v, m});
+          } catch (const Error&) {
+            continue;
+          }
+          SCOPED_TRACE(fmt::format("{} p={} v={} m={}", name, p, v, m));
+          const Program lowered = lower(s);
+          const std::string text = to_comms_csv(lowered);
+          EXPECT_EQ(is_comms_csv(text), p > 1);
+          const Program back = program_from_csv(text, "x.csv", placement_of(s), 32767);
+          EXPECT_EQ(back.per_rank, lowered.per_rank);
+          EXPECT_EQ(to_comms_csv(back), text);
+          EXPECT_EQ(compute_only(back).per_rank, s.per_rank);
+          ++n;
+        }
+  EXPECT_GT(n, 60);
+}
+
+TEST(ProgramCsv, TransferCellsFollowPyTorch) {
+  const std::string text = to_comms_csv(lower(make_schedule("1f1b", {2, 1, 2})));
+  EXPECT_HAS(text, "0F0,0SEND_F0");
+  EXPECT_HAS(text, "1RECV_F0");
+  EXPECT_HAS(text, "1B0,1SEND_B0");
+  EXPECT_HAS(text, "0RECV_B0");
+}
+
+TEST(ProgramCsv, AFileRunsInItsOwnOrderAndBrokenFilesAreRefused) {
+  const Schedule s = make_schedule("1f1b", {2, 1, 2});
+  std::string text = to_comms_csv(lower(s));
+  // Receives moved to just before their use: still valid, and kept where the file puts them.
+  std::string late = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                     "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n";
+  const Program p = program_from_csv(late, "late.csv", "loop", 32767);
+  EXPECT_EQ(problem(p), "(valid)");
+  EXPECT_EQ(to_comms_csv(p), late);
+  // A receive that nobody sends.
+  const std::string no_send = "0F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                              "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n";
+  EXPECT_HAS(problem(program_from_csv(no_send, "x.csv", "loop", 32767)),
+             "rank 0: the activation feeding stage 1 of microbatch 0 is computed but never sent");
+  // A receive after the compute that needs it.
+  const std::string misordered = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                                 "1F0,1RECV_F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n";
+  EXPECT_HAS(problem(program_from_csv(misordered, "x.csv", "loop", 32767)),
+             "rank 1, position 1 (1F0): no receive of its input from rank 0 is posted before it");
+  // A transfer of a value that does not exist.
+  const std::string bogus = text.substr(0, text.find('\n')) + ",0SEND_F7\n" + text.substr(text.find('\n') + 1);
+  EXPECT_HAS(problem(program_from_csv(bogus, "x.csv", "loop", 32767)), "0SEND_F7");
+  EXPECT_THROW(program_from_csv("0F0,0SEND_X0\n", "x.csv", "loop", 32767), Error);
 }
 
 }  // namespace

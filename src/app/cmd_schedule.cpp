@@ -1,16 +1,18 @@
 // `pipetrain schedule`: add_schedule_command (declared in pipetrain/app/commands.hpp).
 //   pipetrain schedule NAME --ranks R [--stages S] --microbatches M    a built-in
 //   pipetrain schedule --file F.csv [--placement loop|v|0,1,1,0]        a schedule file
-//     [--costs F,I,W] [--comm T] [--json] [--svg FILE] [--trace FILE] [--csv FILE]
+//     [--costs F,I,W] [--comm T] [--json] [--svg FILE] [--trace FILE] [--csv FILE [--lowered]]
 //   pipetrain schedule --list
-// Validates the schedule, simulates it and prints the text grid, makespan, bubble
-// fraction and peak in-flight activations per rank (or only JSON with --json). Runs on
+// Validates the schedule and its lowered program, simulates it and prints the text grid,
+// makespan, bubble fraction and peak in-flight activations per rank (or only JSON with
+// --json). A --file may be compute-only or compute+comms (a lowered program, run as given). Runs on
 // rank 0 only when launched with more ranks; errors throw pipetrain::Error.
 #include <mpi.h>
 
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/csv.hpp"
+#include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/render.hpp"
 #include "pipetrain/schedule/simulate.hpp"
@@ -28,12 +31,16 @@
 namespace pipetrain {
 namespace {
 
+// Tags are checked against the smallest MPI_TAG_UB the standard allows (the run checks
+// its own MPI's bound).
+constexpr int kTagUb = 32767;
+
 struct ScheduleOptions {
   std::string name, file, placement;
   int ranks = 0, stages = 0, microbatches = 0;
   std::string costs = "1,1,1";
   double comm = 0;
-  bool json = false, list = false;
+  bool json = false, list = false, lowered = false;
   std::string svg, trace, csv;
 };
 
@@ -73,7 +80,9 @@ Schedule build(const ScheduleOptions& o) {
   if (o.name.empty() && o.file.empty())
     fail("schedule: give a schedule NAME (see --list) or --file FILE.csv");
   if (!o.file.empty()) {
-    Schedule s = read_schedule_file(o.file, o.placement.empty() ? "loop" : o.placement);
+    const std::string text = read_schedule_text(o.file), placement = o.placement.empty() ? "loop" : o.placement;
+    Schedule s = is_comms_csv(text) ? compute_only(program_from_csv(text, o.file, placement, INT_MAX))
+                                    : from_csv(text, o.file, placement);
     if (o.ranks > 0 && o.ranks != s.num_ranks)
       fail("{}: the file has {} ranks (rows) but --ranks is {}", o.file, s.num_ranks, o.ranks);
     if (o.stages > 0 && o.stages != s.num_stages)
@@ -111,8 +120,15 @@ int run(const ScheduleOptions& o) {
   const Costs costs = parse_costs(o.costs, o.comm);
   const Schedule s = build(o);
   validate(s);
+  // The program the executor would run: the file's own for a compute+comms file.
+  const std::string text = o.file.empty() ? "" : read_schedule_text(o.file);
+  const Program program = is_comms_csv(text)
+                              ? program_from_csv(text, o.file, o.placement.empty() ? "loop" : o.placement, kTagUb)
+                              : lower(s, {4, kTagUb});
+  validate_program(program, kTagUb);
   const SimResult r = simulate(s, costs);
-  if (!o.csv.empty()) write_file(o.csv, to_csv(s));
+  if (o.lowered && o.csv.empty()) fail("--lowered applies to --csv FILE");
+  if (!o.csv.empty()) write_file(o.csv, o.lowered ? to_comms_csv(program) : to_csv(s));
   if (!o.svg.empty()) write_file(o.svg, render_svg(s, r));
   if (!o.trace.empty()) write_file(o.trace, render_chrome_trace(s, r));
   if (o.json) {
@@ -130,7 +146,8 @@ int run(const ScheduleOptions& o) {
   fmt::print("makespan: {:g}\n", r.makespan);
   fmt::print("bubble fraction: {:.4f}\n", r.bubble_fraction);
   fmt::print("peak in-flight per rank: {}\n", fmt::join(r.peak_inflight, " "));
-  for (const auto& [path, what] : {std::pair{o.csv, "schedule CSV"}, std::pair{o.svg, "SVG"},
+  for (const auto& [path, what] : {std::pair{o.csv, o.lowered ? "lowered program, compute+comms CSV" : "schedule CSV"},
+                                   std::pair{o.svg, "SVG"},
                                    std::pair{o.trace, "Chrome trace"}})
     if (!path.empty()) fmt::print("wrote {} ({})\n", path, what);
   return 0;
@@ -144,7 +161,8 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
   auto o = std::make_shared<ScheduleOptions>();
   sub->add_option("name", o->name, "Built-in schedule name (see --list)");
   sub->add_option("--file", o->file,
-                  "Schedule file: PyTorch compute-only CSV, one row per rank (cells like 0F3)");
+                  "Schedule file: PyTorch compute-only or compute+comms CSV, one row per rank (cells like 0F3, "
+                  "0SEND_F3)");
   sub->add_option("--placement", o->placement,
                   "Stage -> rank map for --file: loop (default), v, or a list like 0,1,1,0");
   sub->add_option("--ranks", o->ranks, "Pipeline ranks");
@@ -160,6 +178,8 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--svg", o->svg, "Write an SVG timeline to this file");
   sub->add_option("--trace", o->trace, "Write Chrome-trace JSON (Perfetto) to this file");
   sub->add_option("--csv", o->csv, "Write the schedule as PyTorch compute-only CSV");
+  sub->add_flag("--lowered", o->lowered,
+                "With --csv: write the lowered program (PyTorch compute_comms CSV: 0F1, 0SEND_F1, 1RECV_F1, ...)");
   sub->add_flag("--list", o->list, "List the registered schedules");
   sub->callback([&runner, o] {
     runner = [o] { return is_world_rank0() ? run(*o) : 0; };

@@ -1,6 +1,7 @@
 #include "pipetrain/runtime/trainer.hpp"
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/schedule/csv.hpp"
+#include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/validate.hpp"
 
@@ -28,11 +30,15 @@ Schedule schedule_from_config(const Config& cfg) {
   const auto& p = cfg.parallel;
   Schedule s;
   if (!cfg.schedule.file.empty()) {
-    std::ifstream in(cfg.schedule.file);
-    if (!in) fail("schedule.file: cannot open {}", cfg.schedule.file);
-    std::stringstream text;
-    text << in.rdbuf();
-    s = from_csv(text.str(), cfg.schedule.file, cfg.schedule.placement);
+    std::string text;
+    try {
+      text = read_schedule_text(cfg.schedule.file);
+    } catch (const Error& e) {
+      fail("schedule.file: {}", e.what());
+    }
+    // A compute+comms file: its compute cells are the schedule (tags are fixed later).
+    s = is_comms_csv(text) ? compute_only(program_from_csv(text, cfg.schedule.file, cfg.schedule.placement, INT_MAX))
+                           : from_csv(text, cfg.schedule.file, cfg.schedule.placement);
     if (s.num_ranks != p.pp)
       fail("{}: the schedule has {} ranks but parallel.pp = {}", cfg.schedule.file, s.num_ranks, p.pp);
     if (s.num_stages != p.pp * p.virtual_stages)
@@ -50,6 +56,17 @@ Schedule schedule_from_config(const Config& cfg) {
   }
   validate(s);
   return s;
+}
+
+Program program_from_config(const Config& cfg, const Schedule& s, int tag_ub) {
+  Program p;
+  const std::string& file = cfg.schedule.file;
+  if (const std::string text = file.empty() ? "" : read_schedule_text(file); is_comms_csv(text))
+    p = program_from_csv(text, file, cfg.schedule.placement, tag_ub);  // runs exactly in the file's order
+  else
+    p = lower(s, {kRecvLookahead, tag_ub});
+  validate_program(p, tag_ub);
+  return p;
 }
 
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source)
@@ -79,8 +96,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
                                                  cfg.model.d_model);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  train_program_ = lower(schedule_, {kRecvLookahead, grid.pp_comm().tag_ub()});
-  validate_program(train_program_, grid.pp_comm().tag_ub());
+  train_program_ = program_from_config(cfg, schedule_, grid.pp_comm().tag_ub());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   if (zero1) {

@@ -139,12 +139,16 @@ Schedule from_csv(const std::string& text, const std::string& origin, const std:
   return s;
 }
 
-Schedule read_schedule_file(const std::string& path, const std::string& placement) {
+std::string read_schedule_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open schedule file", path);
   std::ostringstream text;
   text << in.rdbuf();
-  return from_csv(text.str(), path, placement);
+  return text.str();
+}
+
+Schedule read_schedule_file(const std::string& path, const std::string& placement) {
+  return from_csv(read_schedule_text(path), path, placement);
 }
 
 }  // namespace pipetrain

@@ -78,6 +78,17 @@ pt schedule --file "$SRC/inputs/schedules/1f1b-4x8.csv" --json > "$tmp/sample.js
 pt schedule --file "$SRC/inputs/schedules/zb-h1-3x4-hand.csv" > /dev/null
 pt schedule --file "$SRC/inputs/schedules/zbv-2x4.csv" --placement v > /dev/null
 
+# The lowered program (PyTorch compute_comms CSV): written, read back, the same schedule.
+pt schedule zbv --ranks 2 --stages 4 --microbatches 4 --csv "$tmp/zbv-lowered.csv" --lowered > /dev/null
+expect_contains "$(cat "$tmp/zbv-lowered.csv")" "0F0,0SEND_F0" "lowered CSV"
+expect_contains "$(cat "$tmp/zbv-lowered.csv")" "1RECV_F0" "lowered CSV"
+[[ "$(pt schedule --file "$tmp/zbv-lowered.csv" --placement v --json)" == "$(pt schedule zbv --ranks 2 --stages 4 --microbatches 4 --json)" ]] \
+  || die "the lowered zbv file simulates differently from the built-in"
+printf '0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1F0,1RECV_F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n' \
+  > "$tmp/misordered.csv"
+expect_failure "rank 1, position 1 (1F0): no receive of its input from rank 0 is posted before it" \
+  pt schedule --file "$tmp/misordered.csv"
+
 # Errors: one line each.
 expect_failure "unknown schedule 'nonesuch'" pt schedule nonesuch --ranks 2 --microbatches 4
 printf '0F0,0B0\n1F0,2X0\n' > "$tmp/bad.csv"

@@ -41,6 +41,9 @@ struct StepMetrics {
 // The schedule a config asks for (schedule.name, or schedule.file with
 // schedule.placement), for `pp` pipeline ranks; validated.
 Schedule schedule_from_config(const Config& cfg);
+// Its lowered program, validated with the MPI's tag bound: the schedule lowered, or a
+// compute+comms schedule.file exactly as written.
+Program program_from_config(const Config& cfg, const Schedule& s, int tag_ub);
 
 class Trainer {
  public:

@@ -1,7 +1,8 @@
 // Schedule files in PyTorch's compute-only CSV (torch.distributed.pipelining): one row
 // per rank, comma-separated cells <stage><F|B|I|W><microbatch> such as "0F3", "1I2",
 // "1W2", "2B0"; an empty cell is idle time and is skipped.
-// Exports: to_csv, from_csv, read_schedule_file, parse_placement.
+// Exports: to_csv, from_csv, read_schedule_file, read_schedule_text, parse_placement.
+// Compute+comms files (lowered programs): program_csv.hpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ Schedule from_csv(const std::string& text, const std::string& origin, const std:
 
 // Reads a file and parses it with from_csv (origin = path).
 Schedule read_schedule_file(const std::string& path, const std::string& placement);
+// The text of a schedule file; throws naming the path when it cannot be read.
+std::string read_schedule_text(const std::string& path);
 
 // Stage -> rank map for a placement spec ("loop", "v" or "0,1,1,0"); for an explicit
 // list num_stages is ignored (the list length is the stage count).
