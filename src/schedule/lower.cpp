@@ -17,26 +17,27 @@ struct Value {  // an activation or gradient feeding (microbatch, consumer stage
   int microbatch, stage;
   auto operator<=>(const Value&) const = default;
 };
-
-// The value a compute action consumes from another stage, if any.
-bool input_of(const Action& a, int num_stages, Value& v) {
-  if (a.op == Op::F && a.stage > 0) return v = {Transfer::Activation, a.microbatch, a.stage}, true;
-  if ((a.op == Op::B || a.op == Op::I) && a.stage + 1 < num_stages)
-    return v = {Transfer::Gradient, a.microbatch, a.stage}, true;
-  return false;
-}
-
-// The value a compute action produces for another stage, if any.
-bool output_of(const Action& a, int num_stages, bool backward, Value& v) {
-  if (a.op == Op::F && a.stage + 1 < num_stages) return v = {Transfer::Activation, a.microbatch, a.stage + 1}, true;
-  if (backward && (a.op == Op::B || a.op == Op::I) && a.stage > 0)
-    return v = {Transfer::Gradient, a.microbatch, a.stage - 1}, true;
-  return false;
-}
-
-int producer_stage(const Value& v) { return v.kind == Transfer::Activation ? v.stage - 1 : v.stage + 1; }
+Value value_of(const Instr& i) { return {i.kind, i.microbatch, i.stage}; }
 
 }  // namespace
+
+bool input_of(const Action& a, int num_stages, Instr& v) {
+  v.microbatch = a.microbatch;
+  v.stage = a.stage;
+  if (a.op == Op::F && a.stage > 0) return v.kind = Transfer::Activation, true;
+  if ((a.op == Op::B || a.op == Op::I) && a.stage + 1 < num_stages) return v.kind = Transfer::Gradient, true;
+  return false;
+}
+
+bool output_of(const Action& a, int num_stages, bool with_gradients, Instr& v) {
+  v.microbatch = a.microbatch;
+  if (a.op == Op::F && a.stage + 1 < num_stages) return v.kind = Transfer::Activation, v.stage = a.stage + 1, true;
+  if (with_gradients && (a.op == Op::B || a.op == Op::I) && a.stage > 0)
+    return v.kind = Transfer::Gradient, v.stage = a.stage - 1, true;
+  return false;
+}
+
+int producer_stage(const Instr& v) { return v.kind == Transfer::Activation ? v.stage - 1 : v.stage + 1; }
 
 Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches) {
   Schedule s;
@@ -81,35 +82,28 @@ Program lower(const Schedule& s, const LowerOptions& options) {
     std::set<Value> posted;
     for (size_t i = 0; i < actions.size(); ++i) {
       for (size_t j = i; j < actions.size() && j < i + ahead; ++j) {
-        Value v{};
-        if (!input_of(actions[j], s.num_stages, v) || rank_of(producer_stage(v)) == r || !posted.insert(v).second)
-          continue;
         Instr recv;
+        if (!input_of(actions[j], s.num_stages, recv) || rank_of(producer_stage(recv)) == r ||
+            !posted.insert(value_of(recv)).second)
+          continue;
         recv.op = InstrOp::Recv;
-        recv.kind = v.kind;
-        recv.microbatch = v.microbatch;
-        recv.stage = v.stage;
-        recv.peer = rank_of(producer_stage(v));
-        recv.tag = tags.tag(v.kind, v.microbatch, v.stage);
+        recv.peer = rank_of(producer_stage(recv));
+        recv.tag = tags.tag(recv.kind, recv.microbatch, recv.stage);
         out.push_back(recv);
       }
       Instr c;
       c.action = actions[i];
       c.frees_stash = frees[i];
       out.push_back(c);
-      Value v{};
-      if (!output_of(actions[i], s.num_stages, p.backward, v)) continue;
       Instr t;
-      t.kind = v.kind;
-      t.microbatch = v.microbatch;
-      t.stage = v.stage;
-      if (rank_of(v.stage) == r) {
+      if (!output_of(actions[i], s.num_stages, p.backward, t)) continue;
+      if (rank_of(t.stage) == r) {
         t.op = InstrOp::Move;
         t.peer = r;
       } else {
         t.op = InstrOp::Send;
-        t.peer = rank_of(v.stage);
-        t.tag = tags.tag(v.kind, v.microbatch, v.stage);
+        t.peer = rank_of(t.stage);
+        t.tag = tags.tag(t.kind, t.microbatch, t.stage);
       }
       out.push_back(t);
     }
@@ -120,7 +114,7 @@ Program lower(const Schedule& s, const LowerOptions& options) {
 std::string to_string(const Instr& i) {
   if (i.op == InstrOp::Compute) return to_string(i.action);
   const char k = i.kind == Transfer::Activation ? 'F' : 'B';
-  const int producer = i.kind == Transfer::Activation ? i.stage - 1 : i.stage + 1;
+  const int producer = producer_stage(i);
   switch (i.op) {
     case InstrOp::Send: return fmt::format("{}SEND_{}{}", producer, k, i.microbatch);
     case InstrOp::Recv: return fmt::format("{}RECV_{}{}", i.stage, k, i.microbatch);

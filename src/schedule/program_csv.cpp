@@ -104,7 +104,7 @@ Program program_from_csv(const std::string& text, const std::string& origin, con
       if (cells[c].empty()) continue;
       Instr t;
       if (parse_transfer(cells[c], t, fmt::format("{}: rank {}, column {}", origin, r, c + 1))) {
-        const int producer = t.kind == Transfer::Activation ? t.stage - 1 : t.stage + 1;
+        const int producer = producer_stage(t);
         if (t.stage >= 0 && t.stage < s.num_stages && producer >= 0 && producer < s.num_stages) {
           t.peer = rank_of(t.op == InstrOp::Send ? t.stage : producer);
           try {

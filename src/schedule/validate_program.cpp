@@ -27,16 +27,16 @@ struct Where {
   fail("rank {}, position {} ({}): {}", rank, pos + 1, to_string(i), what);
 }
 
-// The value a compute consumes from another stage (false: none).
+// The program's dataflow rule (program.hpp), on the value keys used here.
 bool input_of(const Program& p, const Action& a, Value& v) {
-  if (a.op == Op::F && a.stage > 0) return v = {0, a.microbatch, a.stage}, true;
-  if ((a.op == Op::B || a.op == Op::I) && a.stage + 1 < p.num_stages) return v = {1, a.microbatch, a.stage}, true;
-  return false;
+  Instr i;
+  if (!pipetrain::input_of(a, p.num_stages, i)) return false;
+  return v = value_of(i), true;
 }
 bool output_of(const Program& p, const Action& a, Value& v) {
-  if (a.op == Op::F && a.stage + 1 < p.num_stages) return v = {0, a.microbatch, a.stage + 1}, true;
-  if (p.backward && (a.op == Op::B || a.op == Op::I) && a.stage > 0) return v = {1, a.microbatch, a.stage - 1}, true;
-  return false;
+  Instr i;
+  if (!pipetrain::output_of(a, p.num_stages, p.backward, i)) return false;
+  return v = value_of(i), true;
 }
 int producer_stage(const Value& v) { return std::get<0>(v) == 0 ? std::get<2>(v) - 1 : std::get<2>(v) + 1; }
 

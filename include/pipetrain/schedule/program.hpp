@@ -44,6 +44,14 @@ struct Program {
   std::vector<std::vector<Instr>> per_rank;
 };
 
+// The value (kind, microbatch, consumer stage) a compute action takes from another stage
+// — F(m, s) the activation from s-1, B/I(m, s) the gradient from s+1 — or gives to one
+// (with_gradients = false: a forward-only program sends no gradients). False: none.
+bool input_of(const Action& a, int num_stages, Instr& value);
+bool output_of(const Action& a, int num_stages, bool with_gradients, Instr& value);
+// The stage that produces the value feeding `value.stage`.
+int producer_stage(const Instr& value);
+
 struct LowerOptions {
   int recv_lookahead = 4;  // receives are posted for the next N compute actions' inputs
   int tag_ub = 32767;      // MPI_TAG_UB of the communicator that will carry the messages
