@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "pipetrain/backend/backend.hpp"
 
 namespace pipetrain {
 
@@ -11,8 +10,8 @@ constexpr size_t kAlign = 64;
 size_t round_up(size_t bytes) { return std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
 }  // namespace
 
-std::shared_ptr<MemoryPool> MemoryPool::create(Backend& backend) {
-  return std::shared_ptr<MemoryPool>(new MemoryPool(backend));
+std::shared_ptr<MemoryPool> MemoryPool::create(DeviceAllocator& allocator) {
+  return std::shared_ptr<MemoryPool>(new MemoryPool(allocator));
 }
 
 MemoryPool::~MemoryPool() { release_cached(); }

@@ -115,11 +115,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // ranks their gradients are summed every step (and the last stage's copy is not
   // counted again in the gradient norm).
   const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
-  MPI_Comm tied = MPI_COMM_NULL;
-  const bool in_tied = first != last && (me == first || me == last);
-  MPI_Comm_split(grid.pp_comm().comm(), in_tied ? 0 : MPI_UNDEFINED, me, &tied);
-  if (tied != MPI_COMM_NULL) tied_comm_ = std::make_unique<MpiCommunicator>(tied, "tied-embedding");
-  counts_tied_wte_ = !(in_tied && me == last);
+  tied_comm_ = grid.pair_comm(first, last, "tied-embedding");
+  counts_tied_wte_ = !(tied_comm_ && me == last);
 
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;

@@ -31,4 +31,12 @@ Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : d
   replica_comm_ = split(dup, me_.dp, me_.pp * tp_ + me_.tp, "replica");
 }
 
+std::unique_ptr<MpiCommunicator> Grid::pair_comm(int first, int last, const std::string& name) {
+  const int me = coords().pp;
+  const bool in = first != last && (me == first || me == last);
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_split(pp_comm().comm(), in ? 0 : MPI_UNDEFINED, me, &c);
+  return c == MPI_COMM_NULL ? nullptr : std::make_unique<MpiCommunicator>(c, name);
+}
+
 }  // namespace pipetrain

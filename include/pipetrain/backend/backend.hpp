@@ -11,19 +11,20 @@
 #include <memory>
 #include <string>
 
+#include "pipetrain/core/device_allocator.hpp"
+
 namespace pipetrain {
 
 enum class Device { CPU, CUDA };
 
-class Backend {
+class Backend : public DeviceAllocator {
  public:
-  virtual ~Backend() = default;
+  ~Backend() override = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS Haswell)"
 
   // ---- memory (device memory; the pool in core sits on top of these) ----
-  virtual void* allocate(size_t bytes) = 0;  // 64-byte aligned; throws Error when out of memory
-  virtual void deallocate(void* p, size_t bytes) = 0;
+  // allocate / deallocate: DeviceAllocator (64-byte aligned; Error when out of memory).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void fill(float* x, float value, size_t n) = 0;
   // Host <-> device transfers; on the CPU backend these are plain copies.

@@ -8,9 +8,10 @@
 #include <memory>
 #include <mutex>
 
+#include "pipetrain/core/device_allocator.hpp"
+
 namespace pipetrain {
 
-class Backend;
 class MemoryPool;
 
 struct PoolBlock {
@@ -22,12 +23,12 @@ struct PoolStats {
   size_t reserved_bytes = 0;      // obtained from the backend, cached or in use
   size_t in_use_bytes = 0;        // currently handed out
   size_t peak_in_use_bytes = 0;   // high-water mark of in_use_bytes
-  size_t system_allocations = 0;  // calls to Backend::allocate so far
+  size_t system_allocations = 0;  // calls to DeviceAllocator::allocate so far
 };
 
 class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
  public:
-  static std::shared_ptr<MemoryPool> create(Backend& backend);
+  static std::shared_ptr<MemoryPool> create(DeviceAllocator& allocator);
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
@@ -37,13 +38,13 @@ class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
   // Returns every cached free block to the backend.
   void release_cached();
   PoolStats stats() const;
-  Backend& backend() const { return backend_; }
+  DeviceAllocator& allocator() const { return backend_; }
 
  private:
-  explicit MemoryPool(Backend& backend) : backend_(backend) {}
+  explicit MemoryPool(DeviceAllocator& allocator) : backend_(allocator) {}
   void give_back(PoolBlock* block);
 
-  Backend& backend_;
+  DeviceAllocator& backend_;  // the memory source (a Backend)
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // size -> cached block
   PoolStats stats_;

@@ -34,6 +34,9 @@ class Grid {
   MpiCommunicator& dp_comm() { return *dp_comm_; }  // same (pp, tp): data-parallel replicas
   MpiCommunicator& pp_comm() { return *pp_comm_; }  // same (dp, tp): the pipeline; rank = pp index
   MpiCommunicator& replica_comm() { return *replica_comm_; }  // same dp: one model replica (pp x tp)
+  // Collective over pp_comm(): the pipeline ranks `first` and `last` (which hold the two
+  // copies of a tied embedding), or null on the other ranks and when first == last.
+  std::unique_ptr<MpiCommunicator> pair_comm(int first, int last, const std::string& name);
 
  private:
   int dp_, pp_, tp_;
