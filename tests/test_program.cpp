@@ -206,3 +206,39 @@ TEST(ProgramCsv, AFileRunsInItsOwnOrderAndBrokenFilesAreRefused) {
 
 }  // namespace
 }  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+TEST(ProgramSimulation, MatchesTheScheduleSimulatorAndShowsWhereReceivesArePosted) {
+  int n = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"})
+    for (int p : {2, 4})
+      for (int m : {4, 8}) {
+        Schedule s;
+        try {
+          s = make_schedule(name, {p, (std::string(name) == "zbv" || std::string(name) == "dualpipev") ? 2 : 1, m});
+        } catch (const Error&) {
+          continue;
+        }
+        SCOPED_TRACE(fmt::format("{} p={} m={}", name, p, m));
+        // Free transfers: the same timeline as the schedule simulator.
+        const SimResult a = simulate(s), b = simulate_program(lower(s), Costs{});
+        EXPECT_DOUBLE_EQ(b.makespan, a.makespan);
+        EXPECT_EQ(b.peak_inflight, a.peak_inflight);
+        // Costly transfers: posting receives early never makes the step longer, and with
+        // every receive posted at the start the program matches comm = transfer time.
+        const TransferCosts t{4e6, 1e7, 0.05};  // 0.45 per transfer
+        const double late = simulate_program(lower(s, {1, 32767}), Costs{}, t).makespan;
+        const double early = simulate_program(lower(s, {1 << 20, 32767}), Costs{}, t).makespan;
+        EXPECT_GE(late + 1e-12, early);
+        Costs c;
+        c.comm = t.time();
+        EXPECT_DOUBLE_EQ(early, simulate(s, c).makespan);
+        ++n;
+      }
+  EXPECT_GT(n, 15);
+}
+
+}  // namespace
+}  // namespace pipetrain

@@ -39,7 +39,7 @@ struct ScheduleOptions {
   std::string name, file, placement;
   int ranks = 0, stages = 0, microbatches = 0;
   std::string costs = "1,1,1";
-  double comm = 0;
+  double comm = 0, transfer_bytes = 0, bandwidth = 0;
   bool json = false, list = false, lowered = false;
   std::string svg, trace, csv;
 };
@@ -127,6 +127,9 @@ int run(const ScheduleOptions& o) {
                               : lower(s, {4, kTagUb});
   validate_program(program, kTagUb);
   const SimResult r = simulate(s, costs);
+  // The lowered program with transfer costs: where its receives are posted shows here.
+  const TransferCosts transfer{o.transfer_bytes, o.bandwidth, o.comm};
+  const SimResult rp = simulate_program(program, costs, transfer);
   if (o.lowered && o.csv.empty()) fail("--lowered applies to --csv FILE");
   if (!o.csv.empty()) write_file(o.csv, o.lowered ? to_comms_csv(program) : to_csv(s));
   if (!o.svg.empty()) write_file(o.svg, render_svg(s, r));
@@ -135,6 +138,7 @@ int run(const ScheduleOptions& o) {
     nlohmann::json j = {{"makespan", r.makespan},
                         {"bubble_fraction", r.bubble_fraction},
                         {"peak_inflight", r.peak_inflight}};
+    if (transfer.time() > 0) j["program_makespan"] = rp.makespan;
     fmt::print("{}\n", j.dump());
     return 0;
   }
@@ -146,6 +150,10 @@ int run(const ScheduleOptions& o) {
   fmt::print("makespan: {:g}\n", r.makespan);
   fmt::print("bubble fraction: {:.4f}\n", r.bubble_fraction);
   fmt::print("peak in-flight per rank: {}\n", fmt::join(r.peak_inflight, " "));
+  if (transfer.time() > 0)
+    fmt::print("lowered program, {:g} per transfer ({:g} bytes, bandwidth {:g}, latency {:g}): makespan {:g}, "
+               "bubble fraction {:.4f}\n",
+               transfer.time(), o.transfer_bytes, o.bandwidth, o.comm, rp.makespan, rp.bubble_fraction);
   for (const auto& [path, what] : {std::pair{o.csv, o.lowered ? "lowered program, compute+comms CSV" : "schedule CSV"},
                                    std::pair{o.svg, "SVG"},
                                    std::pair{o.trace, "Chrome trace"}})
@@ -173,6 +181,10 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
       ->capture_default_str();
   sub->add_option("--comm", o->comm, "Latency added to every cross-rank dependency")
       ->capture_default_str();
+  sub->add_option("--transfer-bytes", o->transfer_bytes,
+                  "Bytes of one activation or gradient transfer (with --bandwidth: the lowered program's "
+                  "simulation adds bytes / bandwidth + --comm per transfer)");
+  sub->add_option("--bandwidth", o->bandwidth, "Bytes per time unit between two ranks (0: transfers are free)");
   sub->add_flag("--json", o->json,
                 "Print only {\"makespan\", \"bubble_fraction\", \"peak_inflight\"} as JSON");
   sub->add_option("--svg", o->svg, "Write an SVG timeline to this file");

@@ -1,5 +1,5 @@
 // Timeline simulation of a schedule (pure arithmetic, no MPI).
-// Exports: Costs, SimEvent, SimResult, simulate.
+// Exports: Costs, TransferCosts, SimEvent, SimResult, simulate, simulate_program.
 #pragma once
 #include <array>
 #include <vector>
@@ -39,5 +39,18 @@ struct SimResult {
 // rank's program in order: an action starts at max(rank free, inputs ready), where a
 // cross-rank input is ready `comm` after its producer ends. Sends never block.
 SimResult simulate(const Schedule& s, const Costs& costs = {});
+
+// What one cross-rank transfer costs: latency + bytes / bandwidth (bandwidth 0: free).
+struct TransferCosts {
+  double bytes = 0, bandwidth = 0, latency = 0;
+  double time() const { return latency + (bandwidth > 0 ? bytes / bandwidth : 0.0); }
+};
+
+struct Program;
+// Runs a validated lowered program: a compute starts at max(rank free, input ready);
+// SEND, RECV and MOVE take no rank time; a transfer moves once both its SEND has been
+// issued and its RECV posted (rendezvous) and takes transfer.time() — so where the
+// lowering posts receives shows in the result. costs.comm is ignored (see transfer).
+SimResult simulate_program(const Program& p, const Costs& costs, const TransferCosts& transfer = {});
 
 }  // namespace pipetrain
