@@ -10,7 +10,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/durable_file.hpp"
-#include "pipetrain/io/token_dataset.hpp"  // h5io::Id, h5io::Quiet
+#include "pipetrain/io/h5io.hpp"
 
 namespace pipetrain {
 

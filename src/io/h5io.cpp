@@ -1,12 +1,12 @@
 // h5io::Id, h5io::Quiet, h5io::last_error and the attribute readers (see
-// pipetrain/io/token_dataset.hpp): the small HDF5 plumbing shared by the token files
+// pipetrain/io/h5io.hpp): the small HDF5 plumbing shared by the token files
 // and the checkpoints.
 #include <optional>
 #include <string>
 
 #include "pipetrain/core/error.hpp"
 
-#include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/io/h5io.hpp"
 
 namespace pipetrain::h5io {
 

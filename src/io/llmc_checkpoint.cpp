@@ -11,7 +11,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
-#include "pipetrain/io/token_dataset.hpp"  // h5io::Quiet
+#include "pipetrain/io/h5io.hpp"
 
 namespace pipetrain {
 
