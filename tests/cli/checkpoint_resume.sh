@@ -13,6 +13,21 @@ cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=corpus.h5 --set 
      --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32
      --set train.microbatches=2 --set train.global_batch=8 --set log.every=100)
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
+# same_losses REF.jsonl GOT.jsonl TOLERANCE WHAT: GOT holds steps 3, 4, 5 and each loss is
+# REF's at that step within TOLERANCE (relative; 0 = bitwise).
+same_losses() {
+  python3 - "$@" <<'PY'
+import json, sys
+ref = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+got = [json.loads(l) for l in open(sys.argv[2])]
+tol, what = float(sys.argv[3]), sys.argv[4]
+assert [g["step"] for g in got] == [3, 4, 5], (what, got)
+for g in got:
+    rel = abs(g["loss"] - ref[g["step"]]) / ref[g["step"]]
+    assert rel <= tol, f"{what}: step {g['step']}: {g['loss']} vs {ref[g['step']]}"
+print(f"   {what}: losses match")
+PY
+}
 
 echo "== uninterrupted single-rank run, checkpoints every 3 steps"
 timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=full --set checkpoint.every=3 --metrics full.jsonl >/dev/null
@@ -24,13 +39,7 @@ mkdir res && cp full/step_00000003.h5 res/
 timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=res --set checkpoint.every=3 --resume res/step_00000003.h5 \
   --metrics res.jsonl >res.out
 grep -q "resumed from res/step_00000003.h5 at step 3" res.out
-python3 - <<'PY'
-import json
-full = [json.loads(l)["loss"] for l in open("full.jsonl")]
-res = [json.loads(l) for l in open("res.jsonl")]
-assert [r["step"] for r in res] == [3, 4, 5], res
-assert all(r["loss"] == full[r["step"]] for r in res), (res, full)
-PY
+same_losses full.jsonl res.jsonl 0 "resumed on the same grid"
 h5diff full/step_00000006.h5 res/step_00000006.h5 /params /params
 h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_m /adam_m
 h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_v /adam_v
@@ -43,16 +52,7 @@ for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
   rm -f g.jsonl
   timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set "$2" --set checkpoint.dir=pp2 \
     --resume pp2/step_00000003.h5 --metrics g.jsonl >/dev/null
-  python3 - "$2" <<'PY'
-import json, sys
-full = [json.loads(l)["loss"] for l in open("full.jsonl")]
-got = [json.loads(l) for l in open("g.jsonl")]
-assert [g["step"] for g in got] == [3, 4, 5], got
-for g in got:
-    rel = abs(g["loss"] - full[g["step"]]) / full[g["step"]]
-    assert rel < 1e-5, f"{sys.argv[1]}: step {g['step']}: {g['loss']} vs {full[g['step']]}"
-print(f"   resumed on {sys.argv[1]}: losses match the uninterrupted run")
-PY
+  same_losses full.jsonl g.jsonl 1e-5 "resumed on $2"
 done
 
 echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moments"
@@ -62,13 +62,7 @@ timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoin
 mkdir z1res && cp z1/step_00000003.h5 z1res/
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1res --set checkpoint.every=3 \
   --resume z1res/step_00000003.h5 --metrics z1res.jsonl >/dev/null
-python3 - <<'PY'
-import json
-full = [json.loads(l)["loss"] for l in open("z1.jsonl")]
-res = [json.loads(l) for l in open("z1res.jsonl")]
-assert [r["step"] for r in res] == [3, 4, 5], res
-assert all(r["loss"] == full[r["step"]] for r in res), (res, full)
-PY
+same_losses z1.jsonl z1res.jsonl 0 "ZeRO-1 resumed on the same grid"
 # Bitwise the same file as the uninterrupted ZeRO-1 run, moments included.
 h5diff z1/step_00000006.h5 z1res/step_00000006.h5 /adam_m /adam_m
 h5diff z1/step_00000006.h5 z1res/step_00000006.h5 /adam_v /adam_v
@@ -84,16 +78,7 @@ for run in "1 z1/step_00000003.h5 z1.jsonl" "2 full/step_00000003.h5 full.jsonl"
   [ "$1" = 2 ] && extra=("${z1[@]}")
   timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" "${extra[@]}" --set checkpoint.dir=zx --resume "$2" \
     --metrics g.jsonl >/dev/null
-  python3 - "$3" "$2" <<'PY'
-import json, sys
-ref = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-got = [json.loads(l) for l in open("g.jsonl")]
-assert [g["step"] for g in got] == [3, 4, 5], got
-for g in got:
-    rel = abs(g["loss"] - ref[g["step"]]) / ref[g["step"]]
-    assert rel < 1e-5, f"{sys.argv[2]}: step {g['step']}: {g['loss']} vs {ref[g['step']]}"
-print(f"   resumed {sys.argv[2]} across the ZeRO-1 boundary: losses match")
-PY
+  same_losses "$3" g.jsonl 1e-5 "resumed $2 across the ZeRO-1 boundary"
 done
 
 echo "== a corrupt newest checkpoint: --resume auto falls back to the previous one"
