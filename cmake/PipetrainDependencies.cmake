@@ -57,7 +57,6 @@ else()
 endif()
 
 find_package(fmt REQUIRED)
-find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 QUIET CONFIG)
 if(NOT CLI11_FOUND)

@@ -5,7 +5,7 @@ PIPETRAIN_PACKAGES=(
   g++ cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3
 )
 
