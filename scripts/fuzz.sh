@@ -51,19 +51,20 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=64}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 BIN=$PWD/$DIR/bin
 ARTIFACTS=$PWD/$DIR/artifacts
-SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/pipetrain-fuzz.XXXXXX")
-trap 'rm -rf "$SCRATCH"' EXIT
+# The fuzzers grow a copy of the seeds; the repository's corpus stays as it is.
+CORPUS_COPY=$(mktemp -d "${TMPDIR:-/tmp}/pipetrain-fuzz.XXXXXX")
+trap 'rm -rf "$CORPUS_COPY"' EXIT
 failed=()
 run_start=$(date +%s)
 for t in "${TARGETS[@]}"; do
-  mkdir -p "$ARTIFACTS/$t" "$SCRATCH/$t"
-  cp -R tests/fuzz/corpus/"$t"/. "$SCRATCH/$t/"
+  mkdir -p "$ARTIFACTS/$t" "$CORPUS_COPY/$t"
+  cp -R tests/fuzz/corpus/"$t"/. "$CORPUS_COPY/$t/"
   log "fuzzing $t for $SECONDS_EACH s"
   rc=0
-  (cd "$SCRATCH" && TMPDIR="$SCRATCH" "$BIN/$t" \
+  (cd "$CORPUS_COPY" && TMPDIR="$CORPUS_COPY" "$BIN/$t" \
       -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$ARTIFACTS/$t/" -print_final_stats=1 \
-      "$SCRATCH/$t") >"$DIR/$t.log" 2>&1 || rc=$?
+      "$CORPUS_COPY/$t") >"$DIR/$t.log" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ]; then
     repro=$(grep -a -o "Test unit written to .*" "$DIR/$t.log" | tail -n 1 | sed 's/Test unit written to //')
     grep -a -v "^INFO: \|^#[0-9]" "$DIR/$t.log" | tail -n 60

@@ -74,7 +74,13 @@ Costs parse_costs(const std::string& text, double comm) {
   return c;
 }
 
-Schedule build(const ScheduleOptions& o) {
+// The schedule to show, and the text of --file when given (it may hold a lowered program).
+struct Built {
+  Schedule schedule;
+  std::string text;
+};
+
+Built build(const ScheduleOptions& o) {
   if (!o.name.empty() && !o.file.empty())
     fail("schedule: give a schedule NAME or --file, not both");
   if (o.name.empty() && o.file.empty())
@@ -90,7 +96,7 @@ Schedule build(const ScheduleOptions& o) {
     if (o.microbatches > 0 && o.microbatches != s.num_microbatches)
       fail("{}: the file has {} microbatches but --microbatches is {}", o.file, s.num_microbatches,
            o.microbatches);
-    return s;
+    return {s, text};
   }
   if (!o.placement.empty())
     fail("--placement applies to --file; built-in schedules choose their own placement");
@@ -99,7 +105,7 @@ Schedule build(const ScheduleOptions& o) {
   const int stages = o.stages > 0 ? o.stages : o.ranks;
   if (stages % o.ranks != 0)
     fail("schedule {}: --stages {} is not a multiple of --ranks {}", o.name, stages, o.ranks);
-  return make_schedule(o.name, ScheduleParams{o.ranks, stages / o.ranks, o.microbatches});
+  return {make_schedule(o.name, ScheduleParams{o.ranks, stages / o.ranks, o.microbatches}), ""};
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -118,10 +124,9 @@ int run(const ScheduleOptions& o) {
     return 0;
   }
   const Costs costs = parse_costs(o.costs, o.comm);
-  const Schedule s = build(o);
+  const auto [s, text] = build(o);
   validate(s);
   // The program the executor would run: the file's own for a compute+comms file.
-  const std::string text = o.file.empty() ? "" : read_schedule_text(o.file);
   const Program program = is_comms_csv(text)
                               ? program_from_csv(text, o.file, o.placement.empty() ? "loop" : o.placement, kTagUb)
                               : lower(s, {4, kTagUb});

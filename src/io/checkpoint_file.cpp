@@ -143,26 +143,18 @@ void select_flat_range(hid_t space, const std::vector<int64_t>& gshape, const Sh
   });
 }
 
-// The file selection of this rank's part of a tensor (or nothing).
+// The file selection of this rank's part of a tensor (or nothing): its whole local
+// shard, or the run of elements of a partial one.
 void select_part(hid_t space, const CheckpointTensor& t, bool take) {
-  if (!take) {
-    H5Sselect_none(space);
-    return;
-  }
+  H5Sselect_none(space);
+  if (!take) return;
   if (t.partial()) return select_flat_range(space, t.global_shape, t.shard, t.flat_begin, t.flat_end);
-  const auto& gshape = t.global_shape;
-  const Shard& shard = t.shard;
-  if (shard.replicated()) {
+  if (t.shard.replicated()) {
     H5Sselect_all(space);
     return;
   }
-  H5Sselect_none(space);
-  for (const auto& b : shard.blocks) {
-    std::vector<hsize_t> start(gshape.size(), 0), count(gshape.begin(), gshape.end());
-    start[static_cast<size_t>(shard.dim)] = static_cast<hsize_t>(b.begin);
-    count[static_cast<size_t>(shard.dim)] = static_cast<hsize_t>(b.length);
-    H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
-  }
+  const auto dims = local_shape(t.global_shape, t.shard);
+  select_local_box(space, t.shard, std::vector<hsize_t>(dims.size(), 0), std::vector<hsize_t>(dims.begin(), dims.end()));
 }
 
 // The local buffer, shaped like the shard (so HDF5 maps matching shapes quickly); for a

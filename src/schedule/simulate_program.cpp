@@ -15,7 +15,6 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   using Value = std::tuple<int, int, int>;  // kind, microbatch, consumer stage
   auto value_of = [](const Instr& i) { return Value{static_cast<int>(i.kind), i.microbatch, i.stage}; };
   const auto R = static_cast<size_t>(p.num_ranks);
-  std::vector<size_t> next(R, 0);
   std::vector<double> now(R, 0.0);
   std::map<Value, double> send_at, post_at;  // when each SEND was issued / RECV posted
   std::vector<std::set<std::pair<int, int>>> live(R);
@@ -23,44 +22,30 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   out.busy.assign(R, 0.0);
   out.peak_inflight.assign(R, 0);
   std::vector<std::vector<SimEvent>> events(R);
-  size_t left = 0;
-  for (const auto& prog : p.per_rank) left += prog.size();
-  while (left > 0) {
-    bool moved = false;
-    for (size_t r = 0; r < R; ++r) {
-      const auto& prog = p.per_rank[r];
-      while (next[r] < prog.size()) {
-        const Instr& in = prog[next[r]];
-        if (in.op == InstrOp::Send) send_at[value_of(in)] = now[r];
-        if (in.op == InstrOp::Recv) post_at[value_of(in)] = now[r];
-        if (in.op == InstrOp::Compute) {
-          double start = now[r];
-          Instr v;
-          if (input_of(in.action, p.num_stages, v) &&
-              p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != static_cast<int>(r)) {
-            auto s = send_at.find(value_of(v));
-            if (s == send_at.end()) break;  // its input is not sent yet
-            auto q = post_at.find(value_of(v));
-            if (q == post_at.end()) fail("simulate_program: {} on rank {} has no posted receive", to_string(in), r);
-            start = std::max(start, std::max(s->second, q->second) + transfer.time());
-          }
-          const double d = costs.of(in.action);
-          events[r].push_back({in.action, static_cast<int>(r), start, start + d});
-          now[r] = start + d;
-          out.busy[r] += d;
-          const std::pair<int, int> cell{in.action.microbatch, in.action.stage};
-          if (in.action.op == Op::F) live[r].insert(cell);
-          out.peak_inflight[r] = std::max(out.peak_inflight[r], static_cast<int>(live[r].size()));
-          if (in.frees_stash) live[r].erase(cell);
-        }
-        ++next[r];
-        --left;
-        moved = true;
-      }
+  const std::vector<size_t> next = walk_program(p, [&](int rank, const Instr& in) {
+    const auto r = static_cast<size_t>(rank);
+    if (in.op == InstrOp::Send) send_at[value_of(in)] = now[r];
+    if (in.op == InstrOp::Recv) post_at[value_of(in)] = now[r];
+    if (in.op != InstrOp::Compute) return;
+    double start = now[r];
+    Instr v;
+    if (input_of(in.action, p.num_stages, v) && p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != rank) {
+      // walk_program runs a compute only after its input's SEND.
+      auto q = post_at.find(value_of(v));
+      if (q == post_at.end()) fail("simulate_program: {} on rank {} has no posted receive", to_string(in), r);
+      start = std::max(start, std::max(send_at.at(value_of(v)), q->second) + transfer.time());
     }
-    if (!moved) fail("simulate_program: {} does not make progress (validate it first)", p.name);
-  }
+    const double d = costs.of(in.action);
+    events[r].push_back({in.action, rank, start, start + d});
+    now[r] = start + d;
+    out.busy[r] += d;
+    const std::pair<int, int> cell{in.action.microbatch, in.action.stage};
+    if (in.action.op == Op::F) live[r].insert(cell);
+    out.peak_inflight[r] = std::max(out.peak_inflight[r], static_cast<int>(live[r].size()));
+    if (in.frees_stash) live[r].erase(cell);
+  });
   for (size_t r = 0; r < R; ++r) {
+    if (next[r] < p.per_rank[r].size()) fail("simulate_program: {} does not make progress (validate it first)", p.name);
     out.makespan = std::max(out.makespan, now[r]);
     out.events.insert(out.events.end(), events[r].begin(), events[r].end());
   }

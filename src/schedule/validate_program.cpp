@@ -189,48 +189,20 @@ void check_complete(const Program& p, const std::map<Cell, int>& f, const std::m
     }
 }
 
-// All ranks together: sends are buffered, a compute with a remote input waits for the
-// send of that input. Reports what each stuck rank waits for.
+// All ranks together (walk_program's semantics); reports what each stuck rank waits for.
 void check_progress(const Program& p) {
-  const auto R = static_cast<size_t>(p.num_ranks);
-  std::vector<size_t> next(R, 0);
-  std::set<Value> sent;
-  size_t left = 0;
-  for (const auto& prog : p.per_rank) left += prog.size();
-  while (left > 0) {
-    bool moved = false;
-    for (size_t r = 0; r < R; ++r) {
-      const auto& prog = p.per_rank[r];
-      while (next[r] < prog.size()) {
-        const Instr& in = prog[next[r]];
-        Value v{};
-        if (in.op == InstrOp::Compute && input_of(p, in.action, v) &&
-            p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != static_cast<int>(r) && !sent.count(v))
-          break;
-        if (in.op == InstrOp::Send) sent.insert(value_of(in));
-        ++next[r];
-        --left;
-        moved = true;
-      }
-    }
-    if (moved) continue;
-    std::string msg = "deadlock:";
-    for (size_t r = 0; r < R; ++r) {
-      if (next[r] >= p.per_rank[r].size()) continue;
-      const Instr& in = p.per_rank[r][next[r]];
-      Value v{};
-      input_of(p, in.action, v);
-      Instr send;
-      send.op = InstrOp::Send;
-      send.kind = static_cast<Transfer>(std::get<0>(v));
-      send.microbatch = std::get<1>(v);
-      send.stage = std::get<2>(v);
-      msg += fmt::format("{} rank {} waits at position {} ({}) for {} (rank {})", msg.size() > 9 ? ";" : "", r,
-                         next[r] + 1, to_string(in), to_string(send),
-                         p.stage_to_rank[static_cast<size_t>(producer_stage(v))]);
-    }
-    throw Error(msg);
+  const std::vector<size_t> next = walk_program(p, [](int, const Instr&) {});
+  std::string msg;
+  for (size_t r = 0; r < next.size(); ++r) {
+    if (next[r] >= p.per_rank[r].size()) continue;
+    const Instr& in = p.per_rank[r][next[r]];
+    Instr send;  // the transfer it waits for
+    pipetrain::input_of(in.action, p.num_stages, send);
+    send.op = InstrOp::Send;
+    msg += fmt::format("{} rank {} waits at position {} ({}) for {} (rank {})", msg.empty() ? "" : ";", r, next[r] + 1,
+                       to_string(in), to_string(send), p.stage_to_rank[static_cast<size_t>(pipetrain::producer_stage(send))]);
   }
+  if (!msg.empty()) throw Error("deadlock:" + msg);
 }
 
 }  // namespace

@@ -11,8 +11,9 @@
 // sends the activation of microbatch 1), "1RECV_F1" (stage 1 receives it), "1SEND_B0"
 // (stage 1 sends its input gradient of microbatch 0), "0RECV_B0".
 // Exports: InstrOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
-// validate_program, to_string(Instr).
+// validate_program, walk_program, to_string(Instr).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,13 @@ Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ra
 // "deadlock: rank 0 waits at position 3 (0B0) for 1SEND_B0 (rank 1); ..."). Returns the
 // peak number of live activation stashes per rank.
 std::vector<int> validate_program(const Program& p, int tag_ub);
+
+// The program's execution semantics, shared by the validator and the simulator: SEND,
+// RECV and MOVE never block; a compute whose input comes from another rank waits until
+// that input's SEND has run. Visits every instruction, rank by rank, as far as each can
+// go, calling visit(rank, instruction) in that order; returns where each rank stopped —
+// a rank short of its list's end is stuck (all ranks stuck: a deadlock).
+std::vector<size_t> walk_program(const Program& p, const std::function<void(int, const Instr&)>& visit);
 
 // "1F0", "0SEND_F1", "1RECV_F1", "1SEND_B0", "0RECV_B0", "1MOVE_F2".
 std::string to_string(const Instr& i);
