@@ -3,6 +3,8 @@
 // the rank, the position and the instruction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -129,9 +131,9 @@ TEST(Lowering, BrokenProgramsAreRefusedWithRankAndPosition) {
     v.erase(v.begin() + static_cast<long>(send));
     v.insert(v.begin() + static_cast<long>(find(p, 0, "0B0")) + 1, s);
   }
-  EXPECT_HAS(problem(p), "deadlock: rank 0 waits at position");
-  EXPECT_HAS(problem(p), "for 1SEND_B0 (rank 1); rank 1 waits at position");
-  EXPECT_HAS(problem(p), "(1F0) for 0SEND_F0 (rank 0)");
+  EXPECT_HAS(problem(p),
+             "deadlock: rank 0 waits at 0B0 (position 6, compute step 3) for the gradient 1SEND_B0 (rank 1); "
+             "rank 1 waits at 1F0 (position 3, compute step 1) for the activation 0SEND_F0 (rank 0)");
 
   p = good;  // a stash freed twice
   p.per_rank[0][find(p, 0, "0F0")].frees_stash = true;
@@ -202,6 +204,37 @@ TEST(ProgramCsv, AFileRunsInItsOwnOrderAndBrokenFilesAreRefused) {
   const std::string bogus = text.substr(0, text.find('\n')) + ",0SEND_F7\n" + text.substr(text.find('\n') + 1);
   EXPECT_HAS(problem(program_from_csv(bogus, "x.csv", "loop", 32767)), "0SEND_F7");
   EXPECT_THROW(program_from_csv("0F0,0SEND_X0\n", "x.csv", "loop", 32767), Error);
+}
+
+TEST(ProgramCsv, PositionsCountTheFilesCellsNotTheImplicitMoves) {
+  // V placement: rank 1 holds stages 1 and 2, so its lowered list has MOVEs (1F -> 2F,
+  // 2I -> 1I) that the file does not show. Move its receive of 2I0's gradient after 2I0
+  // and expect the error at 2I0's column in the edited row.
+  const Program lowered = lower(make_schedule("zbv", {2, 2, 2}));
+  const std::string text = to_comms_csv(lowered);
+  const size_t nl = text.find('\n');
+  std::vector<std::string> row;
+  for (size_t c = nl + 1; c < text.size() - 1;) {
+    const size_t d = std::min(text.find(',', c), text.size() - 1);
+    row.push_back(text.substr(c, d - c));
+    c = d + 1;
+  }
+  const auto recv = std::find(row.begin(), row.end(), "2RECV_B0");
+  const auto use = std::find(row.begin(), row.end(), "2I0");
+  ASSERT_TRUE(recv < use);
+  const size_t column = static_cast<size_t>(use - row.begin());  // 1-based, once the receive before it is gone
+  std::rotate(recv, recv + 1, use + 1);
+  std::string edited = text.substr(0, nl + 1);
+  for (size_t c = 0; c < row.size(); ++c) edited += (c ? "," : "") + row[c];
+  edited += '\n';
+  size_t moves_before = 0;
+  for (const Instr& i : lowered.per_rank[1]) {
+    if (to_string(i) == "2I0") break;
+    moves_before += i.op == InstrOp::Move;
+  }
+  ASSERT_GT(moves_before, 0u) << "the test needs a MOVE before 2I0";
+  EXPECT_HAS(problem(program_from_csv(edited, "v.csv", "v", 32767)),
+             fmt::format("rank 1, position {} (2I0): no receive of its input from rank 0 is posted before it", column));
 }
 
 }  // namespace

@@ -93,8 +93,8 @@ TEST(ScheduleValidate, CrossRankCycleIsADeadlock) {
   // insists on microbatch 1 first.
   const std::string msg = problem(csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n"));
   EXPECT_HAS(msg, "deadlock: ");
-  EXPECT_HAS(msg, "rank 0 waits at 0B0 for the gradient of 1B0 (rank 1)");
-  EXPECT_HAS(msg, "rank 1 waits at 1F1 for the activation of 0F1 (rank 0)");
+  EXPECT_HAS(msg, "rank 0 waits at 0B0 (position 5, compute step 2) for the gradient 1SEND_B0 (rank 1)");
+  EXPECT_HAS(msg, "rank 1 waits at 1F1 (position 3, compute step 1) for the activation 0SEND_F1 (rank 0)");
 }
 
 TEST(ScheduleValidate, DeadlockAmongThreeRanksNamesOnlyStuckRanks) {
@@ -104,8 +104,8 @@ TEST(ScheduleValidate, DeadlockAmongThreeRanksNamesOnlyStuckRanks) {
                    {Op::B, 0, 2}, {Op::F, 1, 2}, {Op::B, 1, 2}};
   const std::string msg = problem(s);
   EXPECT_HAS(msg, "deadlock: ");
-  EXPECT_HAS(msg, "rank 2 waits at 2F2 for the activation of 1F2 (rank 1)");
-  EXPECT_HAS(msg, "rank 1 waits at 1B0 for the gradient of 2B0 (rank 2)");
+  EXPECT_HAS(msg, "rank 2 waits at 2F2 (position 3, compute step 1) for the activation 1SEND_F2 (rank 1)");
+  EXPECT_HAS(msg, "rank 1 waits at 1B0 (position 11, compute step 3) for the gradient 2SEND_B0 (rank 2)");
 }
 
 TEST(ScheduleValidate, ShapeErrors) {

@@ -26,7 +26,7 @@ namespace {
 constexpr int kRecvLookahead = 4;  // compute actions ahead whose inputs are posted as receives
 }  // namespace
 
-Schedule schedule_from_config(const Config& cfg) {
+Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   const auto& p = cfg.parallel;
   Schedule s;
   if (!cfg.schedule.file.empty()) {
@@ -37,8 +37,10 @@ Schedule schedule_from_config(const Config& cfg) {
       fail("schedule.file: {}", e.what());
     }
     // A compute+comms file: its compute cells are the schedule (tags are fixed later).
-    s = is_comms_csv(text) ? compute_only(program_from_csv(text, cfg.schedule.file, cfg.schedule.placement, INT_MAX))
-                           : from_csv(text, cfg.schedule.file, cfg.schedule.placement);
+    const bool comms = is_comms_csv(text);
+    s = comms ? compute_only(program_from_csv(text, cfg.schedule.file, cfg.schedule.placement, INT_MAX))
+              : from_csv(text, cfg.schedule.file, cfg.schedule.placement);
+    if (comms && comms_csv) *comms_csv = std::move(text);
     if (s.num_ranks != p.pp)
       fail("{}: the schedule has {} ranks but parallel.pp = {}", cfg.schedule.file, s.num_ranks, p.pp);
     if (s.num_stages != p.pp * p.virtual_stages)
@@ -58,11 +60,10 @@ Schedule schedule_from_config(const Config& cfg) {
   return s;
 }
 
-Program program_from_config(const Config& cfg, const Schedule& s, int tag_ub) {
+Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub) {
   Program p;
-  const std::string& file = cfg.schedule.file;
-  if (const std::string text = file.empty() ? "" : read_schedule_text(file); is_comms_csv(text))
-    p = program_from_csv(text, file, cfg.schedule.placement, tag_ub);  // runs exactly in the file's order
+  if (!comms_csv.empty())
+    p = program_from_csv(comms_csv, cfg.schedule.file, cfg.schedule.placement, tag_ub);  // runs exactly as written
   else
     p = lower(s, {kRecvLookahead, tag_ub});
   validate_program(p, tag_ub);
@@ -75,9 +76,10 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       backend_(backend),
       source_(std::move(source)),
       pool_(MemoryPool::create(backend)),
-      schedule_(schedule_from_config(cfg)),
       optimizer_(cfg.train),
       mb_size_(cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches)) {
+  std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
+  schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
   const auto units = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage);
   const int me = grid.coords().pp;
@@ -96,7 +98,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
                                                  cfg.model.d_model);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  train_program_ = program_from_config(cfg, schedule_, grid.pp_comm().tag_ub());
+  train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   if (zero1) {

@@ -1,10 +1,10 @@
-// ActionTable (pipetrain/schedule/dataflow.hpp): indexes a schedule's actions and runs
+// ActionTable (pipetrain/schedule/action_table.hpp): indexes a schedule's actions and runs
 // the structural checks of validate(): sizes, ranges, owner rank, duplicates and that
 // every (microbatch, stage) has one F and one B or one I + one W.
 #include <fmt/format.h>
 
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/schedule/dataflow.hpp"
+#include "pipetrain/schedule/action_table.hpp"
 
 namespace pipetrain {
 namespace {

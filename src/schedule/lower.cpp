@@ -3,23 +3,11 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <set>
-#include <tuple>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/program.hpp"
 
 namespace pipetrain {
-
-namespace {
-
-struct Value {  // an activation or gradient feeding (microbatch, consumer stage)
-  Transfer kind;
-  int microbatch, stage;
-  auto operator<=>(const Value&) const = default;
-};
-Value value_of(const Instr& i) { return {i.kind, i.microbatch, i.stage}; }
-
-}  // namespace
 
 bool input_of(const Action& a, int num_stages, Instr& v) {
   v.microbatch = a.microbatch;
@@ -79,13 +67,12 @@ Program lower(const Schedule& s, const LowerOptions& options) {
       if ((p.backward && a.op == Op::I) || (p.backward && a.op == Op::F)) continue;
       frees[i] = freed.insert({a.microbatch, a.stage}).second;
     }
-    std::set<Value> posted;
+    size_t unposted = 0;  // the first action whose input receive is not yet placed
     for (size_t i = 0; i < actions.size(); ++i) {
-      for (size_t j = i; j < actions.size() && j < i + ahead; ++j) {
+      // Before compute i: the receives of the inputs of computes i .. i + ahead - 1.
+      for (; unposted < actions.size() && unposted < i + ahead; ++unposted) {
         Instr recv;
-        if (!input_of(actions[j], s.num_stages, recv) || rank_of(producer_stage(recv)) == r ||
-            !posted.insert(value_of(recv)).second)
-          continue;
+        if (!input_of(actions[unposted], s.num_stages, recv) || rank_of(producer_stage(recv)) == r) continue;
         recv.op = InstrOp::Recv;
         recv.peer = rank_of(producer_stage(recv));
         recv.tag = tags.tag(recv.kind, recv.microbatch, recv.stage);

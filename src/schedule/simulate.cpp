@@ -1,9 +1,10 @@
 // simulate() and Costs::of of pipetrain/schedule/simulate.hpp.
 #include "pipetrain/schedule/simulate.hpp"
 
-#include <algorithm>
+#include <climits>
 
-#include "pipetrain/schedule/dataflow.hpp"
+#include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/validate.hpp"
 
 namespace pipetrain {
 
@@ -24,32 +25,11 @@ double Costs::of(const Action& a) const {
 }
 
 SimResult simulate(const Schedule& s, const Costs& costs) {
-  const ActionTable table(s);
-  check_rank_order(s, table);
-  const Timeline tl = run_dataflow(s, table, costs);
-  SimResult res;
-  const auto R = static_cast<size_t>(s.num_ranks);
-  res.busy.assign(R, 0.0);
-  res.peak_inflight.assign(R, 0);
-  for (size_t r = 0; r < R; ++r) {
-    const auto& prog = s.per_rank[r];
-    // A rank runs its program sequentially, so program order is time order: the stash
-    // grows at each F and shrinks when the last backward piece (B or W) completes.
-    int inflight = 0;
-    for (size_t pos = 0; pos < prog.size(); ++pos) {
-      const Action& a = prog[pos];
-      if (a.op == Op::F) res.peak_inflight[r] = std::max(res.peak_inflight[r], ++inflight);
-      if (a.op == Op::B || a.op == Op::W) --inflight;
-      res.busy[r] += tl.end[r][pos] - tl.start[r][pos];
-      res.makespan = std::max(res.makespan, tl.end[r][pos]);
-      res.events.push_back({a, static_cast<int>(r), tl.start[r][pos], tl.end[r][pos]});
-    }
-  }
-  double total = 0;
-  for (double b : res.busy) total += b;
-  res.bubble_fraction =
-      res.makespan > 0 ? 1.0 - total / (static_cast<double>(R) * res.makespan) : 0.0;
-  return res;
+  validate(s);
+  // Every receive posted at the start: a transfer then costs `comm` after its producer
+  // ends, whatever the rank is doing (buffered sends, as simulate() promises).
+  const Program p = lower(s, {INT_MAX, INT_MAX});
+  return simulate_program(p, costs, TransferCosts{0, 0, costs.comm});
 }
 
 }  // namespace pipetrain

@@ -23,8 +23,17 @@ struct Where {
   int rank = -1, pos = -1;  // pos: 0-based index in the rank's list
 };
 
-[[noreturn]] void at(int rank, size_t pos, const Instr& i, const std::string& what) {
-  fail("rank {}, position {} ({}): {}", rank, pos + 1, to_string(i), what);
+// Positions count the instructions a compute+comms CSV lists: MOVEs are implicit there.
+size_t position(const Program& p, int rank, size_t pos) {
+  const auto& prog = p.per_rank[static_cast<size_t>(rank)];
+  size_t n = 0;
+  for (size_t i = 0; i <= pos && i < prog.size(); ++i) n += prog[i].op != InstrOp::Move;
+  return n;
+}
+
+[[noreturn]] void at(const Program& p, int rank, size_t pos, const std::string& what) {
+  fail("rank {}, position {} ({}): {}", rank, position(p, rank, pos),
+       to_string(p.per_rank[static_cast<size_t>(rank)][pos]), what);
 }
 
 // The program's dataflow rule (program.hpp), on the value keys used here.
@@ -67,34 +76,34 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
       const Value v = value_of(in);
       if (in.stage < 0 || in.stage >= p.num_stages || producer_stage(v) < 0 || producer_stage(v) >= p.num_stages ||
           in.microbatch < 0 || in.microbatch >= p.num_microbatches)
-        at(r, pos, in, "names a stage or microbatch outside the program");
-      if (in.kind == Transfer::Gradient && !p.backward) at(r, pos, in, "a gradient in a forward-only program");
+        at(p, r, pos, "names a stage or microbatch outside the program");
+      if (in.kind == Transfer::Gradient && !p.backward) at(p, r, pos, "a gradient in a forward-only program");
       const int src = rank_of(producer_stage(v)), dst = rank_of(in.stage);
       if (in.op == InstrOp::Recv) {
-        if (dst != r || src == r) at(r, pos, in, fmt::format("stage {} is on rank {}, its producer on rank {}", in.stage, dst, src));
-        if (in.peer != src) at(r, pos, in, fmt::format("receives from rank {}, but the producer is on rank {}", in.peer, src));
-        if (!posted.insert(v).second) at(r, pos, in, "posted twice");
+        if (dst != r || src == r) at(p, r, pos, fmt::format("stage {} is on rank {}, its producer on rank {}", in.stage, dst, src));
+        if (in.peer != src) at(p, r, pos, fmt::format("receives from rank {}, but the producer is on rank {}", in.peer, src));
+        if (!posted.insert(v).second) at(p, r, pos, "posted twice");
       } else {  // Send or Move: the producer is here and has run
-        if (src != r) at(r, pos, in, fmt::format("the producer, stage {}, is on rank {}", producer_stage(v), src));
+        if (src != r) at(p, r, pos, fmt::format("the producer, stage {}, is on rank {}", producer_stage(v), src));
         if (in.op == InstrOp::Send && (dst == r || in.peer != dst))
-          at(r, pos, in, fmt::format("sends to rank {}, but stage {} is on rank {}", in.peer, in.stage, dst));
-        if (in.op == InstrOp::Move && dst != r) at(r, pos, in, fmt::format("stage {} is on rank {}: a SEND, not a MOVE", in.stage, dst));
-        if (produced.erase(v) == 0) at(r, pos, in, "its value is not computed before it (or already sent)");
+          at(p, r, pos, fmt::format("sends to rank {}, but stage {} is on rank {}", in.peer, in.stage, dst));
+        if (in.op == InstrOp::Move && dst != r) at(p, r, pos, fmt::format("stage {} is on rank {}: a SEND, not a MOVE", in.stage, dst));
+        if (produced.erase(v) == 0) at(p, r, pos, "its value is not computed before it (or already sent)");
         if (in.op == InstrOp::Move) moved.insert(v);
       }
       continue;
     }
     const Action& a = in.action;
     if (a.stage < 0 || a.stage >= p.num_stages || a.microbatch < 0 || a.microbatch >= p.num_microbatches)
-      at(r, pos, in, "names a stage or microbatch outside the program");
-    if (rank_of(a.stage) != r) at(r, pos, in, fmt::format("stage {} lives on rank {}", a.stage, rank_of(a.stage)));
-    if (!p.backward && a.op != Op::F) at(r, pos, in, "a backward action in a forward-only program");
+      at(p, r, pos, "names a stage or microbatch outside the program");
+    if (rank_of(a.stage) != r) at(p, r, pos, fmt::format("stage {} lives on rank {}", a.stage, rank_of(a.stage)));
+    if (!p.backward && a.op != Op::F) at(p, r, pos, "a backward action in a forward-only program");
     const Cell cell{a.microbatch, a.stage};
     Value v{};
     if (input_of(p, a, v)) {
       const bool local = rank_of(producer_stage(v)) == r;
       if (local ? moved.erase(v) == 0 : posted.erase(v) == 0)
-        at(r, pos, in, local ? "its input is not moved to it before it"
+        at(p, r, pos, local ? "its input is not moved to it before it"
                              : fmt::format("no receive of its input from rank {} is posted before it",
                                            rank_of(producer_stage(v))));
     }
@@ -105,20 +114,20 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
         break;
       case Op::B:
         ++b_count[cell];
-        if (!live.count(cell)) at(r, pos, in, "runs before the forward of its microbatch (or after its free)");
+        if (!live.count(cell)) at(p, r, pos, "runs before the forward of its microbatch (or after its free)");
         break;
       case Op::I:
         ++i_count[cell];
-        if (!live.count(cell)) at(r, pos, in, "runs before the forward of its microbatch (or after its free)");
+        if (!live.count(cell)) at(p, r, pos, "runs before the forward of its microbatch (or after its free)");
         after_i.insert(cell);
         break;
       case Op::W:
         ++w_count[cell];
-        if (!after_i.count(cell)) at(r, pos, in, "runs before the I of its microbatch");
+        if (!after_i.count(cell)) at(p, r, pos, "runs before the I of its microbatch");
         break;
     }
     peak = std::max(peak, static_cast<int>(live.size()));
-    if (in.frees_stash && live.erase(cell) == 0) at(r, pos, in, "frees a stash that is not alive");
+    if (in.frees_stash && live.erase(cell) == 0) at(p, r, pos, "frees a stash that is not alive");
     if (output_of(p, a, v)) produced.insert(v);
   }
   if (!live.empty()) {
@@ -147,27 +156,27 @@ void match_transfers(const Program& p, int tag_ub) {
     for (size_t pos = 0; pos < prog.size(); ++pos) {
       const Instr& in = prog[pos];
       if (in.op != InstrOp::Send && in.op != InstrOp::Recv) continue;
-      if (in.tag < 0 || in.tag > tag_ub) at(r, pos, in, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
+      if (in.tag < 0 || in.tag > tag_ub) at(p, r, pos, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
       auto& side = in.op == InstrOp::Send ? sends : recvs;
       if (!side.emplace(value_of(in), std::pair{Where{r, static_cast<int>(pos)}, &in}).second)
-        at(r, pos, in, in.op == InstrOp::Send ? "sent twice" : "received twice");
+        at(p, r, pos, in.op == InstrOp::Send ? "sent twice" : "received twice");
       if (in.op == InstrOp::Send) {
         const auto key = std::tuple{r, in.peer, in.tag};
         if (auto [it, fresh] = tag_use.emplace(key, value_of(in)); !fresh)
-          at(r, pos, in, fmt::format("tag {} is already used from rank {} to rank {}", in.tag, r, in.peer));
+          at(p, r, pos, fmt::format("tag {} is already used from rank {} to rank {}", in.tag, r, in.peer));
       }
     }
   }
   for (const auto& [v, s] : sends) {
     auto it = recvs.find(v);
-    if (it == recvs.end()) at(s.first.rank, static_cast<size_t>(s.first.pos), *s.second, "no rank receives it");
+    if (it == recvs.end()) at(p, s.first.rank, static_cast<size_t>(s.first.pos), "no rank receives it");
     if (it->second.second->tag != s.second->tag)
-      at(it->second.first.rank, static_cast<size_t>(it->second.first.pos), *it->second.second,
+      at(p, it->second.first.rank, static_cast<size_t>(it->second.first.pos),
          fmt::format("tag {} differs from the send's {} (rank {}, position {})", it->second.second->tag,
-                     s.second->tag, s.first.rank, s.first.pos + 1));
+                     s.second->tag, s.first.rank, position(p, s.first.rank, static_cast<size_t>(s.first.pos))));
   }
   for (const auto& [v, rc] : recvs)
-    if (!sends.count(v)) at(rc.first.rank, static_cast<size_t>(rc.first.pos), *rc.second, "no rank sends it");
+    if (!sends.count(v)) at(p, rc.first.rank, static_cast<size_t>(rc.first.pos), "no rank sends it");
 }
 
 void check_complete(const Program& p, const std::map<Cell, int>& f, const std::map<Cell, int>& b,
@@ -189,18 +198,25 @@ void check_complete(const Program& p, const std::map<Cell, int>& f, const std::m
     }
 }
 
-// All ranks together (walk_program's semantics); reports what each stuck rank waits for.
+// All ranks together (walk_program's semantics); reports what each stuck rank waits for,
+// at its position in the program and its step in the rank's compute order (a schedule's
+// own numbering).
 void check_progress(const Program& p) {
   const std::vector<size_t> next = walk_program(p, [](int, const Instr&) {});
   std::string msg;
   for (size_t r = 0; r < next.size(); ++r) {
-    if (next[r] >= p.per_rank[r].size()) continue;
-    const Instr& in = p.per_rank[r][next[r]];
+    const auto& prog = p.per_rank[r];
+    if (next[r] >= prog.size()) continue;
+    const Instr& in = prog[next[r]];
     Instr send;  // the transfer it waits for
     pipetrain::input_of(in.action, p.num_stages, send);
     send.op = InstrOp::Send;
-    msg += fmt::format("{} rank {} waits at position {} ({}) for {} (rank {})", msg.empty() ? "" : ";", r, next[r] + 1,
-                       to_string(in), to_string(send), p.stage_to_rank[static_cast<size_t>(pipetrain::producer_stage(send))]);
+    size_t step = 0;
+    for (size_t i = 0; i <= next[r]; ++i) step += prog[i].op == InstrOp::Compute;
+    msg += fmt::format("{} rank {} waits at {} (position {}, compute step {}) for the {} {} (rank {})",
+                       msg.empty() ? "" : ";", r, to_string(in), position(p, static_cast<int>(r), next[r]), step,
+                       send.kind == Transfer::Activation ? "activation" : "gradient", to_string(send),
+                       p.stage_to_rank[static_cast<size_t>(pipetrain::producer_stage(send))]);
   }
   if (!msg.empty()) throw Error("deadlock:" + msg);
 }

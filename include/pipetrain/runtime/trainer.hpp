@@ -39,11 +39,12 @@ struct StepMetrics {
 };
 
 // The schedule a config asks for (schedule.name, or schedule.file with
-// schedule.placement), for `pp` pipeline ranks; validated.
-Schedule schedule_from_config(const Config& cfg);
-// Its lowered program, validated with the MPI's tag bound: the schedule lowered, or a
-// compute+comms schedule.file exactly as written.
-Program program_from_config(const Config& cfg, const Schedule& s, int tag_ub);
+// schedule.placement), for `pp` pipeline ranks; validated. When schedule.file is a
+// compute+comms file, its text goes to *comms_csv (the file is read once).
+Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullptr);
+// Its lowered program, validated with the MPI's tag bound: the schedule lowered, or the
+// compute+comms file's text (non-empty comms_csv) exactly as written.
+Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub);
 
 class Trainer {
  public:

@@ -67,12 +67,14 @@ Program lower(const Schedule& s, const LowerOptions& options = {});
 Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches);
 
 // Proves the program executable before any rank runs; throws pipetrain::Error naming the
-// rank, the position (1-based) and the instruction: every transfer matched exactly once
+// rank, the position (1-based, counting every instruction but MOVEs — the cells a
+// compute+comms CSV of the program lists) and the instruction: every transfer matched exactly once
 // (same tag, the right peers), each receive posted before the compute that uses it and
 // each send after the compute that produces it, tags unique per pair of ranks and
 // <= tag_ub, every stash freed exactly once, every microbatch through every stage, and
 // no deadlock (sends are buffered, a compute waits for its inputs' producers; otherwise
-// "deadlock: rank 0 waits at position 3 (0B0) for 1SEND_B0 (rank 1); ..."). Returns the
+// "deadlock: rank 0 waits at 0B0 (position 5, compute step 2) for the gradient 1SEND_B0
+// (rank 1); ..."). Returns the
 // peak number of live activation stashes per rank.
 std::vector<int> validate_program(const Program& p, int tag_ub);
 

@@ -21,7 +21,7 @@ std::string to_comms_csv(const Program& p);
 // from_csv), the transfer cells stay where the file puts them — a file runs exactly in
 // the order given; peers, tags and MOVEs come from the placement. Not validated here:
 // call validate_program, which names the rank, position and instruction of a transfer
-// that is unmatched or out of order.
+// that is unmatched or out of order (positions count the row's non-empty cells).
 Program program_from_csv(const std::string& text, const std::string& origin, const std::string& placement,
                          int tag_ub);
 

@@ -35,9 +35,10 @@ struct SimResult {
   std::vector<SimEvent> events;   // rank by rank, each in program order
 };
 
-// Validates the schedule (throws pipetrain::Error like validate()), then runs every
-// rank's program in order: an action starts at max(rank free, inputs ready), where a
-// cross-rank input is ready `comm` after its producer ends. Sends never block.
+// Validates the schedule (throws pipetrain::Error like validate()), lowers it with every
+// receive posted at the start and runs the program (simulate_program): an action starts
+// at max(rank free, inputs ready), where a cross-rank input is ready `comm` after its
+// producer ends. Sends never block.
 SimResult simulate(const Schedule& s, const Costs& costs = {});
 
 // What one cross-rank transfer costs: latency + bytes / bandwidth (bandwidth 0: free).

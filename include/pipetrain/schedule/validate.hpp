@@ -11,8 +11,10 @@ namespace pipetrain {
 //    the rank that owns the stage (missing, duplicate, wrong rank, W without I, ...);
 //  - each rank's order respects its own dependencies (F before B/I, I before W, and
 //    F(m, s) before F(m, s+1) when both stages share the rank, ...);
-//  - all ranks together make progress (blocking receives, buffered sends); otherwise
-//    "deadlock: rank 0 waits at 1B0 for the gradient of 2B0 (rank 1); rank 1 waits ...".
+//  - then, on its lowered program (validate_program in program.hpp): all ranks together
+//    make progress (buffered sends, computes wait for remote inputs); otherwise
+//    "deadlock: rank 0 waits at 1B0 (position 7, compute step 3) for the gradient 2SEND_B0
+//    (rank 1); rank 1 waits ...".
 void validate(const Schedule& s);
 
 }  // namespace pipetrain

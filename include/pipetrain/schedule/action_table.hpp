@@ -1,12 +1,10 @@
-// The dependency model shared by validate() and simulate() (internal to the schedule
-// library, but usable by the runtime to derive sends and receives).
-// Exports: Slot, ActionTable, Dependency, dependencies, check_rank_order, Timeline,
-// run_dataflow.
+// The index of a compute-only schedule's actions and the checks validate() makes on the
+// schedule itself, before lowering it (internal to the schedule library).
+// Exports: Slot, ActionTable, Dependency, dependencies, check_rank_order.
 #pragma once
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
-#include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
 
@@ -43,14 +41,5 @@ std::vector<Dependency> dependencies(const Schedule& s, const ActionTable& t, co
 
 // Throws if some rank runs an action before a same-rank action it depends on.
 void check_rank_order(const Schedule& s, const ActionTable& t);
-
-// Start and end time of every action, [rank][position].
-struct Timeline {
-  std::vector<std::vector<double>> start, end;
-};
-
-// Executes all ranks together (blocking on inputs, buffered sends) with the given costs.
-// Throws the "deadlock: ..." error when no rank can progress.
-Timeline run_dataflow(const Schedule& s, const ActionTable& t, const Costs& costs);
 
 }  // namespace pipetrain
