@@ -6,11 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/app/commands.hpp"
@@ -20,12 +17,10 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/watchdog.hpp"
-#include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/io/token_dataset.hpp"
-#include "pipetrain/runtime/resume.hpp"
-#include "pipetrain/runtime/trace_writer.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/runtime/training_loop.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -42,14 +37,6 @@ struct TrainOptions {
   std::string init;    // a checkpoint whose weights start a new run
 };
 
-// Set by SIGUSR1 / SIGTERM (Slurm's --signal, pre-emption); the ranks agree on it at
-// the next step boundary, checkpoint and exit 0.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-  watchdog::report_on_signal();  // a rank stuck in a wait says where it is
-}
-
 // Keeps the hang watchdog running for the scope of a run, also when it ends by an error.
 struct WatchdogGuard {
   WatchdogGuard(double timeout_s, int rank) { watchdog::start(timeout_s, rank); }
@@ -57,8 +44,6 @@ struct WatchdogGuard {
   WatchdogGuard(const WatchdogGuard&) = delete;
   WatchdogGuard& operator=(const WatchdogGuard&) = delete;
 };
-
-constexpr int kTraceSteps = 20;  // steps recorded by --trace (the first ones)
 
 // The backend runtime.device asks for. CUDA runs need a GPU; until the NCCL
 // communicator and host-staged checkpoints exist they are single-rank and checkpoint-free.
@@ -154,83 +139,38 @@ int run_train(const TrainOptions& opt) {
                  {"peak_flops", cfg.log.peak_flops},
                  {"simulated_bubble", sim.bubble_fraction}},
                 sched, sim);
-  // Where to start: a checkpoint (--resume), another run's weights (--init), or step 0.
-  int start = 0;
-  const auto& ck = cfg.checkpoint;
-  if (opt.resume == "auto") {
-    const ResumeResult r = resume_newest(trainer, grid, ck.dir, [](const std::string& path, const std::string& why) {
-      fmt::print(stderr, "pipetrain: skipping checkpoint {}: {}; trying the previous one\n", path, why);
-    });
-    start = static_cast<int>(r.step);
-    log.line(r.path.empty() ? fmt::format("no checkpoint in {}: starting from step 0", ck.dir)
-                            : fmt::format("resumed from {} at step {}", r.path, start));
-  } else if (!opt.resume.empty()) {
-    start = static_cast<int>(trainer.load_checkpoint(opt.resume, false));
-    log.line(fmt::format("resumed from {} at step {}", opt.resume, start));
-  } else if (!opt.init.empty()) {
-    trainer.load_checkpoint(opt.init, true);
-    log.line(fmt::format("initialised the weights from {}", opt.init));
-  }
-  auto save = [&](int next_step, const char* why) {
-    std::error_code ec;
-    if (rank == 0) std::filesystem::create_directories(ck.dir, ec);
-    MPI_Barrier(MPI_COMM_WORLD);
-    const std::string path = checkpoint_path(ck.dir, next_step);
-    trainer.save_checkpoint(path, next_step);
-    if (rank == 0) {
-      update_latest(ck.dir, path);
-      prune_checkpoints(ck.dir, ck.keep);
-      log.line(fmt::format("saved checkpoint {} ({})", path, why));
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  };
-  std::signal(SIGUSR1, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-
-  const std::string trace_dir = log.trace_dir(opt.trace_dir);
-  const bool tracing = !trace_dir.empty();
   // Progress bar only on a terminal, never inside a batch job (mpirun may hand ranks a
   // pseudo-terminal even when its own output goes to a file: log.progress = false).
   const bool tty = rank == 0 && cfg.log.progress && isatty(fileno(stdout)) && !std::getenv("SLURM_JOB_ID") &&
                    !std::getenv("PBS_JOBID");
   const auto t_start = std::chrono::steady_clock::now();
-  std::vector<TraceEvent> trace;
-  double trace_offset = 0;
-  for (int step = start; step < cfg.train.steps; ++step) {
-    trainer.set_trace(tracing && step < kTraceSteps);
-    const StepMetrics m = trainer.train_step(step);
-    const int ev = cfg.train.eval_every;
-    double val_loss = -1;
-    if (val && ev > 0 && ((step + 1) % ev == 0 || step + 1 == cfg.train.steps))
-      val_loss = trainer.evaluate(
-          [&](int64_t first, int count, int32_t* in, int32_t* tgt) { val_sampler->load(first, count, in, tgt); }, 0,
-          cfg.train.eval_batches * cfg.train.global_batch);
-    if (tracing && step < kTraceSteps) {
-      // Steps start together (they end in collectives): lay them end to end.
-      for (TraceEvent e : trainer.last_stats().events) {
-        e.start_s += trace_offset;
-        e.step = step;
-        trace.push_back(std::move(e));
-      }
-      trace_offset += m.step_time_s;
-    }
-    // Peak pooled memory over the ranks; MFU against log.peak_flops per rank.
-    double peak_mem = static_cast<double>(trainer.pool().stats().peak_in_use_bytes);
-    grid.world().allreduce_max(&peak_mem, 1);
-    const double flops = m.tokens_per_s * flops_per_token;
-    const double mfu = cfg.log.peak_flops > 0 ? flops / (cfg.log.peak_flops * grid.world_size()) : -1;
+  int start = 0;
+  LoopOptions lo;
+  lo.flops_per_token = flops_per_token;
+  lo.trace_dir = log.trace_dir(opt.trace_dir);
+  if (val_sampler)
+    lo.validation = [&](int64_t first, int count, int32_t* in, int32_t* tgt) { val_sampler->load(first, count, in, tgt); };
+  LoopSink sink;
+  sink.message = [&](const std::string& text) { log.line(text); };
+  sink.warning = [&](const std::string& text) {
+    if (rank == 0) fmt::print(stderr, "pipetrain: {}\n", text);
+  };
+  sink.step = [&](const StepRecord& r) {
+    const StepMetrics& m = r.metrics;
+    const int step = m.step;
     if (m.skipped)
       log.line(fmt::format("step {}: non-finite loss ({}) or gradient norm ({}): update skipped "
                            "(runtime.on_nonfinite = \"skip\")",
                            step, m.loss, m.grad_norm));
-    if (step % cfg.log.every == 0 || step == cfg.train.steps - 1 || val_loss >= 0) {
+    if (r.report) {
       std::string text = fmt::format(
           "step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {} | {:.1f} ms"
           " | bubble {:.1f}% | mem {:.0f} MiB",
-          step, cfg.train.steps, m.loss, val_loss >= 0 ? fmt::format(" | val loss {:.4f}", val_loss) : "", m.lr,
+          step, cfg.train.steps, m.loss, r.val_loss >= 0 ? fmt::format(" | val loss {:.4f}", r.val_loss) : "", m.lr,
           m.grad_norm, m.tokens_per_s,
-          mfu >= 0 ? fmt::format("{}FLOP/s, MFU {:.1f}%", human(flops), 100.0 * mfu) : human(flops) + "FLOP/s",
-          m.step_time_s * 1e3, 100.0 * m.bubble_fraction, peak_mem / 1048576.0);
+          r.mfu >= 0 ? fmt::format("{}FLOP/s, MFU {:.1f}%", human(r.flops_per_s), 100.0 * r.mfu)
+                     : human(r.flops_per_s) + "FLOP/s",
+          m.step_time_s * 1e3, 100.0 * m.bubble_fraction, r.peak_mem_bytes / 1048576.0);
       if (tty) {  // a progress bar with ETA, only on a terminal
         const double done = static_cast<double>(step + 1 - start) / std::max(1, cfg.train.steps - start);
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -246,32 +186,17 @@ int run_train(const TrainOptions& opt) {
                           {"tokens_per_s", m.tokens_per_s},
                           {"step_time_s", m.step_time_s},
                           {"bubble_fraction", m.bubble_fraction},
-                          {"tokens", static_cast<int64_t>(step + 1) * trainer.tokens_per_step()},
-                          {"flops_per_s", flops},
-                          {"peak_mem_bytes", peak_mem}};
-    if (val_loss >= 0) row["val_loss"] = val_loss;
-    if (mfu >= 0) row["mfu"] = mfu;
+                          {"tokens", r.tokens},
+                          {"flops_per_s", r.flops_per_s},
+                          {"peak_mem_bytes", r.peak_mem_bytes}};
+    if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
+    if (r.mfu >= 0) row["mfu"] = r.mfu;
     log.metrics(row);
-    // Checkpoint every checkpoint.every steps, at the end, and when a stop signal
-    // arrived on any rank (agreed here, at the step boundary).
-    int stop = static_cast<int>(g_stop_signal);
-    MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    const int next = step + 1;
-    if (stop) {
-      save(next, stop == SIGTERM ? "SIGTERM" : "SIGUSR1");
-      log.line(fmt::format("stopping after step {} on {}; resume with --resume auto", step,
-                           stop == SIGTERM ? "SIGTERM" : "SIGUSR1"));
-      return 0;
-    }
-    if (ck.every > 0 && (next % ck.every == 0 || next == cfg.train.steps)) save(next, "checkpoint.every");
-  }
-  if (tracing) {
-    std::error_code ec;
-    if (rank == 0) std::filesystem::create_directories(trace_dir, ec);
-    const std::string path = (std::filesystem::path(trace_dir) / "trace.json").string();
-    write_chrome_trace(path, trace, MPI_COMM_WORLD);
-    log.line(fmt::format("wrote {} (the first {} steps, all ranks)", path, std::min(cfg.train.steps, kTraceSteps)));
-  }
+  };
+  TrainingLoop loop(cfg, trainer, grid, std::move(lo), std::move(sink));
+  start = loop.restore(opt.resume, opt.init);
+  install_stop_signals();
+  if (loop.run(start).stop_signal != 0) return 0;
   log.line(fmt::format("done: {} steps; peak pooled memory {} MiB on rank 0", cfg.train.steps,
                        trainer.pool().stats().peak_in_use_bytes >> 20));
   return 0;
