@@ -206,6 +206,20 @@ TEST_F(ReportRender, BadMetricsLineNamesTheLine) {
   }
 }
 
+TEST(ReportSvg, ScheduleTimelineHasOneBoxPerAction) {
+  const Schedule s = make_schedule("zbv", {2, 2, 4});
+  const auto r = simulate(s);
+  const std::string svg = svg_schedule(s, r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t boxes = 0;
+  for (size_t at = svg.find("class=\"op\""); at != std::string::npos; at = svg.find("class=\"op\"", at + 1)) ++boxes;
+  EXPECT_EQ(boxes, r.events.size());
+  EXPECT_NE(svg.find(">0F0<"), std::string::npos);
+  EXPECT_NE(svg.find(">rank 1<"), std::string::npos);
+  EXPECT_NE(svg.find("zbv: makespan"), std::string::npos);
+}
+
 TEST(ReportSvg, NiceTicksAndLabels) {
   EXPECT_EQ(nice_ticks(0, 29, 6), (std::vector<double>{0, 5, 10, 15, 20, 25, 30}));
   EXPECT_EQ(nice_ticks(2.87, 5.54, 5), (std::vector<double>{2, 3, 4, 5, 6}));

@@ -1,4 +1,4 @@
-// Renderers: the text grid, the SVG timeline and the Chrome-trace JSON.
+// Renderers: the text grid and the Chrome-trace JSON (the SVG timeline: test_report.cpp).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,12 +10,6 @@
 
 namespace pipetrain {
 namespace {
-
-size_t count(const std::string& s, const std::string& needle) {
-  size_t n = 0;
-  for (size_t pos = s.find(needle); pos != std::string::npos; pos = s.find(needle, pos + 1)) ++n;
-  return n;
-}
 
 TEST(ScheduleRender, TextGrid) {
   const Schedule s = make_schedule("1f1b", {2, 1, 2});
@@ -35,18 +29,6 @@ TEST(ScheduleRender, TextGridWithUnevenCosts) {
   const std::string grid = render_text(s, simulate(s, c));
   // Slot = 0.5: F takes 2 slots, I 4, W 1.
   EXPECT_EQ(grid, "time   0                   2.5\nrank 0 0F0 --- 0I0 --- --- --- 0W0\n");
-}
-
-TEST(ScheduleRender, SvgHasOneRectPerAction) {
-  const Schedule s = make_schedule("zbv", {2, 2, 4});
-  const auto r = simulate(s);
-  const std::string svg = render_svg(s, r);
-  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  EXPECT_EQ(count(svg, "<rect"), r.events.size() + 5);  // + background and legend
-  EXPECT_NE(svg.find(">0F0<"), std::string::npos);
-  EXPECT_NE(svg.find(">rank 1<"), std::string::npos);
-  EXPECT_NE(svg.find("zbv: makespan"), std::string::npos);
 }
 
 TEST(ScheduleRender, ChromeTraceParses) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipetrain/app/commands.hpp"
+#include "pipetrain/app/svg_plot.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
@@ -137,7 +138,7 @@ int run(const ScheduleOptions& o) {
   const SimResult rp = simulate_program(program, costs, transfer);
   if (o.lowered && o.csv.empty()) fail("--lowered applies to --csv FILE");
   if (!o.csv.empty()) write_file(o.csv, o.lowered ? to_comms_csv(program) : to_csv(s));
-  if (!o.svg.empty()) write_file(o.svg, render_svg(s, r));
+  if (!o.svg.empty()) write_file(o.svg, svg_schedule(s, r));
   if (!o.trace.empty()) write_file(o.trace, render_chrome_trace(s, r));
   if (o.json) {
     nlohmann::json j = {{"makespan", r.makespan},

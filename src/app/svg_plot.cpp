@@ -316,4 +316,22 @@ std::string svg_share_bars(const std::string& id, const std::string& title, cons
   return svg + "</svg>\n";
 }
 
+std::string svg_schedule(const Schedule& s, const SimResult& r) {
+  double shortest = 0;
+  std::vector<TimelineBox> boxes;
+  for (const auto& e : r.events) {
+    const double d = e.end - e.start;
+    if (d > 0 && (shortest == 0 || d < shortest)) shortest = d;
+    boxes.push_back({e.rank, e.start, e.end, to_string(e.action), op_char(e.action.op), false});
+  }
+  Timeline t;
+  t.id = "schedule";
+  t.title = fmt::format("{}: makespan {:g}, bubble {:.1f}%", s.name.empty() ? "schedule" : s.name, r.makespan,
+                        100 * r.bubble_fraction);
+  t.x_label = "simulated time (cost units)";
+  for (int rank = 0; rank < s.num_ranks; ++rank) t.row_labels.push_back(fmt::format("rank {}", rank));
+  if (shortest > 0) t.width = static_cast<int>(std::clamp(112 + 40 * r.makespan / shortest, 1200.0, 6000.0));
+  return svg_timeline(t, boxes);
+}
+
 }  // namespace pipetrain

@@ -1,10 +1,12 @@
 // Small inline-SVG charts for `pipetrain report` (no scripts, no external resources).
 // Exports: xml_escape, nice_ticks, format_tick, PlotSeries, LinePlot, svg_line_plot,
-// TimelineBox, Timeline, svg_timeline, op_color, ShareBar, svg_share_bars.
+// TimelineBox, Timeline, svg_timeline, svg_schedule, op_color, ShareBar, svg_share_bars.
 #pragma once
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
 
@@ -57,6 +59,11 @@ struct Timeline {
 // One row per rank, one rectangle per box (labelled with its name when wide enough, a
 // tooltip always), a legend and a time axis starting at 0.
 std::string svg_timeline(const Timeline& t, const std::vector<TimelineBox>& boxes);
+
+// A simulated schedule as a timeline (`pipetrain schedule --svg`): one row per rank, one
+// box per action, titled with the makespan and bubble; wide enough that the shortest
+// action is ~40 px (1200 to 6000 px).
+std::string svg_schedule(const Schedule& s, const SimResult& r);
 
 // Fill colour of an op: F blue, B green, I orange, W purple, else grey.
 const char* op_color(char op);

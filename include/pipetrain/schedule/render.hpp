@@ -1,4 +1,5 @@
-// Views of a simulated schedule. Exports: render_text, render_svg, render_chrome_trace.
+// Views of a simulated schedule. Exports: render_text, render_chrome_trace (the SVG
+// timeline is drawn by the report's chart code: svg_schedule in app/svg_plot.hpp).
 #pragma once
 #include <string>
 
@@ -11,10 +12,6 @@ namespace pipetrain {
 // duration). An action shows its cell ("0F3") in its first slot and "-" in the slots it
 // continues into; idle slots show ".".
 std::string render_text(const Schedule& s, const SimResult& r);
-
-// SVG timeline: one row per rank, one labelled rectangle per action, coloured by op
-// (F blue, B green, I orange, W purple), with a time axis.
-std::string render_svg(const Schedule& s, const SimResult& r);
 
 // Chrome-trace JSON ({"traceEvents": [...]}, opens in Perfetto / chrome://tracing):
 // one complete ("X") event per action, pid 0, tid = rank, 1 time unit = 1 ms.
