@@ -451,34 +451,32 @@ void validate_config(const Config& cfg) {
 
 std::string to_toml(const Config& cfg) {
   Config copy = cfg;
-  std::string out;
-  std::string_view section;
+  toml::table doc;
   for (const auto& k : kKeys) {
-    if (k.section != section) {
-      out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", k.section);
-      section = k.section;
-    }
+    auto* section = doc.emplace(k.section, toml::table{}).first->second.as_table();
+    const std::string name(k.name);
     std::visit(
         [&](auto* field) {
           using T = std::remove_pointer_t<decltype(field)>;
-          std::string v;
-          if constexpr (std::is_same_v<T, double>)
-            v = format_double(*field);
-          else if constexpr (std::is_same_v<T, std::string>)
-            v = quote(*field);
-          else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-            for (const auto& s : *field) v += (v.empty() ? "" : ", ") + quote(s);
-            v = "[" + v + "]";
-          } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-            for (int x : *field) v += fmt::format("{}{}", v.empty() ? "" : ", ", x);
-            v = "[" + v + "]";
-          } else
-            v = fmt::format("{}", *field);
-          out += fmt::format("{} = {}\n", k.name, v);
+          if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
+            toml::array a;
+            for (const auto& x : *field) {
+              if constexpr (std::is_same_v<T, std::vector<int>>) a.push_back(static_cast<int64_t>(x));
+              else a.push_back(x);
+            }
+            section->insert_or_assign(name, std::move(a));
+          } else if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
+            section->insert_or_assign(name, static_cast<int64_t>(*field));  // parse_config bounds both
+          } else {
+            section->insert_or_assign(name, *field);
+          }
         },
         k.ref(copy));
   }
-  return out;
+  // Basic strings on one line (escapes, UTF-8 kept): what the README's examples use.
+  std::ostringstream out;
+  out << toml::toml_formatter(doc, toml::format_flags::allow_unicode_strings) << '\n';
+  return out.str();
 }
 
 }  // namespace pipetrain

@@ -101,7 +101,8 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 // Checks cross-field constraints (divisibility, ranges); throws naming the key.
 void validate_config(const Config& cfg);
 
-// The config as TOML text (round-trips through parse_config).
+// The config as TOML text, written by toml++'s serializer: every key, sections and keys in
+// alphabetical order (round-trips through parse_config).
 std::string to_toml(const Config& cfg);
 
 }  // namespace pipetrain
