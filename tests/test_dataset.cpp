@@ -17,6 +17,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/data_convert.hpp"
+#include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 
 namespace pipetrain {

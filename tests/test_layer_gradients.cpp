@@ -8,7 +8,10 @@
 
 #include "model_fixtures.hpp"
 #include "pipetrain/model/gpt2.hpp"
-#include "pipetrain/model/gpt2_layers.hpp"
+#include "pipetrain/model/block.hpp"
+#include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/loss_head.hpp"
 
 namespace pipetrain {
 namespace {

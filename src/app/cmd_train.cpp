@@ -18,6 +18,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/training_loop.hpp"

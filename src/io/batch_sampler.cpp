@@ -1,4 +1,4 @@
-// BatchSampler (see pipetrain/io/token_dataset.hpp): sample number -> window
+// BatchSampler (see pipetrain/io/batch_sampler.hpp): sample number -> window
 // (sequential or per-epoch shuffled), and batch filling. The shuffle depends only on
 // (n, seed, epoch): splitmix64 derives the epoch's seed, std::mt19937_64 (fully
 // specified by the standard) draws, and our own Fisher-Yates with rejection sampling
@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/io/batch_sampler.hpp"
 
 namespace pipetrain {
 namespace {

@@ -1,4 +1,4 @@
-// TokenFileWriter and write_token_file (see pipetrain/io/data_convert.hpp): writes the
+// TokenFileWriter and write_token_file (see pipetrain/io/token_writer.hpp): writes the
 // HDF5 token-file format into `out.tmp` and renames it into place on commit.
 #include <algorithm>
 #include <filesystem>
@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/io/data_convert.hpp"
+#include "pipetrain/io/token_writer.hpp"
 
 namespace pipetrain {
 namespace {

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "pipetrain/backend/backend.hpp"
-#include "pipetrain/model/gpt2_layers.hpp"
+#include "pipetrain/model/block.hpp"
+#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/linear.hpp"
 
 namespace pipetrain {
 

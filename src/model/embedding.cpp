@@ -1,6 +1,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/model/gpt2_layers.hpp"
+#include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/linear.hpp"
 
 namespace pipetrain {
 

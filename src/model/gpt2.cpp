@@ -1,7 +1,9 @@
 #include "pipetrain/model/gpt2.hpp"
 
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/model/gpt2_layers.hpp"
+#include "pipetrain/model/block.hpp"
+#include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/loss_head.hpp"
 
 namespace pipetrain {
 

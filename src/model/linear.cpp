@@ -1,7 +1,7 @@
-// The three products of a dense layer Y = X W^T + b with W stored (out, in).
+// The dense-layer products and the tensor-parallel sum of pipetrain/model/linear.hpp.
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/comm/communicator.hpp"
-#include "pipetrain/model/layer.hpp"
+#include "pipetrain/model/linear.hpp"
 
 namespace pipetrain::layer_util {
 

@@ -5,7 +5,10 @@
 // row max and the sums of exponentials are all-reduced, the logits never gathered.
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/comm/communicator.hpp"
-#include "pipetrain/model/gpt2_layers.hpp"
+#include "pipetrain/model/loss_head.hpp"
+#include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/linear.hpp"
 
 namespace pipetrain {
 

@@ -1,10 +1,9 @@
-// Token datasets on disk (HDF5) and the sampler that turns them into batches.
+// Token datasets on disk (HDF5); batch_sampler.hpp turns them into batches.
 //
 // Exports:
 //   - the file format constants (kTokensDataset, kVocabAttr, kTokenizerAttr);
 //   - TokenFileInfo + inspect_token_file(): what one token file holds;
-//   - TokenDataset: a list of token files read as one stream, cut into windows;
-//   - BatchSampler: global sample number -> window, and batch filling.
+//   - TokenDataset: a list of token files read as one stream, cut into windows.
 //
 // File format: a 1-D dataset `/tokens` of uint16 (vocab <= 65536) or uint32, chunked;
 // attributes `vocab_size` (int64) and `tokenizer` (string) on the root group. Readers
@@ -24,7 +23,6 @@ namespace pipetrain {
 inline constexpr const char* kTokensDataset = "tokens";
 inline constexpr const char* kVocabAttr = "vocab_size";
 inline constexpr const char* kTokenizerAttr = "tokenizer";
-
 
 // What one token file holds, as read from its dataset and attributes.
 struct TokenFileInfo {
@@ -82,35 +80,6 @@ class TokenDataset {
   std::string tokenizer_;
   int64_t total_ = 0;
   int64_t windows_ = 0;
-};
-
-// Maps global sample numbers to windows and fills batches. Keeps a reference to the
-// dataset (which must outlive it). Not thread-safe (caches the epoch's permutation).
-class BatchSampler {
- public:
-  // sampling: "sequential" -> sample i uses window i mod n; "shuffle" -> epoch
-  // e = i / n uses a permutation of the n windows seeded by (seed, e), and sample i
-  // uses perm_e[i mod n]. Deterministic across platforms (mt19937_64 + own Fisher-Yates).
-  BatchSampler(const TokenDataset& data, std::string sampling, uint64_t seed);
-
-  int64_t window_of(int64_t sample) const;
-  // For samples first..first+count-1: inputs[k*T + t] = window[t],
-  // targets[k*T + t] = window[t+1] (T = seq_len). Either pointer may be null.
-  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets);
-
-  const std::string& sampling() const { return sampling_; }
-
-  // The permutation of 0..n-1 used by `shuffle` for epoch `epoch` (exposed for tests).
-  static std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch);
-
- private:
-  const TokenDataset& data_;
-  std::string sampling_;
-  uint64_t seed_ = 0;
-  bool shuffle_ = false;
-  mutable int64_t perm_epoch_ = -1;
-  mutable std::vector<int64_t> perm_;
-  std::vector<int32_t> window_;
 };
 
 }  // namespace pipetrain

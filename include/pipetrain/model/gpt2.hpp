@@ -9,6 +9,9 @@
 
 namespace pipetrain {
 
+// GPT-2's LayerNorm epsilon (blocks and the final norm).
+constexpr float kLayerNormEps = 1e-5f;
+
 int gpt2_num_units(const ModelConfig& cfg);
 
 class Gpt2Stage {

@@ -4,7 +4,8 @@
 //   backward_input   dy -> dx, keeping what backward_weight needs in the same Stash
 //   backward_weight  accumulates parameter gradients, then the Stash can be dropped
 // backward() is their composition. Stashes hold pooled tensors, so dropping one
-// returns its memory to the pool.
+// returns its memory to the pool. An interface: the layers are embedding.hpp, block.hpp,
+// loss_head.hpp; their shared products linear.hpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -59,23 +60,12 @@ class Layer {
   }
 };
 
-// Small helpers shared by the layer implementations.
+// A layer's own stash type, from the Stash it was handed.
 namespace layer_util {
-// Typed access to a layer's own stash type.
 template <typename S>
 S& as(Stash& s) {
   return static_cast<S&>(s);
 }
-// Sums x over the tensor-parallel ranks (no-op without tensor parallelism).
-void tp_allreduce(const MicrobatchContext& ctx, float* x, size_t n);
-// Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
-void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
-                    int N);
-// dX = dY W  (overwrites)
-void linear_backward_input(Backend& be, float* dx, const float* dy, const Parameter& w, int N);
-// dW += dY^T X; db += colsum(dY)
-void linear_backward_weight(Backend& be, const float* dy, const float* x, Parameter& w,
-                            Parameter* b, int N);
 }  // namespace layer_util
 
 }  // namespace pipetrain

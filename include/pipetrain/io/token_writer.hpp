@@ -1,0 +1,50 @@
+// Writing token files (the format of pipetrain/io/token_dataset.hpp), durably:
+//   - TokenFileWriter: streams a known number of tokens into `out + ".tmp"` and renames
+//     it to `out` on commit() (a failed or abandoned write leaves no `out` behind);
+//   - write_token_file(): one call for tokens already in memory.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "pipetrain/io/h5io.hpp"
+#include "pipetrain/io/token_dataset.hpp"
+
+namespace pipetrain {
+
+inline constexpr int64_t kTokenChunk = int64_t{1} << 20;  // tokens per HDF5 chunk
+
+class TokenFileWriter {
+ public:
+  // Creates `out + ".tmp"` with a /tokens dataset of exactly `num_tokens` tokens: uint16
+  // when vocab_size <= 65536, else uint32; attributes vocab_size and tokenizer.
+  TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size, std::string tokenizer);
+  // Without commit(): closes and deletes the temporary file.
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  // Appends tokens (each must be < vocab_size; error names `out` and the position).
+  void append(std::span<const uint16_t> tokens);
+  void append(std::span<const uint32_t> tokens);
+  int64_t written() const { return written_; }
+
+  // Checks all num_tokens were written, closes the file and renames it to `out`.
+  TokenFileInfo commit();
+
+ private:
+  template <typename T>
+  void append_impl(std::span<const T> tokens, hid_t mem_type);
+  void discard();
+
+  std::string out_, tmp_, tokenizer_, dtype_;
+  int64_t total_ = 0, written_ = 0, vocab_ = 0;
+  bool committed_ = false;
+  h5io::Id file_, dataset_;
+};
+
+// Writes `tokens` to `out` (atomically: `out.tmp`, then rename).
+TokenFileInfo write_token_file(const std::string& out, std::span<const uint32_t> tokens,
+                               int64_t vocab_size, const std::string& tokenizer);
+
+}  // namespace pipetrain

@@ -1,0 +1,24 @@
+// GPT-2's head: final LayerNorm, LM head tied to the token embedding, cross-entropy.
+// With tensor parallelism each rank holds a slice of the padded vocabulary's columns and
+// the loss is vocab-parallel (max and sum-exp all-reduced; logits never gathered).
+#pragma once
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/layer.hpp"
+
+namespace pipetrain {
+
+class LossHead : public Layer {
+ public:
+  LossHead(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp = {});
+  std::string name() const override { return "head"; }
+  std::vector<Parameter*> parameters() override { return {&lnfw_, &lnfb_, &wte_}; }
+  Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
+  Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
+  void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
+
+ private:
+  int C_, V_, Vl_, col_begin_;  // Vl_: this rank's columns of the padded vocabulary
+  Parameter &lnfw_, &lnfb_, &wte_;
+};
+
+}  // namespace pipetrain
