@@ -7,6 +7,7 @@ set -euo pipefail
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
+source "$SRC/tests/cli/lib/expect.sh"
 head -c 200000 "$SRC/inputs/austen.txt" >corpus.txt
 "$PIPETRAIN" data text corpus.txt -o corpus.h5 >/dev/null
 cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=corpus.h5 --set train.steps=6
@@ -137,12 +138,7 @@ print(f"   stopped after {n} steps, resumed for 2 more")
 PY
 
 echo "== bad checkpoints give one error line and a non-zero exit"
-expect_error() {  # NEEDLE ARGS...
-  local needle=$1; shift
-  if timeout 120 "$PIPETRAIN" "$@" >err.out 2>&1; then echo "expected failure: $*"; exit 1; fi
-  grep -q -- "$needle" err.out || { echo "missing '$needle' in:"; cat err.out; exit 1; }
-}
-expect_error "params/wpe" "${cfg[@]}" --set model.max_seq_len=64 --resume full/step_00000003.h5
-expect_error "nope.h5: no such checkpoint file" "${cfg[@]}" --resume nope.h5
-expect_error "corpus.txt: not an HDF5 file" "${cfg[@]}" --resume corpus.txt
+expect_failure "params/wpe" "$PIPETRAIN" "${cfg[@]}" --set model.max_seq_len=64 --resume full/step_00000003.h5
+expect_failure "nope.h5: no such checkpoint file" "$PIPETRAIN" "${cfg[@]}" --resume nope.h5
+expect_failure "corpus.txt: not an HDF5 file" "$PIPETRAIN" "${cfg[@]}" --resume corpus.txt
 echo "all checkpoint checks passed"

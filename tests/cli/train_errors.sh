@@ -6,25 +6,9 @@ set -euo pipefail
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cfg="$SRC/inputs/shakespeare-char.toml"
-fails=0
-
-check() {  # check NAME NEEDLE CMD...
-  local name=$1 needle=$2
-  shift 2
-  local rc=0
-  timeout 120 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null || rc=$?
-  local errs
-  errs=$(grep -c "pipetrain: error" "$tmp/$name.err" || true)
-  if [[ $rc -eq 0 || $rc -eq 124 || $rc -eq 137 ]]; then
-    echo "FAIL $name: exit status $rc"; fails=$((fails + 1))
-  elif ! grep -q -- "$needle" "$tmp/$name.err"; then
-    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/$name.err"; fails=$((fails + 1))
-  elif [[ $errs -lt 1 ]]; then
-    echo "FAIL $name: no error line"; cat "$tmp/$name.err"; fails=$((fails + 1))
-  else
-    echo "ok   $name: $(grep -m1 'pipetrain: error' "$tmp/$name.err")"
-  fi
-}
+source "$(dirname "$0")/lib/expect.sh"
+# check NAME NEEDLE CMD...: CMD exits non-zero with a "pipetrain: error" line and NEEDLE.
+check() { check_failure "$1" ranks "$2" -- "${@:3}" || true; }
 
 printf 'not an hdf5 file\n' >"$tmp/junk.h5"
 head -c 100 "$SRC/inputs/austen.txt" >"$tmp/tiny.txt"
@@ -44,7 +28,7 @@ check bad_batch "train.global_batch" "$PIPETRAIN" train "$cfg" --set train.globa
 check world_mismatch "does not match the 2 MPI ranks" \
   "$MPIEXEC" -np 2 "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5"
 n=$(grep -c "does not match" "$tmp/world_mismatch.err" || true)
-if [[ $n -lt 1 ]]; then echo "FAIL world_mismatch: no rank reported the mismatch"; fails=$((fails + 1)); fi
+if [[ $n -lt 1 ]]; then echo "FAIL world_mismatch: no rank reported the mismatch"; failures=$((failures + 1)); fi
 
 # Pipeline errors: refused before any compute, every rank exits, nothing hangs.
 check bad_schedule "schedule.name" \
@@ -67,4 +51,4 @@ check dp_batch "train.global_batch" \
 # No GPU here (or a CPU-only build): runtime.device = "cuda" is refused with the reason.
 check no_gpu "runtime.device" "$PIPETRAIN" train "$cfg" --set data.train="$tmp/small.h5" --set runtime.device=cuda
 
-exit $((fails > 0))
+exit_with_failures
