@@ -48,10 +48,10 @@ TEST(CudaBackend, CreatesOnDevice) {
   if (!cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
   auto be = make_cuda_backend();
   ASSERT_NE(be, nullptr);
-  EXPECT_EQ(be->device(), Device::CUDA);
+  EXPECT_EQ(be->device().kind, DeviceKind::Cuda);
   EXPECT_EQ(be->name().rfind("cuda (", 0), 0u) << be->name();
   auto be0 = make_cuda_backend(0);
-  EXPECT_EQ(be0->device(), Device::CUDA);
+  EXPECT_EQ(be0->device().kind, DeviceKind::Cuda);
   EXPECT_THROW(make_cuda_backend(1 << 20), Error);  // no node has a million GPUs
   EXPECT_THROW(make_cuda_backend(-2), Error);
 }

@@ -15,12 +15,10 @@
 
 namespace pipetrain {
 
-enum class Device { CPU, CUDA };
-
 class Backend : public DeviceAllocator {
  public:
   ~Backend() override = default;
-  virtual Device device() const = 0;
+  // device(): DeviceAllocator's (host for the CPU backend, cuda:N for the CUDA one).
   virtual std::string name() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS Haswell)"
 
   // ---- memory (device memory; the pool in core sits on top of these) ----

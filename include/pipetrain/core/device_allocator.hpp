@@ -3,6 +3,8 @@
 #pragma once
 #include <cstddef>
 
+#include "pipetrain/core/device.hpp"
+
 namespace pipetrain {
 
 class DeviceAllocator {
@@ -10,6 +12,7 @@ class DeviceAllocator {
   virtual ~DeviceAllocator() = default;
   virtual void* allocate(size_t bytes) = 0;  // 64-byte aligned; throws Error when out of memory
   virtual void deallocate(void* p, size_t bytes) = 0;
+  virtual DeviceId device() const = 0;  // where allocate()'s memory lives
 };
 
 }  // namespace pipetrain

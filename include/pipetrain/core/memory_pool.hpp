@@ -39,6 +39,7 @@ class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
   void release_cached();
   PoolStats stats() const;
   DeviceAllocator& allocator() const { return backend_; }
+  DeviceId device() const { return backend_.device(); }  // one pool per device
 
  private:
   explicit MemoryPool(DeviceAllocator& allocator) : backend_(allocator) {}

@@ -1,17 +1,17 @@
-// Tensor: a shape, a dtype and a view into pooled device storage.
-// Copies share storage (like a shared_ptr); views share it with an offset.
+// Tensor: a shape, a dtype, a device and a view into pooled storage on that device.
+// Copies share storage (like a shared_ptr); views share it with an offset. The typed
+// accessors check the dtype: using a bf16 tensor as f32 is an error naming both.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "pipetrain/core/device.hpp"
+#include "pipetrain/core/dtype.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 
 namespace pipetrain {
-
-enum class DType { F32, I32 };
-size_t dtype_size(DType t);
 
 class Tensor {
  public:
@@ -28,9 +28,13 @@ class Tensor {
   int64_t numel() const;
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
+  DeviceId device() const { return device_; }
   std::string shape_str() const;
+  std::string describe() const;  // "(4, 8) bf16 on host"
 
+  // Typed element pointers; throw pipetrain::Error when the dtype differs.
   float* f32() const;
+  bf16* bf16_data() const;
   int32_t* i32() const;
   void* raw() const;
 
@@ -39,6 +43,13 @@ class Tensor {
   int64_t offset_ = 0;  // in elements
   std::vector<int64_t> shape_;
   DType dtype_ = DType::F32;
+  DeviceId device_;
 };
+
+// Throws pipetrain::Error "OP: A is (..) bf16 on host but B is (..) f32 on host" unless
+// both tensors have the same dtype and device.
+void check_same_kind(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
+// Throws "OP: NAME is (..) bf16 on host, expected f32" unless `t` has dtype `want`.
+void check_dtype(const char* op, const char* name, const Tensor& t, DType want);
 
 }  // namespace pipetrain

@@ -24,7 +24,7 @@ constexpr size_t kAlignment = 64;
 
 class CpuBackend final : public Backend {
  public:
-  Device device() const override { return Device::CPU; }
+  DeviceId device() const override { return {DeviceKind::Host, 0}; }
   std::string name() const override {
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ")";
   }

@@ -101,7 +101,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  Device device() const override { return Device::CUDA; }
+  DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
   std::string name() const override { return name_; }
 
   // ---- memory ----
