@@ -63,6 +63,7 @@ class MpiRequest : public CommRequest {
     check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "test", comm_);
     return done != 0;
   }
+  void wait_on(Stream& /*host stream*/) override { wait(); }  // the host stream runs what follows now
   MPI_Request* get() { return &req_; }
   void describe(std::string what) { what_ = std::move(what); }
 
@@ -73,6 +74,23 @@ class MpiRequest : public CommRequest {
   bool receive_;
   std::string what_;
 };
+
+// MPI's datatype for a dtype's elements (bf16 travels as 16-bit words; it is never reduced).
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::BF16: return MPI_UINT16_T;
+    case DType::I32: return MPI_INT;
+  }
+  return MPI_BYTE;
+}
+
+// MPI moves host memory, in the order of the host stream.
+void check_host(const char* op, const std::string& comm, const Tensor& t, const char* name, Stream& stream) {
+  if (t.device().kind != DeviceKind::Host || stream.device().kind != DeviceKind::Host)
+    fail("{} on the {} communicator (MPI, host memory): {} is {} and the stream is on {}", op, comm, name,
+         t.describe(), stream.device().str());
+}
 
 }  // namespace
 
@@ -93,11 +111,95 @@ MpiCommunicator::~MpiCommunicator() {
     MPI_Comm_free(&comm_);
 }
 
-void MpiCommunicator::allreduce_sum(float* data, size_t n) {
+std::unique_ptr<CommRequest> MpiCommunicator::iallreduce(const Tensor& data, Stream& stream, MPI_Op op,
+                                                         const char* what) {
   fault::point("collective");
-  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
-  if (size_ == 1) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "allreduce", name_);
+  check_host(what, name_, data, "data", stream);
+  check_dtype(what, "data", data, DType::F32);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("an {} on the {} communicator", what, name_));
+  if (size_ == 1) return r;  // MPI_REQUEST_NULL completes at once
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.raw(), count_of(static_cast<size_t>(data.numel()), name_), MPI_FLOAT, op,
+                       comm_, r->get()),
+        what, name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::allreduce_sum(const Tensor& data, Stream& stream) {
+  return iallreduce(data, stream, MPI_SUM, "all-reduce");
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::allreduce_max(const Tensor& data, Stream& stream) {
+  return iallreduce(data, stream, MPI_MAX, "all-reduce (max)");
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::reduce_scatter_sum(const Tensor& send, const Tensor& recv,
+                                                                 Stream& stream) {
+  fault::point("collective");
+  check_host("reduce-scatter", name_, send, "send", stream);
+  check_host("reduce-scatter", name_, recv, "recv", stream);
+  check_dtype("reduce-scatter", "send", send, DType::F32);
+  check_dtype("reduce-scatter", "recv", recv, DType::F32);
+  if (send.numel() != recv.numel() * size_)
+    fail("reduce-scatter on the {} communicator: send has {} elements, recv {} ({} ranks)", name_, send.numel(),
+         recv.numel(), size_);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("a reduce-scatter on the {} communicator", name_));
+  check(MPI_Ireduce_scatter_block(send.raw(), recv.raw(), count_of(static_cast<size_t>(recv.numel()), name_),
+                                  MPI_FLOAT, MPI_SUM, comm_, r->get()),
+        "reduce-scatter", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::all_gather(const Tensor& send, const Tensor& recv, Stream& stream) {
+  fault::point("collective");
+  check_host("all-gather", name_, send, "send", stream);
+  check_host("all-gather", name_, recv, "recv", stream);
+  check_same_kind("all-gather", "send", send, "recv", recv);
+  if (recv.numel() != send.numel() * size_)
+    fail("all-gather on the {} communicator: send has {} elements, recv {} ({} ranks)", name_, send.numel(),
+         recv.numel(), size_);
+  const int n = count_of(static_cast<size_t>(send.numel()), name_);
+  const MPI_Datatype type = mpi_type(send.dtype());
+  // A rank's own block already in place in recv: MPI_IN_PLACE.
+  const char* own = static_cast<const char*>(recv.raw()) + static_cast<size_t>(rank_) * send.bytes();
+  const void* s = send.raw() == own ? MPI_IN_PLACE : send.raw();
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("an all-gather on the {} communicator", name_));
+  check(MPI_Iallgather(s, n, type, recv.raw(), n, type, comm_, r->get()), "all-gather", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::broadcast(const Tensor& data, int root, Stream& stream) {
+  fault::point("collective");
+  check_host("broadcast", name_, data, "data", stream);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("a broadcast from rank {} on the {} communicator", root, name_));
+  if (size_ == 1) return r;
+  check(MPI_Ibcast(data.raw(), count_of(static_cast<size_t>(data.numel()), name_), mpi_type(data.dtype()), root,
+                   comm_, r->get()),
+        "broadcast", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::send(const Tensor& data, int peer, int tag, Stream& stream) {
+  check_host("send", name_, data, "data", stream);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("the send of message {} to rank {} of the {} communicator to complete", tag, peer, name_));
+  check(MPI_Isend(data.raw(), count_of(static_cast<size_t>(data.numel()), name_), mpi_type(data.dtype()), peer, tag,
+                  comm_, r->get()),
+        "isend", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::recv(const Tensor& data, int peer, int tag, Stream& stream) {
+  check_host("recv", name_, data, "data", stream);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, true);
+  r->describe(fmt::format("message {} from rank {} of the {} communicator", tag, peer, name_));
+  check(MPI_Irecv(data.raw(), count_of(static_cast<size_t>(data.numel()), name_), mpi_type(data.dtype()), peer, tag,
+                  comm_, r->get()),
+        "irecv", name_);
+  return r;
 }
 
 void MpiCommunicator::allreduce_sum(double* data, size_t n) {
@@ -114,61 +216,9 @@ void MpiCommunicator::allreduce_max(double* data, size_t n) {
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_MAX, comm_), "allreduce", name_);
 }
 
-void MpiCommunicator::allreduce_max(float* data, size_t n) {
-  fault::point("collective");
-  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
-  if (size_ == 1) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_MAX, comm_), "allreduce", name_);
-}
-
-void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
-  fault::point("collective");
-  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
-  check(MPI_Reduce_scatter_block(send, recv, count_of(recv_count, name_), MPI_FLOAT, MPI_SUM, comm_),
-        "reduce-scatter", name_);
-}
-
-void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
-  fault::point("collective");
-  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
-  const int n = count_of(send_count, name_);
-  // A rank's own block already in place in recv: MPI_IN_PLACE.
-  const void* s = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
-  check(MPI_Allgather(s, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_), "all-gather", name_);
-}
-
-void MpiCommunicator::broadcast(float* data, size_t n, int root) {
-  fault::point("collective");
-  Timed timed(comm_s_, "a collective on the " + name_ + " communicator");
-  if (size_ == 1) return;
-  check(MPI_Bcast(data, count_of(n, name_), MPI_FLOAT, root, comm_), "broadcast", name_);
-}
-
 void MpiCommunicator::barrier() {
   fault::point("collective");
-  check(MPI_Barrier(comm_), "barrier", name_); }
-
-std::unique_ptr<CommRequest> MpiCommunicator::isend(const float* data, size_t n, int peer, int tag) {
-  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
-  r->describe(fmt::format("the send of message {} to rank {} of the {} communicator to complete", tag, peer, name_));
-  check(MPI_Isend(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "isend", name_);
-  return r;
-}
-
-std::unique_ptr<CommRequest> MpiCommunicator::irecv(float* data, size_t n, int peer, int tag) {
-  auto r = std::make_unique<MpiRequest>(name_, comm_s_, true);
-  r->describe(fmt::format("message {} from rank {} of the {} communicator", tag, peer, name_));
-  check(MPI_Irecv(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, r->get()), "irecv", name_);
-  return r;
-}
-
-std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t n) {
-  fault::point("collective");
-  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
-  if (size_ == 1) return r;  // MPI_REQUEST_NULL completes at once
-  check(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_, r->get()),
-        "iallreduce", name_);
-  return r;
+  check(MPI_Barrier(comm_), "barrier", name_);
 }
 
 }  // namespace pipetrain

@@ -56,14 +56,14 @@ Block::Block(const ModelConfig& cfg, int index, ParameterStore& p, TensorParalle
 namespace {
 // Row-parallel output: partial products summed over the tensor-parallel ranks, then the
 // (replicated) bias and the residual.
-void row_parallel_out(const MicrobatchContext& ctx, float* y, const float* x, const Parameter& w,
+void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const float* x, const Parameter& w,
                       const Parameter& b, const float* residual, int N) {
   Backend& be = *ctx.backend;
   const size_t n = static_cast<size_t>(N) * static_cast<size_t>(w.shape[0]);
-  linear_forward(be, y, x, w, nullptr, N);
-  tp_allreduce(ctx, y, n);
-  be.bias_add(y, b.value.f32(), N, static_cast<int>(w.shape[0]));
-  be.accumulate(y, residual, n);
+  linear_forward(be, y.f32(), x, w, nullptr, N);
+  tp_allreduce(ctx, y);
+  be.bias_add(y.f32(), b.value.f32(), N, static_cast<int>(w.shape[0]));
+  be.accumulate(y.f32(), residual, n);
 }
 }  // namespace
 
@@ -85,7 +85,7 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   s->atty = Tensor::empty(pool, {N, Cl});
   be.attention_forward(s->atty.f32(), s->att.f32(), s->qkv.f32(), B, T, Cl, NH_);
   s->res2 = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, s->res2.f32(), s->atty.f32(), projw_, projb_, x.f32(), N);
+  row_parallel_out(ctx, s->res2, s->atty.f32(), projw_, projb_, x.f32(), N);
   s->ln2 = Tensor::empty(pool, {N, C});
   s->mean2 = Tensor::empty(pool, {N});
   s->rstd2 = Tensor::empty(pool, {N});
@@ -96,7 +96,7 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   s->fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
   be.gelu_forward(s->fch_gelu.f32(), s->fch.f32(), static_cast<size_t>(N) * 4 * Cl);
   Tensor y = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, y.f32(), s->fch_gelu.f32(), fcprojw_, fcprojb_, s->res2.f32(), N);
+  row_parallel_out(ctx, y, s->fch_gelu.f32(), fcprojw_, fcprojb_, s->res2.f32(), N);
   out = std::move(s);
   return y;
 }
@@ -114,7 +114,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   be.gelu_backward(s.dfch.f32(), s.fch.f32(), s.dfch.f32(), static_cast<size_t>(N) * 4 * Cl);
   s.dln2 = Tensor::empty(pool, {N, C});
   linear_backward_input(be, s.dln2.f32(), s.dfch.f32(), fcw_, N);
-  tp_allreduce(ctx, s.dln2.f32(), NC);  // column-parallel input: sum the partial gradients
+  tp_allreduce(ctx, s.dln2);  // column-parallel input: sum the partial gradients
   s.dres2 = Tensor::empty(pool, {N, C});
   be.copy(s.dres2.f32(), dy.f32(), NC * sizeof(float));
   be.layernorm_backward_input(s.dres2.f32(), s.dln2.f32(), s.res2.f32(), ln2w_.value.f32(),
@@ -131,7 +131,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   datty = {};
   s.dln1 = Tensor::empty(pool, {N, C});
   linear_backward_input(be, s.dln1.f32(), s.dqkv.f32(), qkvw_, N);
-  tp_allreduce(ctx, s.dln1.f32(), NC);
+  tp_allreduce(ctx, s.dln1);
   Tensor dx = Tensor::empty(pool, {N, C});
   be.copy(dx.f32(), s.dres2.f32(), NC * sizeof(float));
   be.layernorm_backward_input(dx.f32(), s.dln1.f32(), s.x.f32(), ln1w_.value.f32(), s.mean1.f32(),

@@ -34,7 +34,7 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
   // the sum over ranks is the full lookup.
   ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), wte_.value.f32(), row_begin_, row_end_, N, C_);
-  layer_util::tp_allreduce(ctx, out.f32(), static_cast<size_t>(N) * C_);
+  layer_util::tp_allreduce(ctx, out);
   ctx.backend->position_add(out.f32(), wpe_.value.f32(), ctx.B, ctx.T, C_);
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;

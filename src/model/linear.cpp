@@ -5,8 +5,8 @@
 
 namespace pipetrain::layer_util {
 
-void tp_allreduce(const MicrobatchContext& ctx, float* x, size_t n) {
-  if (ctx.tp && ctx.tp->size() > 1) ctx.tp->allreduce_sum(x, n);
+void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x) {
+  if (ctx.tp && ctx.tp->size() > 1) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait();
 }
 
 void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,

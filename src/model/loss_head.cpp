@@ -38,9 +38,9 @@ void parallel_crossentropy(const MicrobatchContext& ctx, float* losses, float* l
   float* rowmax = stats.f32();
   float* sums = rowmax + N;
   be.crossentropy_local_max(rowmax, logits, N, Vl, col_begin, V);
-  ctx.tp->allreduce_max(rowmax, static_cast<size_t>(N));
+  ctx.tp->allreduce_max(stats.view(0, {N}), be.stream())->wait();
   be.crossentropy_local_sums(sums, sums + N, logits, rowmax, ctx.targets.i32(), N, Vl, col_begin, V);
-  ctx.tp->allreduce_sum(sums, 2 * static_cast<size_t>(N));
+  ctx.tp->allreduce_sum(stats.view(N, {2, N}), be.stream())->wait();
   be.crossentropy_finish(losses, logits, rowmax, sums, sums + N, ctx.targets.i32(), N, Vl, col_begin, V,
                          ctx.loss_scale);
 }
@@ -74,7 +74,7 @@ Tensor LossHead::backward_input(const MicrobatchContext& ctx, const Tensor&, Sta
   const int N = ctx.B * ctx.T, C = C_;
   s.dlnf = Tensor::empty(*ctx.pool, {N, C});
   linear_backward_input(be, s.dlnf.f32(), s.dlogits.f32(), wte_, N);
-  layer_util::tp_allreduce(ctx, s.dlnf.f32(), static_cast<size_t>(N) * C);
+  layer_util::tp_allreduce(ctx, s.dlnf);
   Tensor dx = Tensor::empty(*ctx.pool, {N, C});
   be.fill(dx.f32(), 0.0f, static_cast<size_t>(N) * C);
   be.layernorm_backward_input(dx.f32(), s.dlnf.f32(), s.x.f32(), lnfw_.value.f32(), s.mean.f32(),

@@ -5,8 +5,8 @@
 namespace pipetrain {
 
 DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, Gpt2Stage*>& stages,
-                                         Communicator& dp)
-    : params_(params), dp_(dp) {
+                                         Communicator& dp, Stream& stream)
+    : params_(params), dp_(dp), stream_(stream) {
   for (const auto& [s, stage] : stages) {
     auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -27,16 +27,17 @@ void DataParallelReducer::launch(std::vector<Parameter*> ready) {
   if (ready.empty()) return;
   // Adjacent parameters of the flat buffer go out as one message.
   std::sort(ready.begin(), ready.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-  float* base = params_.grads().f32();
+  const Tensor& grads = params_.grads();
+  auto bucket = [&](int64_t lo, int64_t hi) { return dp_.allreduce_sum(grads.view(lo, {hi - lo}), stream_); };
   int64_t lo = ready[0]->offset, hi = lo;
   for (Parameter* p : ready) {
     if (p->offset > (hi + 15) / 16 * 16) {
-      inflight_.push_back(dp_.iallreduce_sum(base + lo, static_cast<size_t>(hi - lo)));
+      inflight_.push_back(bucket(lo, hi));
       lo = p->offset;
     }
     hi = p->offset + p->numel();
   }
-  inflight_.push_back(dp_.iallreduce_sum(base + lo, static_cast<size_t>(hi - lo)));
+  inflight_.push_back(bucket(lo, hi));
 }
 
 void DataParallelReducer::layer_final(int stage, int layer) {

@@ -73,7 +73,7 @@ struct PipelineExecutor::Impl {
     PendingRecv r;
     r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
     r.peer = in.peer;
-    r.request = ex.pp_.irecv(r.buffer.f32(), activation_elems(), in.peer, in.tag);
+    r.request = ex.pp_.recv(r.buffer, in.peer, in.tag, ex.backend_.stream());
     recvs.emplace(key_of(in), std::move(r));
   }
 
@@ -81,7 +81,7 @@ struct PipelineExecutor::Impl {
   void send(const Instr& in) {
     Tensor t = take_output(in);
     PendingSend s;
-    s.request = ex.pp_.isend(t.f32(), activation_elems(), in.peer, in.tag);
+    s.request = ex.pp_.send(t.view(0, {static_cast<int64_t>(activation_elems())}), in.peer, in.tag, ex.backend_.stream());
     s.buffer = std::move(t);
     sends.push_back(std::move(s));
     while (!sends.empty() && sends.front().request->test()) sends.pop_front();

@@ -110,7 +110,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
     }
   } else if (grid.dp() > 1) {
-    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, grid.dp_comm());
+    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, grid.dp_comm(), backend_.stream());
   }
 
   // The tied embedding lives on the first and the last stage; when those are different
@@ -145,11 +145,12 @@ void Trainer::reduce_gradients() {
   if (reducer_) reducer_->finish();
   if (tied_comm_) {
     Parameter* wte = params_.find("wte");
-    tied_comm_->allreduce_sum(wte->grad.f32(), static_cast<size_t>(wte->numel()));
+    tied_comm_->allreduce_sum(wte->grad, backend_.stream())->wait();
   }
   if (grad_shard_.defined())
-    grid_.dp_comm().reduce_scatter_sum(params_.grads().f32(), grad_shard_.f32(),
-                                       static_cast<size_t>(grad_shard_.numel()));
+    grid_.dp_comm()
+        .reduce_scatter_sum(params_.grads().view(0, {grad_shard_.numel() * grid_.dp()}), grad_shard_, backend_.stream())
+        ->wait();
 }
 
 namespace {
@@ -195,8 +196,11 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
                    static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1,
                    grad_scale);
   });
-  float* values = params_.values().f32();
-  grid_.dp_comm().all_gather(values + shard_lo_, values, static_cast<size_t>(shard_hi_ - shard_lo_));
+  const Tensor& values = params_.values();
+  grid_.dp_comm()
+      .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values.view(0, {(shard_hi_ - shard_lo_) * grid_.dp()}),
+                  backend_.stream())
+      ->wait();
 }
 
 StepMetrics Trainer::train_step(int step) {
@@ -255,9 +259,9 @@ std::vector<float> Trainer::reduced_gradients() {
     backend_.to_host(out.data(), params_.grads().raw(), out.size() * sizeof(float));
     return out;
   }
-  std::vector<float> shard(static_cast<size_t>(grad_shard_.numel()));
-  backend_.to_host(shard.data(), grad_shard_.raw(), shard.size() * sizeof(float));
-  grid_.dp_comm().all_gather(shard.data(), out.data(), shard.size());
+  Tensor all = Tensor::empty(*pool_, {grad_shard_.numel() * grid_.dp()});
+  grid_.dp_comm().all_gather(grad_shard_, all, backend_.stream())->wait();
+  backend_.to_host(out.data(), all.raw(), out.size() * sizeof(float));
   return out;
 }
 

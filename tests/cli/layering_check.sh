@@ -39,6 +39,7 @@ declare -A family=(
   [backend/cuda]="src/backend/cuda/ (cuda_backend.cpp, or cuda_disabled.cpp without CUDA)"
   [comm/communicator]="interface: the Communicator, implemented by mpi_communicator"
   [core/error]="header only: Error and fail()"
+  [core/device]="header only: DeviceId"
   [core/device_allocator]="interface: what the memory pool allocates from"
   [schedule/program]="lower.cpp, validate_program.cpp, walk_program.cpp"
   [schedule/builtins]="one file per built-in schedule, registered in registry.cpp"

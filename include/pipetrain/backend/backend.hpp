@@ -12,6 +12,7 @@
 #include <string>
 
 #include "pipetrain/core/device_allocator.hpp"
+#include "pipetrain/core/stream.hpp"
 
 namespace pipetrain {
 
@@ -19,6 +20,9 @@ class Backend : public DeviceAllocator {
  public:
   ~Backend() override = default;
   // device(): DeviceAllocator's (host for the CPU backend, cuda:N for the CUDA one).
+  // The stream every kernel of this backend is enqueued on (communication orders itself
+  // against it: see comm/communicator.hpp).
+  virtual Stream& stream() = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS Haswell)"
 
   // ---- memory (device memory; the pool in core sits on top of these) ----

@@ -1,19 +1,31 @@
-// Communicator: the collectives and point-to-point messages the runtime and the
-// parallel layers need, on device buffers. MpiCommunicator (host memory) lives in
-// mpi_communicator.hpp; an NCCL one (device memory) implements the same interface.
+// Communicator: the collectives and point-to-point messages the runtime and the parallel
+// layers need, on device tensors, enqueued on a stream. MpiCommunicator (host memory)
+// lives in mpi_communicator.hpp; an NCCL one (device memory) implements the same interface.
+//
+// Every operation starts after the work enqueued earlier on its stream and returns a
+// request: wait() blocks the host until it is complete, wait_on(stream) makes the work
+// enqueued later on `stream` run after it (on a GPU without blocking the host). Reductions
+// take f32 tensors — pipetrain reduces in fp32 in every precision — and transfers take any
+// dtype. A tensor on another device than the stream, or a dtype the operation does not
+// take, is an error naming both.
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <string>
 
+#include "pipetrain/core/stream.hpp"
+#include "pipetrain/core/tensor.hpp"
+
 namespace pipetrain {
 
-// A nonblocking operation in flight.
+// An operation in flight.
 class CommRequest {
  public:
-  virtual ~CommRequest() = default;
+  virtual ~CommRequest() = default;  // never blocks (an unfinished operation is abandoned)
   virtual void wait() = 0;
   virtual bool test() = 0;  // true once complete
+  // Orders the work enqueued on `stream` from now on after this operation.
+  virtual void wait_on(Stream& stream) = 0;
 };
 
 class Communicator {
@@ -22,28 +34,30 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "pp" — used in error messages
-  // The largest message tag isend/irecv accept (MPI_TAG_UB; the standard guarantees 32767).
+  // The largest message tag send/recv accept (MPI_TAG_UB; the standard guarantees 32767).
   virtual int tag_ub() const = 0;
-  // Seconds this rank spent inside blocking collectives and waits since the last reset
-  // (how much of a step communication costs).
+  // Seconds this rank spent blocked in communication since the last reset (how much of a
+  // step communication costs).
   double comm_seconds() const { return comm_s_; }
   void reset_comm_seconds() { comm_s_ = 0; }
 
-  virtual void allreduce_sum(float* data, size_t n) = 0;  // in place
+  // In place: every rank's `data` becomes the elementwise sum (max) over the ranks.
+  virtual std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) = 0;
+  virtual std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) = 0;
+  // recv (n elements) = this rank's block of the sum of every rank's send (size() * n
+  // elements, block r for rank r).
+  virtual std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) = 0;
+  // recv (size() * n elements) = every rank's send (n elements), in rank order; send may
+  // be this rank's block of recv.
+  virtual std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) = 0;
+  virtual std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) = 0;
+  virtual std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) = 0;
+  virtual std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) = 0;
+
+  // Host scalars (metrics, partial sums of a norm): blocking, in host memory.
   virtual void allreduce_sum(double* data, size_t n) = 0;
   virtual void allreduce_max(double* data, size_t n) = 0;
-  virtual void allreduce_max(float* data, size_t n) = 0;
-  // recv (recv_count elements) = this rank's block of the sum of every rank's send
-  // (size() * recv_count elements, block r for rank r).
-  virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
-  // recv (size() * send_count elements) = every rank's send, in rank order.
-  virtual void all_gather(const float* send, float* recv, size_t send_count) = 0;
-  virtual void broadcast(float* data, size_t n, int root) = 0;
   virtual void barrier() = 0;
-
-  virtual std::unique_ptr<CommRequest> isend(const float* data, size_t n, int peer, int tag) = 0;
-  virtual std::unique_ptr<CommRequest> irecv(float* data, size_t n, int peer, int tag) = 0;
-  virtual std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t n) = 0;
 
  protected:
   double comm_s_ = 0;

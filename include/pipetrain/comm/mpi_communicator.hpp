@@ -1,4 +1,5 @@
-// MpiCommunicator: Communicator over an MPI communicator (host memory).
+// MpiCommunicator: Communicator over an MPI communicator, on host tensors and the host
+// stream. Every operation is a nonblocking MPI call; its request's wait() is MPI_Wait.
 #pragma once
 #include <mpi.h>
 
@@ -20,19 +21,19 @@ class MpiCommunicator : public Communicator {
   int tag_ub() const override { return tag_ub_; }
   MPI_Comm comm() const { return comm_; }
 
-  void allreduce_sum(float* data, size_t n) override;
+  std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) override;
+  std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) override;
+  std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) override;
+  std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) override;
+  std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) override;
+  std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) override;
+  std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) override;
   void allreduce_sum(double* data, size_t n) override;
   void allreduce_max(double* data, size_t n) override;
-  void allreduce_max(float* data, size_t n) override;
-  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
-  void all_gather(const float* send, float* recv, size_t send_count) override;
-  void broadcast(float* data, size_t n, int root) override;
   void barrier() override;
-  std::unique_ptr<CommRequest> isend(const float* data, size_t n, int peer, int tag) override;
-  std::unique_ptr<CommRequest> irecv(float* data, size_t n, int peer, int tag) override;
-  std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t n) override;
 
  private:
+  std::unique_ptr<CommRequest> iallreduce(const Tensor& data, Stream& stream, MPI_Op op, const char* what);
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;

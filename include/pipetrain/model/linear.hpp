@@ -8,7 +8,7 @@
 namespace pipetrain::layer_util {
 
 // Sums x over the tensor-parallel ranks (no-op without tensor parallelism).
-void tp_allreduce(const MicrobatchContext& ctx, float* x, size_t n);
+void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x);
 // Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
 void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b, int N);
 // dX = dY W  (overwrites)

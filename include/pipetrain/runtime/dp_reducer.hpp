@@ -18,7 +18,9 @@ namespace pipetrain {
 class DataParallelReducer {
  public:
   // stages: this rank's stages (their layers name the parameters of each bucket).
-  DataParallelReducer(ParameterStore& params, const std::map<int, Gpt2Stage*>& stages, Communicator& dp);
+  // Reductions are enqueued on `stream` (the backend's: after the gradients they reduce).
+  DataParallelReducer(ParameterStore& params, const std::map<int, Gpt2Stage*>& stages, Communicator& dp,
+                      Stream& stream);
 
   void begin_step();
   // Layer `layer` of stage `stage` is done accumulating: reduce what became final.
@@ -32,6 +34,7 @@ class DataParallelReducer {
 
   ParameterStore& params_;
   Communicator& dp_;
+  Stream& stream_;
   std::map<std::pair<int, int>, std::vector<Parameter*>> layer_params_;  // (stage, layer) -> params
   std::map<Parameter*, int> users_;    // layers that accumulate into each parameter
   std::map<Parameter*, int> pending_;  // users not yet final this step

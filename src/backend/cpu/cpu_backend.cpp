@@ -25,6 +25,7 @@ constexpr size_t kAlignment = 64;
 class CpuBackend final : public Backend {
  public:
   DeviceId device() const override { return {DeviceKind::Host, 0}; }
+  Stream& stream() override { return host_stream(); }
   std::string name() const override {
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ")";
   }

@@ -81,6 +81,20 @@ bool is_device_memory(const void* p) {
   return attr.type == cudaMemoryTypeDevice;
 }
 
+// The backend's stream as a pipetrain Stream (communication orders itself against it).
+class CudaStream final : public Stream {
+ public:
+  CudaStream(int device, cudaStream_t* stream) : device_(device), stream_(stream) {}
+  DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
+  std::string name() const override { return "cuda:" + std::to_string(device_) + " compute"; }
+  void synchronize() override { PIPETRAIN_CUDA_CHECK(cudaStreamSynchronize(*stream_)); }
+  cudaStream_t get() const { return *stream_; }
+
+ private:
+  int device_;
+  cudaStream_t* stream_;
+};
+
 // Number of this shard's columns that are real (global index < V), in [0, Vl].
 int real_columns(int Vl, int col_begin, int V) {
   const int64_t r = static_cast<int64_t>(V) - col_begin;
@@ -102,6 +116,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
+  Stream& stream() override { return stream_; }
   std::string name() const override { return name_; }
 
   // ---- memory ----
@@ -360,6 +375,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cuda::Ctx ctx_;
+  CudaStream stream_{device_, &ctx_.stream};
   std::string name_;
 };
 
