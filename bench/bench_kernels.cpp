@@ -97,14 +97,14 @@ int main(int argc, char** argv) {
   {  // attention, B=4 T=256 C=768 NH=12 (causal flops: ~half of 4*B*T*T*C per pass)
     const int B = 4, T = 256, C = 768, NH = 12;
     auto qkv = randv(size_t(B) * T * 3 * C, -1, 1, 10), dout = randv(size_t(B) * T * C, -1, 1, 11);
-    std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T), scratch(att.size()),
-        dqkv(qkv.size());
+    std::vector<float> out(size_t(B) * T * C), dqkv(qkv.size());
+    auto pool = pipetrain::MemoryPool::create(*be);
+    std::unique_ptr<pipetrain::AttentionStash> stash;
     const double f = median_ms(reps, [&] {
-      be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, *pool);
     });
     const double bw = median_ms(reps, [&] {
-      be->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
-                             T, C, NH);
+      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, *pool);
     });
     std::printf("attention B=%d T=%d C=%d NH=%d: fwd %.3f ms, bwd %.3f ms\n", B, T, C, NH, f, bw);
   }

@@ -90,22 +90,23 @@ class KernelTest : public ::testing::TestWithParam<BackendFactory> {
   Backend& be() { return *be_; }
   std::unique_ptr<Backend> be_;
 
-  // Runs the backend's attention forward; returns out (and att if asked).
-  Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, Vec* att_out = nullptr) {
-    DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f)),
-        att(be(), Vec(size_t(B) * NH * T * T, 7.0f));
-    be().attention_forward(out.get(), att.get(), q.get(), B, T, C, NH);
-    if (att_out) *att_out = att.host();
+  // Runs the backend's attention forward (and backward, given dout); returns out and
+  // (then) dqkv. The stash is the backend's own, from a pool.
+  Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, const Vec* dout = nullptr, Vec* dqkv = nullptr) {
+    auto pool = MemoryPool::create(be());
+    DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f));
+    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, *pool);
+    if (dout) {
+      DevBuf<float> d(be(), *dout), dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
+      be().attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, *pool);
+      *dqkv = dq.host();
+    }
     return out.host();
   }
   Vec attention_dqkv(const Vec& qkv, const Vec& dout, int B, int T, int C, int NH) {
-    Vec att;
-    attention_out(qkv, B, T, C, NH, &att);
-    DevBuf<float> q(be(), qkv), a(be(), att), d(be(), dout),
-        dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN())),
-        scratch(be(), Vec(att.size(), std::numeric_limits<float>::quiet_NaN()));
-    be().attention_backward(dq.get(), scratch.get(), d.get(), q.get(), a.get(), B, T, C, NH);
-    return dq.host();
+    Vec dqkv;
+    attention_out(qkv, B, T, C, NH, &dout, &dqkv);
+    return dqkv;
   }
   Vec layernorm_out(const Vec& x, const Vec& w, const Vec& b, int N, int C, Vec* mean = nullptr,
                     Vec* rstd = nullptr) {
@@ -194,16 +195,19 @@ TEST_P(KernelTest, Attention) {
     const Vec qkv = random_vec(size_t(s.B) * s.T * 3 * s.C, 7, -2.0f, 2.0f);
     DVec out_ref, att_ref;
     ref::attention_forward(out_ref, att_ref, qkv, s.B, s.T, s.C, s.NH);
-    Vec att;
-    const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH, &att);
+    const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(close(out, out_ref, 1e-5, 1e-6 * max_abs(out_ref)));
-    EXPECT_TRUE(close(att, att_ref, 1e-5, 1e-7));  // 0 above the diagonal (ref is exact 0)
-    for (size_t i = 0; i < att.size(); ++i) {
-      const size_t row = (i / s.T) % s.T, col = i % s.T;
-      if (col > row) {
-        ASSERT_EQ(att[i], 0.0f) << "att above the diagonal at " << i;
-      }
-    }
+    // Causality: changing the last token's q, k and v changes no earlier output.
+    Vec later = qkv;
+    for (int b = 0; b < s.B; ++b)
+      for (int c = 0; c < 3 * s.C; ++c) later[(size_t(b) * s.T + s.T - 1) * 3 * s.C + c] += 1.0f;
+    const Vec out_later = attention_out(later, s.B, s.T, s.C, s.NH);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t + 1 < s.T; ++t)
+        for (int c = 0; c < s.C; ++c) {
+          const size_t i = (size_t(b) * s.T + t) * s.C + c;
+          ASSERT_EQ(out[i], out_later[i]) << "output of token " << t << " depends on a later token";
+        }
 
     const Vec dout = random_vec(out.size(), 8);
     DVec dqkv_ref;

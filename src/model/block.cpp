@@ -14,7 +14,8 @@ using namespace layer_util;
 namespace {
 struct BlockStash : Stash {
   // forward
-  Tensor x, ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
+  Tensor x, ln1, mean1, rstd1, qkv, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
+  std::unique_ptr<AttentionStash> att;  // the backend's own
   // backward_input, kept for backward_weight
   Tensor dy, dfch, dln2, dres2, dqkv, dln1;
 };
@@ -81,9 +82,8 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   const int Cl = Cl_;
   s->qkv = Tensor::empty(pool, {N, 3 * Cl});
   linear_forward(be, s->qkv.f32(), s->ln1.f32(), qkvw_, &qkvb_, N);
-  s->att = Tensor::empty(pool, {B, NH_, T, T});
   s->atty = Tensor::empty(pool, {N, Cl});
-  be.attention_forward(s->atty.f32(), s->att.f32(), s->qkv.f32(), B, T, Cl, NH_);
+  s->att = be.attention_forward(s->atty.f32(), s->qkv.f32(), B, T, Cl, NH_, pool);
   s->res2 = Tensor::empty(pool, {N, C});
   row_parallel_out(ctx, s->res2, s->atty.f32(), projw_, projb_, x.f32(), N);
   s->ln2 = Tensor::empty(pool, {N, C});
@@ -123,11 +123,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   Tensor datty = Tensor::empty(pool, {N, Cl});
   linear_backward_input(be, datty.f32(), s.dres2.f32(), projw_, N);
   s.dqkv = Tensor::empty(pool, {N, 3 * Cl});
-  {
-    Tensor scratch = Tensor::empty(pool, {B, NH_, T, T});
-    be.attention_backward(s.dqkv.f32(), scratch.f32(), datty.f32(), s.qkv.f32(), s.att.f32(), B, T,
-                          Cl, NH_);
-  }
+  be.attention_backward(s.dqkv.f32(), datty.f32(), s.qkv.f32(), *s.att, B, T, Cl, NH_, pool);
   datty = {};
   s.dln1 = Tensor::empty(pool, {N, C});
   linear_backward_input(be, s.dln1.f32(), s.dqkv.f32(), qkvw_, N);
@@ -137,7 +133,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   be.layernorm_backward_input(dx.f32(), s.dln1.f32(), s.x.f32(), ln1w_.value.f32(), s.mean1.f32(),
                               s.rstd1.f32(), N, C);
   // Activations only the input gradient needed can go now.
-  s.att = {};
+  s.att.reset();
   s.fch = {};
   return dx;
 }

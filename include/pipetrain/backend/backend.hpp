@@ -12,9 +12,20 @@
 #include <string>
 
 #include "pipetrain/core/device_allocator.hpp"
+#include "pipetrain/core/memory_pool.hpp"
+#include "pipetrain/core/tensor.hpp"
 #include "pipetrain/core/stream.hpp"
 
 namespace pipetrain {
+
+// What an attention forward keeps for its backward. The CPU and CUDA backends keep the
+// softmax probabilities, (B, NH, T, T); a flash-style kernel keeps per-row log-sum-exp
+// statistics, O(T) per row.
+class AttentionStash {
+ public:
+  virtual ~AttentionStash() = default;
+  virtual size_t bytes() const = 0;
+};
 
 class Backend : public DeviceAllocator {
  public:
@@ -75,15 +86,14 @@ class Backend : public DeviceAllocator {
 
   // ---- causal multi-head self-attention on a fused QKV tensor ----
   // qkv: (B, T, 3C) laid out [Q | K | V]; head h uses channels h*hs .. (h+1)*hs-1 of each
-  // part (hs = C / NH). att: (B, NH, T, T) receives the softmax probabilities (entries above
-  // the diagonal are 0). out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1.
-  // Scores are scaled by 1/sqrt(hs). Matrix products go through gemm.
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // dqkv = dL/dqkv (overwrites). scratch: B*NH*T*T floats of workspace.
-  virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
-                                  const float* qkv, const float* att, int B, int T, int C,
-                                  int NH) = 0;
+  // part (hs = C / NH). out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1. Scores are
+  // scaled by 1/sqrt(hs). What forward keeps for backward is the backend's choice, opaque
+  // to the model (its memory comes from `pool`, so it counts as stashed activations).
+  virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C,
+                                                            int NH, MemoryPool& pool) = 0;
+  // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
+                                  int T, int C, int NH, MemoryPool& pool) = 0;
 
   // ---- token + position embedding ----
   // out[b, t, :] = wte[tokens[b*T + t], :] + wpe[t, :]

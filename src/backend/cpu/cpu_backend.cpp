@@ -97,13 +97,23 @@ class CpuBackend final : public Backend {
     cpu::layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C);
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  // The probabilities, kept for backward (one pass of products each way, no recompute).
+  struct ProbabilityStash final : AttentionStash {
+    Tensor att;
+    size_t bytes() const override { return att.bytes(); }
+  };
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
+                                                    MemoryPool& pool) override {
+    auto s = std::make_unique<ProbabilityStash>();
+    s->att = Tensor::empty(pool, {B, NH, T, T});
+    cpu::attention_forward(out, s->att.f32(), qkv, B, T, C, NH);
+    return s;
   }
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
+                          int C, int NH, MemoryPool& pool) override {
+    const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
+    cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(), B, T,
+                            C, NH);
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -217,13 +217,23 @@ class CudaBackend final : public Backend {
                                  int C) override {
     cuda::layernorm_backward_weight(ctx(), dweight, dbias, dout, inp, mean, rstd, N, C);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cuda::attention_forward(ctx(), out, att, qkv, B, T, C, NH);
+  // Today's kernels keep the probabilities (a flash-style kernel would keep O(T) per row).
+  struct ProbabilityStash final : AttentionStash {
+    Tensor att;
+    size_t bytes() const override { return att.bytes(); }
+  };
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
+                                                    MemoryPool& pool) override {
+    auto s = std::make_unique<ProbabilityStash>();
+    s->att = Tensor::empty(pool, {B, NH, T, T});
+    cuda::attention_forward(ctx(), out, s->att.f32(), qkv, B, T, C, NH);
+    return s;
   }
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override {
-    cuda::attention_backward(ctx(), dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
+                          int C, int NH, MemoryPool& pool) override {
+    const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
+    cuda::attention_backward(ctx(), dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(),
+                             B, T, C, NH);
   }
 
   // ---- embedding ----
