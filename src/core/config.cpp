@@ -47,7 +47,7 @@ constexpr std::array kKeys{
     PT_KEY(train, warmup_steps),  PT_KEY(train, min_lr),           PT_KEY(train, beta1),
     PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
     PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
-    PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),
+    PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),     PT_KEY(train, precision),
     PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
@@ -411,6 +411,8 @@ void validate_config(const Config& cfg) {
         fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
                     m.max_seq_len));
   check(t.lr > 0, pre, fmt::format("train.lr ({}) must be > 0", t.lr));
+  check(t.precision == "fp32" || t.precision == "bf16", pre,
+        fmt::format("train.precision: unknown precision {} (expected \"fp32\" or \"bf16\")", quote(t.precision)));
   check(t.lr_schedule == "constant" || t.lr_schedule == "cosine", pre,
         fmt::format("train.lr_schedule: unknown schedule {} (expected \"constant\" or \"cosine\")",
                     quote(t.lr_schedule)));

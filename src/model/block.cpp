@@ -6,6 +6,7 @@
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/gpt2.hpp"
 #include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
 
@@ -55,50 +56,59 @@ Block::Block(const ModelConfig& cfg, int index, ParameterStore& p, TensorParalle
       fcprojb_(p.declare(key(index, "mlp.proj.b"), {C_}, Init::Zeros)) {}
 
 namespace {
-// Row-parallel output: partial products summed over the tensor-parallel ranks, then the
-// (replicated) bias and the residual.
-void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const float* x, const Parameter& w,
-                      const Parameter& b, const float* residual, int N) {
+// Row-parallel output: partial products summed over the tensor-parallel ranks (in f32),
+// then the (replicated) bias and the residual.
+void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
+                      const Parameter& b, const Tensor& residual, int N) {
   Backend& be = *ctx.backend;
   const size_t n = static_cast<size_t>(N) * static_cast<size_t>(w.shape[0]);
-  linear_forward(be, y.f32(), x, w, nullptr, N);
+  linear_forward(be, y.f32(), x.f32(), w, nullptr, N);
   tp_allreduce(ctx, y);
-  be.bias_add(y.f32(), b.value.f32(), N, static_cast<int>(w.shape[0]));
-  be.accumulate(y.f32(), residual, n);
+  be.bias_add(y.f32(), compute_weight(b).f32(), N, static_cast<int>(w.shape[0]));
+  be.accumulate(y.f32(), residual.f32(), n);
 }
 }  // namespace
 
+// Forward and backward compute on f32 working tensors and keep the stored form (bf16
+// under mixed precision) of everything backward needs; the LayerNorm statistics stay f32.
 Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
   MemoryPool& pool = *ctx.pool;
-  const int B = ctx.B, T = ctx.T, N = B * T, C = C_;
+  const int B = ctx.B, T = ctx.T, N = B * T, C = C_, Cl = Cl_;
   auto s = std::make_unique<BlockStash>();
+  const Tensor xf = working_f32(ctx, x);
   s->x = x;
-  s->ln1 = Tensor::empty(pool, {N, C});
+  const Tensor ln1 = Tensor::empty(pool, {N, C});
   s->mean1 = Tensor::empty(pool, {N});
   s->rstd1 = Tensor::empty(pool, {N});
-  be.layernorm_forward(s->ln1.f32(), s->mean1.f32(), s->rstd1.f32(), x.f32(), ln1w_.value.f32(),
-                       ln1b_.value.f32(), N, C, kLayerNormEps);
-  const int Cl = Cl_;
-  s->qkv = Tensor::empty(pool, {N, 3 * Cl});
-  linear_forward(be, s->qkv.f32(), s->ln1.f32(), qkvw_, &qkvb_, N);
-  s->atty = Tensor::empty(pool, {N, Cl});
-  s->att = be.attention_forward(s->atty.f32(), s->qkv.f32(), B, T, Cl, NH_, pool);
-  s->res2 = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, s->res2, s->atty.f32(), projw_, projb_, x.f32(), N);
-  s->ln2 = Tensor::empty(pool, {N, C});
+  be.layernorm_forward(ln1.f32(), s->mean1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(ln1w_).f32(),
+                       compute_weight(ln1b_).f32(), N, C, kLayerNormEps);
+  s->ln1 = store(ctx, ln1);
+  const Tensor qkv = Tensor::empty(pool, {N, 3 * Cl});
+  linear_forward(be, qkv.f32(), ln1.f32(), qkvw_, &qkvb_, N);
+  s->qkv = store(ctx, qkv);
+  const Tensor atty = Tensor::empty(pool, {N, Cl});
+  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, pool);
+  s->atty = store(ctx, atty);
+  const Tensor res2 = Tensor::empty(pool, {N, C});
+  row_parallel_out(ctx, res2, atty, projw_, projb_, xf, N);
+  s->res2 = store(ctx, res2);
+  const Tensor ln2 = Tensor::empty(pool, {N, C});
   s->mean2 = Tensor::empty(pool, {N});
   s->rstd2 = Tensor::empty(pool, {N});
-  be.layernorm_forward(s->ln2.f32(), s->mean2.f32(), s->rstd2.f32(), s->res2.f32(),
-                       ln2w_.value.f32(), ln2b_.value.f32(), N, C, kLayerNormEps);
-  s->fch = Tensor::empty(pool, {N, 4 * Cl});
-  linear_forward(be, s->fch.f32(), s->ln2.f32(), fcw_, &fcb_, N);
-  s->fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
-  be.gelu_forward(s->fch_gelu.f32(), s->fch.f32(), static_cast<size_t>(N) * 4 * Cl);
-  Tensor y = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, y, s->fch_gelu.f32(), fcprojw_, fcprojb_, s->res2.f32(), N);
+  be.layernorm_forward(ln2.f32(), s->mean2.f32(), s->rstd2.f32(), res2.f32(), compute_weight(ln2w_).f32(),
+                       compute_weight(ln2b_).f32(), N, C, kLayerNormEps);
+  s->ln2 = store(ctx, ln2);
+  const Tensor fch = Tensor::empty(pool, {N, 4 * Cl});
+  linear_forward(be, fch.f32(), ln2.f32(), fcw_, &fcb_, N);
+  s->fch = store(ctx, fch);
+  const Tensor fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
+  be.gelu_forward(fch_gelu.f32(), fch.f32(), static_cast<size_t>(N) * 4 * Cl);
+  s->fch_gelu = store(ctx, fch_gelu);
+  const Tensor y = Tensor::empty(pool, {N, C});
+  row_parallel_out(ctx, y, fch_gelu, fcprojw_, fcprojb_, res2, N);
   out = std::move(s);
-  return y;
+  return store(ctx, y);
 }
 
 Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
@@ -107,49 +117,56 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   auto& s = as<BlockStash>(stash);
   const int B = ctx.B, T = ctx.T, N = B * T, C = C_, Cl = Cl_;
   const size_t NC = static_cast<size_t>(N) * C;
+  const Tensor dyf = working_f32(ctx, dy);
   s.dy = dy;
   // MLP branch: dy -> d(fch_gelu) -> d(fch) -> d(ln2) -> d(res2) += ...
-  s.dfch = Tensor::empty(pool, {N, 4 * Cl});
-  linear_backward_input(be, s.dfch.f32(), dy.f32(), fcprojw_, N);
-  be.gelu_backward(s.dfch.f32(), s.fch.f32(), s.dfch.f32(), static_cast<size_t>(N) * 4 * Cl);
-  s.dln2 = Tensor::empty(pool, {N, C});
-  linear_backward_input(be, s.dln2.f32(), s.dfch.f32(), fcw_, N);
-  tp_allreduce(ctx, s.dln2);  // column-parallel input: sum the partial gradients
-  s.dres2 = Tensor::empty(pool, {N, C});
-  be.copy(s.dres2.f32(), dy.f32(), NC * sizeof(float));
-  be.layernorm_backward_input(s.dres2.f32(), s.dln2.f32(), s.res2.f32(), ln2w_.value.f32(),
+  const Tensor dfch = Tensor::empty(pool, {N, 4 * Cl});
+  linear_backward_input(be, dfch.f32(), dyf.f32(), fcprojw_, N);
+  be.gelu_backward(dfch.f32(), working_f32(ctx, s.fch).f32(), dfch.f32(), static_cast<size_t>(N) * 4 * Cl);
+  s.dfch = store(ctx, dfch);
+  const Tensor dln2 = Tensor::empty(pool, {N, C});
+  linear_backward_input(be, dln2.f32(), dfch.f32(), fcw_, N);
+  tp_allreduce(ctx, dln2);  // column-parallel input: sum the partial gradients
+  s.dln2 = store(ctx, dln2);
+  const Tensor dres2 = Tensor::empty(pool, {N, C});
+  be.copy(dres2.f32(), dyf.f32(), NC * sizeof(float));
+  be.layernorm_backward_input(dres2.f32(), dln2.f32(), working_f32(ctx, s.res2).f32(), compute_weight(ln2w_).f32(),
                               s.mean2.f32(), s.rstd2.f32(), N, C);
+  s.dres2 = store(ctx, dres2);
   // Attention branch: d(res2) -> d(atty) -> d(qkv) -> d(ln1) -> dx += ...
   Tensor datty = Tensor::empty(pool, {N, Cl});
-  linear_backward_input(be, datty.f32(), s.dres2.f32(), projw_, N);
-  s.dqkv = Tensor::empty(pool, {N, 3 * Cl});
-  be.attention_backward(s.dqkv.f32(), datty.f32(), s.qkv.f32(), *s.att, B, T, Cl, NH_, pool);
+  linear_backward_input(be, datty.f32(), dres2.f32(), projw_, N);
+  const Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
+  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, pool);
   datty = {};
-  s.dln1 = Tensor::empty(pool, {N, C});
-  linear_backward_input(be, s.dln1.f32(), s.dqkv.f32(), qkvw_, N);
-  tp_allreduce(ctx, s.dln1);
-  Tensor dx = Tensor::empty(pool, {N, C});
-  be.copy(dx.f32(), s.dres2.f32(), NC * sizeof(float));
-  be.layernorm_backward_input(dx.f32(), s.dln1.f32(), s.x.f32(), ln1w_.value.f32(), s.mean1.f32(),
-                              s.rstd1.f32(), N, C);
+  s.dqkv = store(ctx, dqkv);
+  const Tensor dln1 = Tensor::empty(pool, {N, C});
+  linear_backward_input(be, dln1.f32(), dqkv.f32(), qkvw_, N);
+  tp_allreduce(ctx, dln1);
+  s.dln1 = store(ctx, dln1);
+  const Tensor dx = Tensor::empty(pool, {N, C});
+  be.copy(dx.f32(), dres2.f32(), NC * sizeof(float));
+  be.layernorm_backward_input(dx.f32(), dln1.f32(), working_f32(ctx, s.x).f32(), compute_weight(ln1w_).f32(),
+                              s.mean1.f32(), s.rstd1.f32(), N, C);
   // Activations only the input gradient needed can go now.
   s.att.reset();
   s.fch = {};
-  return dx;
+  return store(ctx, dx);
 }
 
 void Block::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = as<BlockStash>(stash);
   const int N = ctx.B * ctx.T, C = C_;
-  linear_backward_weight(be, s.dy.f32(), s.fch_gelu.f32(), fcprojw_, &fcprojb_, N);
-  linear_backward_weight(be, s.dfch.f32(), s.ln2.f32(), fcw_, &fcb_, N);
-  be.layernorm_backward_weight(ln2w_.grad.f32(), ln2b_.grad.f32(), s.dln2.f32(), s.res2.f32(),
-                               s.mean2.f32(), s.rstd2.f32(), N, C);
-  linear_backward_weight(be, s.dres2.f32(), s.atty.f32(), projw_, &projb_, N);
-  linear_backward_weight(be, s.dqkv.f32(), s.ln1.f32(), qkvw_, &qkvb_, N);
-  be.layernorm_backward_weight(ln1w_.grad.f32(), ln1b_.grad.f32(), s.dln1.f32(), s.x.f32(),
-                               s.mean1.f32(), s.rstd1.f32(), N, C);
+  auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
+  linear_backward_weight(be, f(s.dy).f32(), f(s.fch_gelu).f32(), fcprojw_, &fcprojb_, N);
+  linear_backward_weight(be, f(s.dfch).f32(), f(s.ln2).f32(), fcw_, &fcb_, N);
+  be.layernorm_backward_weight(ln2w_.grad.f32(), ln2b_.grad.f32(), f(s.dln2).f32(), f(s.res2).f32(), s.mean2.f32(),
+                               s.rstd2.f32(), N, C);
+  linear_backward_weight(be, f(s.dres2).f32(), f(s.atty).f32(), projw_, &projb_, N);
+  linear_backward_weight(be, f(s.dqkv).f32(), f(s.ln1).f32(), qkvw_, &qkvb_, N);
+  be.layernorm_backward_weight(ln1w_.grad.f32(), ln1b_.grad.f32(), f(s.dln1).f32(), f(s.x).f32(), s.mean1.f32(),
+                               s.rstd1.f32(), N, C);
 }
 
 }  // namespace pipetrain

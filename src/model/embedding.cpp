@@ -2,6 +2,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
 
@@ -33,13 +34,14 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   Tensor out = Tensor::empty(*ctx.pool, {N, C_});
   // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
   // the sum over ranks is the full lookup.
-  ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), wte_.value.f32(), row_begin_, row_end_, N, C_);
+  ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), layer_util::compute_weight(wte_).f32(), row_begin_,
+                                row_end_, N, C_);
   layer_util::tp_allreduce(ctx, out);
-  ctx.backend->position_add(out.f32(), wpe_.value.f32(), ctx.B, ctx.T, C_);
+  ctx.backend->position_add(out.f32(), layer_util::compute_weight(wpe_).f32(), ctx.B, ctx.T, C_);
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
   stash = std::move(s);
-  return out;
+  return layer_util::store(ctx, out);
 }
 
 Tensor Embedding::backward_input(const MicrobatchContext&, const Tensor& dy, Stash& stash) {
@@ -50,8 +52,9 @@ Tensor Embedding::backward_input(const MicrobatchContext&, const Tensor& dy, Sta
 void Embedding::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = layer_util::as<EmbeddingStash>(stash);
   const int N = ctx.B * ctx.T;
-  ctx.backend->embedding_scatter(wte_.grad.f32(), s.dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
-  ctx.backend->position_backward(wpe_.grad.f32(), s.dy.f32(), ctx.B, ctx.T, C_);
+  const Tensor dy = layer_util::working_f32(ctx, s.dy);
+  ctx.backend->embedding_scatter(wte_.grad.f32(), dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
+  ctx.backend->position_backward(wpe_.grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
 }
 
 }  // namespace pipetrain

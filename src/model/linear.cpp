@@ -2,6 +2,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/precision.hpp"
 
 namespace pipetrain::layer_util {
 
@@ -12,13 +13,13 @@ void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x) {
 void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
                     int N) {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  be.gemm(false, true, N, out, in, 1.0f, x, in, w.value.f32(), in, 0.0f, y, out);
-  if (b) be.bias_add(y, b->value.f32(), N, out);
+  be.gemm(false, true, N, out, in, 1.0f, x, in, compute_weight(w).f32(), in, 0.0f, y, out);
+  if (b) be.bias_add(y, compute_weight(*b).f32(), N, out);
 }
 
 void linear_backward_input(Backend& be, float* dx, const float* dy, const Parameter& w, int N) {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  be.gemm(false, false, N, in, out, 1.0f, dy, out, w.value.f32(), in, 0.0f, dx, in);
+  be.gemm(false, false, N, in, out, 1.0f, dy, out, compute_weight(w).f32(), in, 0.0f, dx, in);
 }
 
 void linear_backward_weight(Backend& be, const float* dy, const float* x, Parameter& w,

@@ -9,6 +9,7 @@
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/gpt2.hpp"
 #include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
 
@@ -51,19 +52,23 @@ Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   MemoryPool& pool = *ctx.pool;
   const int N = ctx.B * ctx.T, C = C_;
   auto s = std::make_unique<HeadStash>();
+  const Tensor xf = working_f32(ctx, x);
   s->x = x;
-  s->lnf = Tensor::empty(pool, {N, C});
+  const Tensor lnf = Tensor::empty(pool, {N, C});
   s->mean = Tensor::empty(pool, {N});
   s->rstd = Tensor::empty(pool, {N});
-  be.layernorm_forward(s->lnf.f32(), s->mean.f32(), s->rstd.f32(), x.f32(), lnfw_.value.f32(),
-                       lnfb_.value.f32(), N, C, kLayerNormEps);
-  s->dlogits = Tensor::empty(pool, {N, Vl_});
-  linear_forward(be, s->dlogits.f32(), s->lnf.f32(), wte_, nullptr, N);
+  be.layernorm_forward(lnf.f32(), s->mean.f32(), s->rstd.f32(), xf.f32(), compute_weight(lnfw_).f32(),
+                       compute_weight(lnfb_).f32(), N, C, kLayerNormEps);
+  s->lnf = store(ctx, lnf);
+  // Logits and the loss in f32; the logits' gradient is kept in the stored form.
+  const Tensor dlogits = Tensor::empty(pool, {N, Vl_});
+  linear_forward(be, dlogits.f32(), lnf.f32(), wte_, nullptr, N);
   Tensor losses = Tensor::empty(pool, {N});
   if (ctx.tp && ctx.tp->size() > 1)
-    parallel_crossentropy(ctx, losses.f32(), s->dlogits.f32(), N, Vl_, col_begin_, V_);
+    parallel_crossentropy(ctx, losses.f32(), dlogits.f32(), N, Vl_, col_begin_, V_);
   else
-    be.crossentropy_forward(losses.f32(), s->dlogits.f32(), ctx.targets.i32(), N, V_, Vl_, ctx.loss_scale);
+    be.crossentropy_forward(losses.f32(), dlogits.f32(), ctx.targets.i32(), N, V_, Vl_, ctx.loss_scale);
+  if (ctx.loss_scale != 0) s->dlogits = store(ctx, dlogits);  // evaluation keeps no gradient
   out = std::move(s);
   return losses;
 }
@@ -72,23 +77,25 @@ Tensor LossHead::backward_input(const MicrobatchContext& ctx, const Tensor&, Sta
   Backend& be = *ctx.backend;
   auto& s = as<HeadStash>(stash);
   const int N = ctx.B * ctx.T, C = C_;
-  s.dlnf = Tensor::empty(*ctx.pool, {N, C});
-  linear_backward_input(be, s.dlnf.f32(), s.dlogits.f32(), wte_, N);
-  layer_util::tp_allreduce(ctx, s.dlnf);
-  Tensor dx = Tensor::empty(*ctx.pool, {N, C});
+  const Tensor dlnf = Tensor::empty(*ctx.pool, {N, C});
+  linear_backward_input(be, dlnf.f32(), working_f32(ctx, s.dlogits).f32(), wte_, N);
+  layer_util::tp_allreduce(ctx, dlnf);
+  s.dlnf = store(ctx, dlnf);
+  const Tensor dx = Tensor::empty(*ctx.pool, {N, C});
   be.fill(dx.f32(), 0.0f, static_cast<size_t>(N) * C);
-  be.layernorm_backward_input(dx.f32(), s.dlnf.f32(), s.x.f32(), lnfw_.value.f32(), s.mean.f32(),
-                              s.rstd.f32(), N, C);
-  return dx;
+  be.layernorm_backward_input(dx.f32(), dlnf.f32(), working_f32(ctx, s.x).f32(), compute_weight(lnfw_).f32(),
+                              s.mean.f32(), s.rstd.f32(), N, C);
+  return store(ctx, dx);
 }
 
 void LossHead::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = as<HeadStash>(stash);
   const int N = ctx.B * ctx.T;
-  linear_backward_weight(be, s.dlogits.f32(), s.lnf.f32(), wte_, nullptr, N);
-  be.layernorm_backward_weight(lnfw_.grad.f32(), lnfb_.grad.f32(), s.dlnf.f32(), s.x.f32(),
-                               s.mean.f32(), s.rstd.f32(), N, C_);
+  auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
+  linear_backward_weight(be, f(s.dlogits).f32(), f(s.lnf).f32(), wte_, nullptr, N);
+  be.layernorm_backward_weight(lnfw_.grad.f32(), lnfb_.grad.f32(), f(s.dlnf).f32(), f(s.x).f32(), s.mean.f32(),
+                               s.rstd.f32(), N, C_);
 }
 
 }  // namespace pipetrain

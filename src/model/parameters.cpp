@@ -97,6 +97,20 @@ void ParameterStore::initialize(uint64_t seed, Backend& backend) {
   }
 }
 
+void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {
+  compute_ = Tensor::empty(pool, {total_});
+  for (auto& p : params_) p.compute = compute_.view(p.offset, p.shape);
+  refresh_compute(pool, backend);
+}
+
+void ParameterStore::refresh_compute(MemoryPool& pool, Backend& backend) {
+  if (!compute_.defined()) return;
+  const auto n = static_cast<size_t>(total_);
+  const Tensor rounded = Tensor::empty(pool, {total_}, DType::BF16);
+  backend.cast_to_bf16(rounded.bf16_data(), values_.f32(), n);
+  backend.cast_to_f32(compute_.f32(), rounded.bf16_data(), n);
+}
+
 void ParameterStore::zero_grads(Backend& backend) {
   if (grads_.defined()) backend.fill(grads_.f32(), 0.0f, static_cast<size_t>(grads_.numel()));
 }

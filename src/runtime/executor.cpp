@@ -71,7 +71,7 @@ struct PipelineExecutor::Impl {
   // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
   void post(const Instr& in) {
     PendingRecv r;
-    r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_});
+    r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_}, ex.storage_);
     r.peer = in.peer;
     r.request = ex.pp_.recv(r.buffer, in.peer, in.tag, ex.backend_.stream());
     recvs.emplace(key_of(in), std::move(r));
@@ -138,6 +138,7 @@ struct PipelineExecutor::Impl {
     ctx.B = B;
     ctx.T = T;
     ctx.loss_scale = loss_scale;
+    ctx.storage = ex.storage_;
     if (st.has_embedding() || st.has_head()) {
       load(m, host_in.data(), host_tgt.data());
       const int64_t n = static_cast<int64_t>(B) * T;
@@ -229,8 +230,14 @@ struct PipelineExecutor::Impl {
 };
 
 PipelineExecutor::PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp,
-                                   Backend& backend, MemoryPool& pool, int d_model)
-    : stages_(std::move(stages)), pp_(pp), tp_(tp), backend_(backend), pool_(pool), d_model_(d_model) {}
+                                   Backend& backend, MemoryPool& pool, int d_model, DType storage)
+    : stages_(std::move(stages)),
+      pp_(pp),
+      tp_(tp),
+      backend_(backend),
+      pool_(pool),
+      d_model_(d_model),
+      storage_(storage) {}
 
 ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {

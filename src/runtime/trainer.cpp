@@ -94,8 +94,10 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
   params_.allocate(*pool_, backend_, !zero1, 16 * grid.dp());
   params_.initialize(cfg.train.seed, backend_);
+  const bool bf16 = cfg.train.precision == "bf16";
+  if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
   executor_ = std::make_unique<PipelineExecutor>(mine, grid.pp_comm(), &grid.tp_comm(), backend_, *pool_,
-                                                 cfg.model.d_model);
+                                                 cfg.model.d_model, bf16 ? DType::BF16 : DType::F32);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub());
@@ -185,6 +187,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   fault::point("optimizer");
   if (!grad_shard_.defined()) {
     optimizer_.step(params_, backend_, step + 1, lr, grad_scale);
+    params_.refresh_compute(*pool_, backend_);
     return;
   }
   // ZeRO-1: update this rank's shard, then gather every shard's new values.
@@ -201,6 +204,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
       .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values.view(0, {(shard_hi_ - shard_lo_) * grid_.dp()}),
                   backend_.stream())
       ->wait();
+  params_.refresh_compute(*pool_, backend_);
 }
 
 StepMetrics Trainer::train_step(int step) {

@@ -67,6 +67,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
 int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   const CheckpointMeta meta = read_checkpoint_meta(path);
   read_checkpoint_tensors(path, grid_.world().comm(), checkpoint_tensors(!weights_only));
+  params_.refresh_compute(*pool_, backend_);  // checkpoints hold the f32 master weights
   if (weights_only) return 0;
   int64_t samples = 0, tokens = 0;  // what this run's shape implies for the checkpoint's step
   const bool overflow = __builtin_mul_overflow(meta.step, static_cast<int64_t>(cfg_.train.global_batch), &samples) ||

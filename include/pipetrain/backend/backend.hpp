@@ -58,6 +58,9 @@ class Backend : public DeviceAllocator {
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void accumulate(float* out, const float* a, size_t n) = 0;          // out += a
   virtual void scale(float* x, float s, size_t n) = 0;                        // x *= s
+  // Precision casts (mixed precision): out = bf16(in), rounded to nearest even; out = f32(in).
+  virtual void cast_to_bf16(bf16* out, const float* in, size_t n) = 0;
+  virtual void cast_to_f32(float* out, const bf16* in, size_t n) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;  // sum of x^2 in double
   virtual bool all_finite(const float* x, size_t n) = 0;
   // out[n, c] += bias[c] for an N x C matrix.

@@ -47,6 +47,9 @@ struct TrainConfig {
   uint64_t seed = 1337;
   int eval_every = 0;    // validation loss every N steps (and at the end); 0 = never
   int eval_batches = 1;  // global batches of data.val per validation
+  // fp32 | bf16: in bf16, activations (and the stash) and the weights products use are
+  // bf16; master weights, gradients, reductions, AdamW state and the loss stay fp32.
+  std::string precision = "fp32";
 };
 
 struct DataConfig {

@@ -33,6 +33,9 @@ struct MicrobatchContext {
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage)
   float loss_scale = 0.f;  // d(step loss)/d(token loss); 0 = forward only (evaluation)
+  // What activations, activation gradients and the stash are stored as (train.precision;
+  // see precision.hpp). Layer inputs and outputs have this dtype; losses are f32.
+  DType storage = DType::F32;
 };
 
 struct Stash {

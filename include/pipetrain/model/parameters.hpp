@@ -27,6 +27,10 @@ struct Parameter {
   int64_t init_rows = -1;  // rows (dim 0) that get the random init; the rest stay 0 (-1 = all)
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value, grad, m, v;
+  // The weights products use: undefined in fp32 (products use `value`); in bf16, `value`
+  // rounded to bf16 after every update (kept widened to f32 on the host, where every
+  // product would widen it anyway: bf16 is a storage precision there).
+  Tensor compute;
   int64_t numel() const;
 };
 
@@ -46,6 +50,10 @@ class ParameterStore {
   // which rank, stage or tensor-parallel slice holds the parameter.
   void initialize(uint64_t seed, Backend& backend);
   void zero_grads(Backend& backend);
+  // Mixed precision: allocates the compute copies (allocate() first) and keeps them equal
+  // to bf16(value) — call refresh_compute after every change of the values.
+  void allocate_compute(MemoryPool& pool, Backend& backend);
+  void refresh_compute(MemoryPool& pool, Backend& backend);
 
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }
@@ -58,7 +66,7 @@ class ParameterStore {
  private:
   std::deque<Parameter> params_;  // deque: references stay valid as we declare
   int64_t total_ = 0;
-  Tensor values_, grads_, m_, v_;
+  Tensor values_, grads_, m_, v_, compute_;
 };
 
 }  // namespace pipetrain

@@ -53,9 +53,10 @@ class PipelineExecutor {
  public:
   // stages: the Gpt2Stage of every global stage this rank owns. pp: the pipeline
   // communicator, whose rank numbers are the program's ranks. tp: the stage's
-  // tensor-parallel peers (may be null).
+  // tensor-parallel peers (may be null). storage: the dtype activations and their
+  // gradients are stored and sent in (train.precision).
   PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp, Backend& backend,
-                   MemoryPool& pool, int d_model);
+                   MemoryPool& pool, int d_model, DType storage = DType::F32);
 
   // Runs `program` (this rank's instructions of a validated Program) over microbatches
   // of B sequences of T tokens. loss_scale = d(step loss)/d(token loss); 0 for a
@@ -71,6 +72,7 @@ class PipelineExecutor {
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;
+  DType storage_;
 };
 
 }  // namespace pipetrain

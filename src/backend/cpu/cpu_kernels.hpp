@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "pipetrain/core/dtype.hpp"
+
 namespace pipetrain::cpu {
 
 // Every non-gemm kernel runs on the default host execution space (Serial on
@@ -138,6 +140,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float
 void add(float* out, const float* a, const float* b, size_t n);
 void accumulate(float* out, const float* a, size_t n);
 void scale(float* x, float s, size_t n);
+void cast_to_bf16(bf16* out, const float* in, size_t n);
+void cast_to_f32(float* out, const bf16* in, size_t n);
 double sum_squares(const float* x, size_t n);
 bool all_finite(const float* x, size_t n);
 void bias_add(float* out, const float* bias, int N, int C);

@@ -1,5 +1,5 @@
 // Elementwise kernels and reductions on the host: fill, add, accumulate,
-// scale, sum_squares, all_finite, bias_add, bias_backward.
+// scale, the bf16 casts, sum_squares, all_finite, bias_add, bias_backward.
 #include <cstring>
 
 #include "cpu_kernels.hpp"
@@ -27,6 +27,18 @@ void accumulate(float* out, const float* a, size_t n) {
 void scale(float* x, float s, size_t n) {
   for_chunks("pipetrain::scale", n, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) x[i] *= s;
+  });
+}
+
+void cast_to_bf16(bf16* out, const float* in, size_t n) {
+  for_chunks("pipetrain::cast_to_bf16", n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = to_bf16(in[i]);
+  });
+}
+
+void cast_to_f32(float* out, const bf16* in, size_t n) {
+  for_chunks("pipetrain::cast_to_f32", n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = to_float(in[i]);
   });
 }
 

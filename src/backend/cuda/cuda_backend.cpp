@@ -186,6 +186,12 @@ class CudaBackend final : public Backend {
     cuda::accumulate(ctx(), out, a, n);
   }
   void scale(float* x, float s, size_t n) override { cuda::scale(ctx(), x, s, n); }
+  void cast_to_bf16(bf16* out, const float* in, size_t n) override {
+    cuda::cast_to_bf16(ctx(), reinterpret_cast<uint16_t*>(out), in, n);
+  }
+  void cast_to_f32(float* out, const bf16* in, size_t n) override {
+    cuda::cast_to_f32(ctx(), out, reinterpret_cast<const uint16_t*>(in), n);
+  }
   double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(ctx(), x, n); }
   bool all_finite(const float* x, size_t n) override { return cuda::all_finite(ctx(), x, n); }
   void bias_add(float* out, const float* bias, int N, int C) override {

@@ -84,6 +84,9 @@ void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int
 void add(const Ctx& ctx, float* out, const float* a, const float* b, size_t n);
 void accumulate(const Ctx& ctx, float* out, const float* a, size_t n);
 void scale(const Ctx& ctx, float* x, float s, size_t n);
+// bf16 as its 16 bits (pipetrain::bf16 on the host side); round to nearest even.
+void cast_to_bf16(const Ctx& ctx, uint16_t* out, const float* in, size_t n);
+void cast_to_f32(const Ctx& ctx, float* out, const uint16_t* in, size_t n);
 double sum_squares(const Ctx& ctx, const float* x, size_t n);  // waits for the stream
 bool all_finite(const Ctx& ctx, const float* x, size_t n);     // waits for the stream
 void bias_add(const Ctx& ctx, float* out, const float* bias, int N, int C);

@@ -37,6 +37,23 @@ __global__ void scale_kernel(float* x, float s, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) x[i] *= s;
 }
 
+// Round to nearest even, NaN kept quiet (the host's pipetrain::to_bf16).
+__global__ void cast_to_bf16_kernel(uint16_t* out, const float* in, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    uint32_t u = __float_as_uint(in[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((u >> 16) | 0x0040u);
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      out[i] = static_cast<uint16_t>(u >> 16);
+    }
+  }
+}
+
+__global__ void cast_to_f32_kernel(float* out, const uint16_t* in, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
 // Stage one: partial[b] = sum of x[i]^2 (in double) over block b's grid-stride slice.
 __global__ void sum_squares_partial_kernel(double* partial, const float* __restrict__ x,
                                            size_t n) {
@@ -123,6 +140,18 @@ void scale(const Ctx& ctx, float* x, float s, size_t n) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n, kThreads, ctx), kThreads, 0, ctx.stream>>>(x, s, n);
   check_launch("scale");
+}
+
+void cast_to_bf16(const Ctx& ctx, uint16_t* out, const float* in, size_t n) {
+  if (n == 0) return;
+  cast_to_bf16_kernel<<<grid_for(n, kThreads, ctx), kThreads, 0, ctx.stream>>>(out, in, n);
+  check_launch("cast_to_bf16");
+}
+
+void cast_to_f32(const Ctx& ctx, float* out, const uint16_t* in, size_t n) {
+  if (n == 0) return;
+  cast_to_f32_kernel<<<grid_for(n, kThreads, ctx), kThreads, 0, ctx.stream>>>(out, in, n);
+  check_launch("cast_to_f32");
 }
 
 double sum_squares(const Ctx& ctx, const float* x, size_t n) {

@@ -1,0 +1,26 @@
+// working_f32() and store() of pipetrain/model/precision.hpp.
+#include "pipetrain/model/precision.hpp"
+
+#include "pipetrain/backend/backend.hpp"
+
+namespace pipetrain::layer_util {
+
+Tensor working_f32(const MicrobatchContext& ctx, const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::F32) return t;
+  check_dtype("working_f32", "the tensor", t, DType::BF16);
+  Tensor out = Tensor::empty(*ctx.pool, t.shape());
+  ctx.backend->cast_to_f32(out.f32(), t.bf16_data(), static_cast<size_t>(t.numel()));
+  return out;
+}
+
+Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
+  check_dtype("store", "the result", x, DType::F32);
+  if (ctx.storage == DType::F32) return x;
+  Tensor out = Tensor::empty(*ctx.pool, x.shape(), DType::BF16);
+  const auto n = static_cast<size_t>(x.numel());
+  ctx.backend->cast_to_bf16(out.bf16_data(), x.f32(), n);
+  ctx.backend->cast_to_f32(x.f32(), out.bf16_data(), n);
+  return out;
+}
+
+}  // namespace pipetrain::layer_util
