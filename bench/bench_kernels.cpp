@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     auto pool = pipetrain::MemoryPool::create(*be);
     std::unique_ptr<pipetrain::AttentionStash> stash;
     const double f = median_ms(reps, [&] {
-      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, *pool);
+      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, *pool, pipetrain::DType::F32);
     });
     const double bw = median_ms(reps, [&] {
       be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, *pool);

@@ -95,7 +95,7 @@ class KernelTest : public ::testing::TestWithParam<BackendFactory> {
   Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, const Vec* dout = nullptr, Vec* dqkv = nullptr) {
     auto pool = MemoryPool::create(be());
     DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f));
-    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, *pool);
+    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, *pool, DType::F32);
     if (dout) {
       DevBuf<float> d(be(), *dout), dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
       be().attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, *pool);

@@ -101,9 +101,12 @@ int run_train(const TrainOptions& opt) {
   const SimResult sim = simulate(sched, Costs{});
   const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
   // Memory estimate of this rank: parameters, gradients and AdamW moments (4 floats per
-  // parameter; fewer with ZeRO-1), plus the stashed activations the schedule keeps alive
-  // at its peak (measured on the first step, reported from then on).
-  double est = static_cast<double>(trainer.params().numel()) * 4.0 * (cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0);
+  // parameter; fewer with ZeRO-1; one more for bf16's compute copy, kept widened on the
+  // host), plus the stashed activations the schedule keeps alive at its peak (measured on
+  // the first step, reported from then on).
+  const bool bf16 = cfg.train.precision == "bf16";
+  double est = static_cast<double>(trainer.params().numel()) * 4.0 *
+               ((cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0) + (bf16 ? 1.0 : 0.0));
   {
     const auto units = partition_gpt2(cfg.model, sched.num_stages, cfg.parallel.layers_per_stage);
     double largest = 0;  // the biggest stage this rank holds, times the schedule's peak stash count
@@ -111,7 +114,8 @@ int run_train(const TrainOptions& opt) {
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
         const auto& u = units[static_cast<size_t>(st)];
         largest = std::max(largest, gpt2_stash_bytes(cfg.model, u.first, u.last, grid.tp(),
-                                                     trainer.microbatch_size(), cfg.train.seq_len));
+                                                     trainer.microbatch_size(), cfg.train.seq_len,
+                                                     bf16 ? DType::BF16 : DType::F32));
       }
     est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
   }
@@ -119,10 +123,10 @@ int run_train(const TrainOptions& opt) {
   log.line(fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters",
                        cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
   log.line(fmt::format("  data {} tokens ({} windows of {}), {} sampling; {} tokens/step "
-                       "({} x {} microbatches x seq {}); backend {}",
+                       "({} x {} microbatches x seq {}); backend {}; precision {}",
                        human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,
                        cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
-                       cfg.train.microbatches, cfg.train.seq_len, backend->name()));
+                       cfg.train.microbatches, cfg.train.seq_len, backend->name(), cfg.train.precision));
   log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
                        "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,

@@ -61,6 +61,11 @@ void MemoryPool::release_cached() {
   free_.clear();
 }
 
+void MemoryPool::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_in_use_bytes = stats_.in_use_bytes;
+}
+
 PoolStats MemoryPool::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

@@ -76,34 +76,40 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   MemoryPool& pool = *ctx.pool;
   const int B = ctx.B, T = ctx.T, N = B * T, C = C_, Cl = Cl_;
   auto s = std::make_unique<BlockStash>();
-  const Tensor xf = working_f32(ctx, x);
+  Tensor xf = working_f32(ctx, x);
   s->x = x;
-  const Tensor ln1 = Tensor::empty(pool, {N, C});
+  Tensor ln1 = Tensor::empty(pool, {N, C});
   s->mean1 = Tensor::empty(pool, {N});
   s->rstd1 = Tensor::empty(pool, {N});
   be.layernorm_forward(ln1.f32(), s->mean1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(ln1w_).f32(),
                        compute_weight(ln1b_).f32(), N, C, kLayerNormEps);
   s->ln1 = store(ctx, ln1);
-  const Tensor qkv = Tensor::empty(pool, {N, 3 * Cl});
+  Tensor qkv = Tensor::empty(pool, {N, 3 * Cl});
   linear_forward(be, qkv.f32(), ln1.f32(), qkvw_, &qkvb_, N);
+  ln1 = {};  // f32 working tensors go as soon as they are used: the stash is what stays
   s->qkv = store(ctx, qkv);
-  const Tensor atty = Tensor::empty(pool, {N, Cl});
-  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, pool);
+  Tensor atty = Tensor::empty(pool, {N, Cl});
+  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, pool, ctx.storage);
+  qkv = {};
   s->atty = store(ctx, atty);
   const Tensor res2 = Tensor::empty(pool, {N, C});
   row_parallel_out(ctx, res2, atty, projw_, projb_, xf, N);
+  atty = {};
+  xf = {};
   s->res2 = store(ctx, res2);
-  const Tensor ln2 = Tensor::empty(pool, {N, C});
+  Tensor ln2 = Tensor::empty(pool, {N, C});
   s->mean2 = Tensor::empty(pool, {N});
   s->rstd2 = Tensor::empty(pool, {N});
   be.layernorm_forward(ln2.f32(), s->mean2.f32(), s->rstd2.f32(), res2.f32(), compute_weight(ln2w_).f32(),
                        compute_weight(ln2b_).f32(), N, C, kLayerNormEps);
   s->ln2 = store(ctx, ln2);
-  const Tensor fch = Tensor::empty(pool, {N, 4 * Cl});
+  Tensor fch = Tensor::empty(pool, {N, 4 * Cl});
   linear_forward(be, fch.f32(), ln2.f32(), fcw_, &fcb_, N);
+  ln2 = {};
   s->fch = store(ctx, fch);
   const Tensor fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
   be.gelu_forward(fch_gelu.f32(), fch.f32(), static_cast<size_t>(N) * 4 * Cl);
+  fch = {};
   s->fch_gelu = store(ctx, fch_gelu);
   const Tensor y = Tensor::empty(pool, {N, C});
   row_parallel_out(ctx, y, fch_gelu, fcprojw_, fcprojb_, res2, N);
@@ -120,37 +126,41 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   const Tensor dyf = working_f32(ctx, dy);
   s.dy = dy;
   // MLP branch: dy -> d(fch_gelu) -> d(fch) -> d(ln2) -> d(res2) += ...
-  const Tensor dfch = Tensor::empty(pool, {N, 4 * Cl});
+  Tensor dfch = Tensor::empty(pool, {N, 4 * Cl});
   linear_backward_input(be, dfch.f32(), dyf.f32(), fcprojw_, N);
   be.gelu_backward(dfch.f32(), working_f32(ctx, s.fch).f32(), dfch.f32(), static_cast<size_t>(N) * 4 * Cl);
   s.dfch = store(ctx, dfch);
-  const Tensor dln2 = Tensor::empty(pool, {N, C});
+  Tensor dln2 = Tensor::empty(pool, {N, C});
   linear_backward_input(be, dln2.f32(), dfch.f32(), fcw_, N);
+  dfch = {};
   tp_allreduce(ctx, dln2);  // column-parallel input: sum the partial gradients
   s.dln2 = store(ctx, dln2);
-  const Tensor dres2 = Tensor::empty(pool, {N, C});
+  Tensor dres2 = Tensor::empty(pool, {N, C});
   be.copy(dres2.f32(), dyf.f32(), NC * sizeof(float));
   be.layernorm_backward_input(dres2.f32(), dln2.f32(), working_f32(ctx, s.res2).f32(), compute_weight(ln2w_).f32(),
                               s.mean2.f32(), s.rstd2.f32(), N, C);
+  dln2 = {};
   s.dres2 = store(ctx, dres2);
   // Attention branch: d(res2) -> d(atty) -> d(qkv) -> d(ln1) -> dx += ...
   Tensor datty = Tensor::empty(pool, {N, Cl});
   linear_backward_input(be, datty.f32(), dres2.f32(), projw_, N);
-  const Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
+  Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
   be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, pool);
+  s.att.reset();  // the probabilities are the biggest part of the stash
   datty = {};
   s.dqkv = store(ctx, dqkv);
-  const Tensor dln1 = Tensor::empty(pool, {N, C});
+  Tensor dln1 = Tensor::empty(pool, {N, C});
   linear_backward_input(be, dln1.f32(), dqkv.f32(), qkvw_, N);
+  dqkv = {};
   tp_allreduce(ctx, dln1);
   s.dln1 = store(ctx, dln1);
   const Tensor dx = Tensor::empty(pool, {N, C});
   be.copy(dx.f32(), dres2.f32(), NC * sizeof(float));
+  dres2 = {};
   be.layernorm_backward_input(dx.f32(), dln1.f32(), working_f32(ctx, s.x).f32(), compute_weight(ln1w_).f32(),
                               s.mean1.f32(), s.rstd1.f32(), N, C);
-  // Activations only the input gradient needed can go now.
-  s.att.reset();
-  s.fch = {};
+  dln1 = {};
+  s.fch = {};  // needed by the input gradient only
   return store(ctx, dx);
 }
 

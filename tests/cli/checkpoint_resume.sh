@@ -45,6 +45,20 @@ h5diff full/step_00000006.h5 res/step_00000006.h5 /params /params
 h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_m /adam_m
 h5diff full/step_00000006.h5 res/step_00000006.h5 /adam_v /adam_v
 
+echo "== precision: an fp32 checkpoint resumes in bf16, a bf16 one in fp32 (the file holds fp32 master weights)"
+# Tolerance: the bf16 training bound of tests/test_mixed_precision.cpp, 2 (9 n_layer + 4) 2^-8 = 0.17.
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=b16 --set checkpoint.every=3 --set train.precision=bf16 \
+  --metrics b16.jsonl >/dev/null
+rm -f p.jsonl
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set train.precision=bf16 --resume full/step_00000003.h5 --metrics p.jsonl >/dev/null
+same_losses full.jsonl p.jsonl 0.17 "fp32 checkpoint resumed in bf16"
+rm -f p.jsonl
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --resume b16/step_00000003.h5 --metrics p.jsonl >/dev/null
+same_losses b16.jsonl p.jsonl 0.17 "bf16 checkpoint resumed in fp32"
+rm -f p.jsonl
+timeout 300 "$PIPETRAIN" "${cfg[@]}" --set train.precision=bf16 --resume b16/step_00000003.h5 --metrics p.jsonl >/dev/null
+same_losses b16.jsonl p.jsonl 0 "bf16 checkpoint resumed in bf16 (bitwise)"
+
 echo "== save on pp=2, resume on tp=2, dp=2 and a single rank"
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=pp2 \
   --set checkpoint.every=3 --metrics pp2.jsonl >/dev/null

@@ -1,6 +1,7 @@
 // Tensor and data parallelism on every dp x pp x tp grid that fits the world size:
 // 5 steps with 1f1b and zb-h1, gradient clipping on and off, ZeRO-1 on and off, give
-// the single-rank run's losses and parameters.
+// the single-rank run's losses and parameters — in fp32, and in bf16 against the
+// single-rank bf16 run.
 #include <gtest/gtest.h>
 
 #include "mpi/mpi_fixtures.hpp"
@@ -55,6 +56,24 @@ TEST(GridMatchesSingleRank, EveryGridScheduleClipAndZero1) {
           expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
         }
   }
+}
+
+TEST(GridMatchesSingleRank, Bf16GridsReproduceTheSingleRankBf16Run) {
+  const auto grids = grids_for(world_size());
+  if (grids.empty()) GTEST_SKIP() << "no grid of the list has " << world_size() << " ranks";
+  Config base = grid_config({1, 1, 1}, "1f1b", 0.05, false);
+  base.train.precision = "bf16";
+  const RunResult ref = run(base, MPI_COMM_SELF);
+  for (GridCase g : grids)
+    for (const char* sched : {"1f1b", "zb-h1"})
+      for (bool zero1 : {false, true}) {
+        if (zero1 && g.dp == 1) continue;
+        SCOPED_TRACE(::testing::Message() << "bf16, grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", "
+                                          << sched << ", zero1 " << zero1);
+        Config cfg = grid_config(g, sched, 0.05, zero1);
+        cfg.train.precision = "bf16";
+        expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+      }
 }
 
 TEST(GridErrors, TensorParallelMustDivideHeadsAndVocabulary) {

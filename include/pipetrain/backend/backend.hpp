@@ -91,9 +91,10 @@ class Backend : public DeviceAllocator {
   // qkv: (B, T, 3C) laid out [Q | K | V]; head h uses channels h*hs .. (h+1)*hs-1 of each
   // part (hs = C / NH). out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1. Scores are
   // scaled by 1/sqrt(hs). What forward keeps for backward is the backend's choice, opaque
-  // to the model (its memory comes from `pool`, so it counts as stashed activations).
+  // to the model (its memory comes from `pool`, so it counts as stashed activations);
+  // `storage` is the precision activations are stashed in (bf16: the stash may be bf16).
   virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C,
-                                                            int NH, MemoryPool& pool) = 0;
+                                                            int NH, MemoryPool& pool, DType storage) = 0;
   // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
                                   int T, int C, int NH, MemoryPool& pool) = 0;

@@ -38,6 +38,8 @@ class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
   // Returns every cached free block to the backend.
   void release_cached();
   PoolStats stats() const;
+  // Starts a new high-water mark from what is in use now (to measure one phase).
+  void reset_peak();
   DeviceAllocator& allocator() const { return backend_; }
   DeviceId device() const { return backend_.device(); }  // one pool per device
 

@@ -37,7 +37,9 @@ double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_
 
 // Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
 // [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
-// backward action (what the Block and LossHead stashes hold, fp32).
-double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T);
+// backward action (what the Block and LossHead stashes hold: activations in `storage`,
+// LayerNorm statistics in f32).
+double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
+                        DType storage = DType::F32);
 
 }  // namespace pipetrain

@@ -99,23 +99,35 @@ class CpuBackend final : public Backend {
     cpu::layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C);
   }
 
-  // The probabilities, kept for backward (one pass of products each way, no recompute).
+  // The probabilities, kept for backward (one pass of products each way, no recompute),
+  // in the storage precision: bf16 storage keeps them as bf16.
   struct ProbabilityStash final : AttentionStash {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
   };
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    MemoryPool& pool) override {
+                                                    MemoryPool& pool, DType storage) override {
     auto s = std::make_unique<ProbabilityStash>();
-    s->att = Tensor::empty(pool, {B, NH, T, T});
-    cpu::attention_forward(out, s->att.f32(), qkv, B, T, C, NH);
+    Tensor att = Tensor::empty(pool, {B, NH, T, T});
+    cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH);
+    if (storage == DType::BF16) {
+      s->att = Tensor::empty(pool, att.shape(), DType::BF16);
+      cpu::cast_to_bf16(s->att.bf16_data(), att.f32(), static_cast<size_t>(att.numel()));
+    } else {
+      s->att = std::move(att);
+    }
     return s;
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
                           int C, int NH, MemoryPool& pool) override {
+    const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
+    Tensor att = kept;
+    if (kept.dtype() == DType::BF16) {
+      att = Tensor::empty(pool, kept.shape());
+      cpu::cast_to_f32(att.f32(), kept.bf16_data(), static_cast<size_t>(kept.numel()));
+    }
     const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
-    cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(), B, T,
-                            C, NH);
+    cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH);
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -223,13 +223,14 @@ class CudaBackend final : public Backend {
                                  int C) override {
     cuda::layernorm_backward_weight(ctx(), dweight, dbias, dout, inp, mean, rstd, N, C);
   }
-  // Today's kernels keep the probabilities (a flash-style kernel would keep O(T) per row).
+  // Today's kernels keep the probabilities in f32 whatever the storage precision (a
+  // flash-style kernel would keep O(T) per row).
   struct ProbabilityStash final : AttentionStash {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
   };
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    MemoryPool& pool) override {
+                                                    MemoryPool& pool, DType /*storage*/) override {
     auto s = std::make_unique<ProbabilityStash>();
     s->att = Tensor::empty(pool, {B, NH, T, T});
     cuda::attention_forward(ctx(), out, s->att.f32(), qkv, B, T, C, NH);
