@@ -12,8 +12,9 @@
 # Result: PIPETRAIN_CUDA (TRUE/FALSE) in the top-level scope.
 # Notes for CMake 3.25 with CUDA 13: CMake knows no C++20 flag for nvcc, so it is
 # defined here (CMAKE_CUDA20_STANDARD_COMPILE_OPTION) after enable_language(CUDA).
-# NCCL and cuDNN are not used (yet): an NcclCommunicator would be a separate,
-# optional part (CUDA::nccl is not among CUDAToolkit's targets: find it by hand).
+# NCCL (the NcclCommunicator) is found by hand next to the toolkit (CUDA::nccl is not
+# among CUDAToolkit's targets; NCCL_ROOT points elsewhere): PIPETRAIN_NCCL TRUE/FALSE.
+# cuDNN is not used (yet).
 
 set(PIPETRAIN_ENABLE_CUDA "AUTO" CACHE STRING
     "Build the CUDA backend: AUTO (if nvcc works), ON (required) or OFF")
@@ -22,6 +23,7 @@ set(PIPETRAIN_CUDA_ARCHITECTURES "90" CACHE STRING
     "CUDA architectures for the CUDA backend (CMAKE_CUDA_ARCHITECTURES syntax)")
 
 set(PIPETRAIN_CUDA FALSE)
+set(PIPETRAIN_NCCL FALSE)
 string(TOUPPER "${PIPETRAIN_ENABLE_CUDA}" _pt_cuda_mode)
 if(_pt_cuda_mode STREQUAL "AUTO" OR _pt_cuda_mode STREQUAL "ON" OR PIPETRAIN_ENABLE_CUDA)
   if(_pt_cuda_mode STREQUAL "AUTO")
@@ -64,6 +66,16 @@ if(_pt_cuda_mode STREQUAL "AUTO" OR _pt_cuda_mode STREQUAL "ON" OR PIPETRAIN_ENA
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()
     set(PIPETRAIN_CUDA TRUE)
+    find_path(PIPETRAIN_NCCL_INCLUDE nccl.h HINTS ENV NCCL_ROOT ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+              PATH_SUFFIXES include)
+    find_library(PIPETRAIN_NCCL_LIBRARY nccl HINTS ENV NCCL_ROOT ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+                 PATH_SUFFIXES lib lib64)
+    if(PIPETRAIN_NCCL_INCLUDE AND PIPETRAIN_NCCL_LIBRARY)
+      set(PIPETRAIN_NCCL TRUE)
+      message(STATUS "NCCL: ${PIPETRAIN_NCCL_LIBRARY}")
+    else()
+      message(STATUS "NCCL: not found (set NCCL_ROOT): the NCCL communicator is not built")
+    endif()
     message(STATUS "CUDA backend: ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "
                    "${PIPETRAIN_CUDA_ARCHITECTURES}, CUDA toolkit ${CUDAToolkit_VERSION})")
   elseif(_pt_cuda_required)
@@ -105,4 +117,9 @@ function(pipetrain_configure_cuda target)
   string(REPLACE ";" "," _archs "${PIPETRAIN_CUDA_ARCHITECTURES}")
   set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/backend/cuda/cuda_backend.cpp APPEND
     PROPERTY COMPILE_DEFINITIONS "PIPETRAIN_CUDA_ARCHS=\"${_archs}\"")
+  if(PIPETRAIN_NCCL)
+    target_include_directories(${target} SYSTEM PRIVATE ${PIPETRAIN_NCCL_INCLUDE})
+    target_link_libraries(${target} PRIVATE ${PIPETRAIN_NCCL_LIBRARY})
+    target_compile_definitions(${target} PUBLIC PIPETRAIN_HAVE_NCCL=1)
+  endif()
 endfunction()

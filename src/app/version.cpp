@@ -7,6 +7,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/comm/nccl_communicator.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
@@ -22,9 +23,9 @@ std::string version_text() {
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
       "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}), cuda ({})\n"
-      "MPI: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
+      "MPI: {}\nNCCL: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
-      blas_kernel_summary(), cuda_build_summary(), mpi, maj, min, rel,
+      blas_kernel_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
       " (parallel)"
 #else

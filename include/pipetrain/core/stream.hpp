@@ -16,6 +16,8 @@ class Stream {
   virtual std::string name() const = 0;
   // Blocks the host until everything enqueued so far has run.
   virtual void synchronize() = 0;
+  // The device API's handle (a cudaStream_t for a CUDA stream; null for the host's).
+  virtual void* native_handle() const { return nullptr; }
 };
 
 // The host's stream (work runs when enqueued; synchronize() returns at once).

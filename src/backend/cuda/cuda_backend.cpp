@@ -88,7 +88,7 @@ class CudaStream final : public Stream {
   DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
   std::string name() const override { return "cuda:" + std::to_string(device_) + " compute"; }
   void synchronize() override { PIPETRAIN_CUDA_CHECK(cudaStreamSynchronize(*stream_)); }
-  cudaStream_t get() const { return *stream_; }
+  void* native_handle() const override { return *stream_; }
 
  private:
   int device_;

@@ -1,0 +1,184 @@
+// NcclCommunicator (pipetrain/comm/nccl_communicator.hpp). Compiled when the build finds
+// CUDA and NCCL; nccl_communicator_disabled.cpp otherwise.
+#include "pipetrain/comm/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <exception>
+
+#include "pipetrain/comm/mpi_communicator.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/core/fault.hpp"
+#include "pipetrain/core/watchdog.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+void check(ncclResult_t r, const char* what, const std::string& comm) {
+  if (r != ncclSuccess) fail("NCCL {} on the {} communicator failed: {}", what, comm, ncclGetErrorString(r));
+}
+
+void check_cuda(cudaError_t e, const char* what, const std::string& comm) {
+  if (e != cudaSuccess) fail("CUDA {} for the {} communicator failed: {}", what, comm, cudaGetErrorString(e));
+}
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+  }
+  return ncclUint8;
+}
+
+// An operation's completion: an event recorded on its stream right after it.
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(cudaStream_t stream, std::string comm, double& timer) : comm_(std::move(comm)), timer_(timer) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event create", comm_);
+    check_cuda(cudaEventRecord(event_, stream), "event record", comm_);
+  }
+  ~NcclRequest() override { (void)cudaEventDestroy(event_); }  // never waits
+  void wait() override {
+    watchdog::Waiting waiting("an NCCL operation on the " + comm_ + " communicator");
+    const double t0 = MPI_Wtime();
+    check_cuda(cudaEventSynchronize(event_), "event synchronize", comm_);
+    timer_ += MPI_Wtime() - t0;
+  }
+  bool test() override {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    check_cuda(e, "event query", comm_);
+    return true;
+  }
+  void wait_on(Stream& stream) override {
+    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native_handle()), event_, 0), "stream wait",
+               comm_);
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  std::string comm_;
+  double& timer_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm comm, std::string name, int device)
+      : host_(std::make_unique<MpiCommunicator>(comm, name)), name_(std::move(name)), device_(device) {
+    ncclUniqueId id{};
+    if (host_->rank() == 0) check(ncclGetUniqueId(&id), "get unique id", name_);
+    if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_->comm()) != MPI_SUCCESS)
+      fail("broadcasting the NCCL id on the {} communicator failed", name_);
+    check_cuda(cudaSetDevice(device_), "set device", name_);
+    check(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()), "init", name_);
+  }
+  ~NcclCommunicator() override {
+    // While an error unwinds a peer may be gone: abort (never blocks) instead of destroy.
+    if (std::uncaught_exceptions() > 0) (void)ncclCommAbort(comm_);
+    else (void)ncclCommDestroy(comm_);
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::string name() const override { return name_; }
+  int tag_ub() const override { return host_->tag_ub(); }
+
+  std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) override {
+    return allreduce(data, stream, ncclSum, "all-reduce");
+  }
+  std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) override {
+    return allreduce(data, stream, ncclMax, "all-reduce (max)");
+  }
+  std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) override {
+    fault::point("collective");
+    cudaStream_t s = on_device("reduce-scatter", send, "send", stream);
+    on_device("reduce-scatter", recv, "recv", stream);
+    check_dtype("reduce-scatter", "send", send, DType::F32);
+    check_dtype("reduce-scatter", "recv", recv, DType::F32);
+    if (send.numel() != recv.numel() * size())
+      fail("reduce-scatter on the {} communicator: send has {} elements, recv {} ({} ranks)", name_, send.numel(),
+           recv.numel(), size());
+    check(ncclReduceScatter(send.raw(), recv.raw(), static_cast<size_t>(recv.numel()), ncclFloat32, ncclSum, comm_, s),
+          "reduce-scatter", name_);
+    return done(s);
+  }
+  std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) override {
+    fault::point("collective");
+    cudaStream_t s = on_device("all-gather", send, "send", stream);
+    on_device("all-gather", recv, "recv", stream);
+    check_same_kind("all-gather", "send", send, "recv", recv);
+    if (recv.numel() != send.numel() * size())
+      fail("all-gather on the {} communicator: send has {} elements, recv {} ({} ranks)", name_, send.numel(),
+           recv.numel(), size());
+    // In place when send is this rank's block of recv (NCCL's own in-place rule).
+    check(ncclAllGather(send.raw(), recv.raw(), static_cast<size_t>(send.numel()), nccl_type(send.dtype()), comm_, s),
+          "all-gather", name_);
+    return done(s);
+  }
+  std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) override {
+    fault::point("collective");
+    cudaStream_t s = on_device("broadcast", data, "data", stream);
+    check(ncclBroadcast(data.raw(), data.raw(), static_cast<size_t>(data.numel()), nccl_type(data.dtype()), root,
+                        comm_, s),
+          "broadcast", name_);
+    return done(s);
+  }
+  std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int /*tag*/, Stream& stream) override {
+    cudaStream_t s = on_device("send", data, "data", stream);
+    check(ncclSend(data.raw(), static_cast<size_t>(data.numel()), nccl_type(data.dtype()), peer, comm_, s), "send",
+          name_);
+    return done(s);
+  }
+  std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int /*tag*/, Stream& stream) override {
+    cudaStream_t s = on_device("recv", data, "data", stream);
+    check(ncclRecv(data.raw(), static_cast<size_t>(data.numel()), nccl_type(data.dtype()), peer, comm_, s), "recv",
+          name_);
+    return done(s);
+  }
+
+  void allreduce_sum(double* data, size_t n) override { host_->allreduce_sum(data, n); }
+  void allreduce_max(double* data, size_t n) override { host_->allreduce_max(data, n); }
+  void barrier() override { host_->barrier(); }
+
+ private:
+  std::unique_ptr<CommRequest> allreduce(const Tensor& data, Stream& stream, ncclRedOp_t op, const char* what) {
+    fault::point("collective");
+    cudaStream_t s = on_device(what, data, "data", stream);
+    check_dtype(what, "data", data, DType::F32);
+    check(ncclAllReduce(data.raw(), data.raw(), static_cast<size_t>(data.numel()), ncclFloat32, op, comm_, s), what,
+          name_);
+    return done(s);
+  }
+  // The stream's handle, after checking that tensor and stream are on this device.
+  cudaStream_t on_device(const char* op, const Tensor& t, const char* what, Stream& stream) const {
+    const DeviceId mine{DeviceKind::Cuda, device_};
+    if (t.device() != mine || stream.device() != mine)
+      fail("{} on the {} communicator (NCCL on {}): {} is {} and the stream is on {}", op, name_, mine.str(), what,
+           t.describe(), stream.device().str());
+    return static_cast<cudaStream_t>(stream.native_handle());
+  }
+  std::unique_ptr<CommRequest> done(cudaStream_t s) { return std::make_unique<NcclRequest>(s, name_, comm_s_); }
+
+  std::unique_ptr<MpiCommunicator> host_;
+  std::string name_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, std::string name, int device) {
+  return std::make_unique<NcclCommunicator>(comm, std::move(name), device);
+}
+
+bool nccl_available(std::string* /*why*/) { return true; }
+
+std::string nccl_build_summary() { return fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH); }
+
+}  // namespace pipetrain

@@ -1,0 +1,50 @@
+// The NCCL communicator's build: present exactly when the build says it links NCCL, and
+// refusing, with the reason, where it is absent. Its collectives run on a GPU machine
+// (scripts/gpu-check.sh); here a GPU-less rank checks what it can.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/comm/nccl_communicator.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+namespace {
+
+TEST(NcclCommunicator, AvailableExactlyWhenBuiltWithNccl) {
+  std::string why;
+#ifdef PIPETRAIN_HAVE_NCCL
+  EXPECT_TRUE(nccl_available(&why));
+  EXPECT_NE(nccl_build_summary().find('.'), std::string::npos) << nccl_build_summary();
+#else
+  EXPECT_FALSE(nccl_available(&why));
+  EXPECT_NE(why.find("without NCCL"), std::string::npos) << why;
+  EXPECT_EQ(nccl_build_summary(), "not built");
+  EXPECT_THROW(make_nccl_communicator(MPI_COMM_SELF, "tp", 0), Error);
+#endif
+}
+
+TEST(NcclCommunicator, OneRankAllReduceOnTheGpu) {
+  std::string why;
+  if (!nccl_available(&why) || !cuda_available(&why)) GTEST_SKIP() << why;
+  MPI_Comm self = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_SELF, &self);
+  auto be = make_cuda_backend(0);
+  auto pool = MemoryPool::create(*be);
+  auto comm = make_nccl_communicator(self, "test", be->device().index);
+  const Tensor t = Tensor::empty(*pool, {5});
+  const float host[5] = {1, 2, 3, 4, 5};
+  be->to_device(t.raw(), host, sizeof host);
+  comm->allreduce_sum(t, be->stream())->wait_on(be->stream());
+  float back[5] = {};
+  be->to_host(back, t.raw(), sizeof back);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(back[i], host[i]);
+  // Host tensors are refused, naming both devices.
+  auto cpu = make_cpu_backend();
+  auto host_pool = MemoryPool::create(*cpu);
+  EXPECT_THROW(comm->allreduce_sum(Tensor::empty(*host_pool, {5}), be->stream()), Error);
+}
+
+}  // namespace
+}  // namespace pipetrain
