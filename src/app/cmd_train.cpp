@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 
@@ -108,7 +109,7 @@ int run_train(const TrainOptions& opt) {
   double est = static_cast<double>(trainer.params().numel()) * 4.0 *
                ((cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0) + (bf16 ? 1.0 : 0.0));
   {
-    const auto units = partition_gpt2(cfg.model, sched.num_stages, cfg.parallel.layers_per_stage);
+    const auto& units = trainer.stage_units();
     double largest = 0;  // the biggest stage this rank holds, times the schedule's peak stash count
     for (int st = 0; st < sched.num_stages; ++st)
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
@@ -131,6 +132,26 @@ int run_train(const TrainOptions& opt) {
                        "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
                        sched.num_microbatches, 100.0 * sim.bubble_fraction, est / 1048576.0));
+  if (sched.num_stages > 1) {  // the split and each stage's share of the model's cost
+    const auto& units = trainer.stage_units();
+    const UnitCosts& c = trainer.unit_costs();
+    std::vector<int> blocks;
+    std::vector<std::string> shares;
+    double total = 0;
+    for (const auto& u : units) total += stage_cost(cfg.model, u, c);
+    for (const auto& u : units) {
+      blocks.push_back(std::max(0, std::min(u.last, cfg.model.n_layer + 1) - std::max(u.first, 1)));
+      shares.push_back(fmt::format("{:.0f}%", 100.0 * stage_cost(cfg.model, u, c) / total));
+    }
+    const bool automatic = cfg.parallel.layers_per_stage.empty();
+    log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}",
+                         fmt::join(blocks, ", "),
+                         automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms, "
+                                                 "head {:.2f} ms",
+                                                 1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head)
+                                   : std::string("parallel.layers_per_stage"),
+                         fmt::join(shares, " ")));
+  }
   log.run_files(cfg,
                 {{"config", cfg.source},
                  {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},

@@ -195,9 +195,11 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
           if (!n.is_string()) ctx.type_error(key, "a string", n);
           *field = n.as_string()->get();
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          // (parallel.layers_per_stage, the only such key: "auto" = balanced by cost)
           field->clear();
+          if (const auto* s = n.as_string(); s && s->get() == "auto") return;
           const auto* a = n.as_array();
-          if (!a) ctx.type_error(key, "an array of integers", n);
+          if (!a) ctx.type_error(key, "\"auto\" or an array of integers", n);
           for (size_t i = 0; i < a->size(); ++i) {
             const auto* e = a->get(i)->as_integer();
             if (!e || e->get() < std::numeric_limits<int>::min() || e->get() > std::numeric_limits<int>::max())
@@ -460,6 +462,12 @@ std::string to_toml(const Config& cfg) {
     std::visit(
         [&](auto* field) {
           using T = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<T, std::vector<int>>) {
+            if (field->empty()) {  // parallel.layers_per_stage = "auto"
+              section->insert_or_assign(name, "auto");
+              return;
+            }
+          }
           if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
             toml::array a;
             for (const auto& x : *field) {

@@ -1,4 +1,5 @@
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/runtime/unit_costs.hpp"
 
 #include <chrono>
 #include <climits>
@@ -81,7 +82,12 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
-  const auto units = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage);
+  // parallel.layers_per_stage = "auto": balance the stages by the units' measured costs.
+  if (cfg.parallel.layers_per_stage.empty() && S > 1)
+    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len,
+                                     cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
+  units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
+  const auto& units = units_;
   const int me = grid.coords().pp;
   const TensorParallel tp{grid.coords().tp, grid.tp()};
   std::map<int, Gpt2Stage*> mine;

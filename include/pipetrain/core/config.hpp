@@ -21,7 +21,7 @@ struct ModelConfig {
 struct ParallelConfig {
   int dp = 1, pp = 1, tp = 1;
   int virtual_stages = 1;               // stages per pipeline rank
-  std::vector<int> layers_per_stage;    // blocks per stage; empty = balanced
+  std::vector<int> layers_per_stage;    // blocks per stage; empty = "auto" (balanced by cost)
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
 };
 

@@ -12,6 +12,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/partition.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
@@ -61,6 +62,10 @@ class Trainer {
   int64_t tokens_per_step() const;
   int microbatch_size() const { return mb_size_; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once
+  // The split of the model over the stages, and the unit costs it was balanced by
+  // (measured for layers_per_stage = "auto" on more than one stage).
+  const std::vector<StageUnits>& stage_units() const { return units_; }
+  const UnitCosts& unit_costs() const { return unit_costs_; }
   const ExecutorStats& last_stats() const { return last_stats_; }
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
@@ -108,6 +113,8 @@ class Trainer {
   AdamW optimizer_;
   int mb_size_;
   int64_t model_params_ = 0;
+  std::vector<StageUnits> units_;
+  UnitCosts unit_costs_;
   ExecutorStats last_stats_;
   bool trace_ = false;
 };

@@ -1,0 +1,16 @@
+// The short measurement behind parallel.layers_per_stage = "auto": one microbatch's
+// forward and backward through an embedding, a block and the head of this model, on this
+// machine's backend, timed on world rank 0 and broadcast (every rank must split alike).
+#pragma once
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/model/layer.hpp"
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/topology/grid.hpp"
+
+namespace pipetrain {
+
+// Collective over grid.world(). B x T tokens per microbatch, this rank's tensor-parallel
+// shape (measured as if tp = 1 when the layers need peers: ratios are what matter).
+UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& grid, int B, int T, DType storage);
+
+}  // namespace pipetrain
