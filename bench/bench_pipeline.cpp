@@ -3,7 +3,7 @@
 // per-action costs measured in the pipelined run itself.
 //
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
-//                                         [--layers-per-stage 9,3] [--steps 3]
+//                                         [--layers-per-stage 9,3 (default auto)] [--steps 3]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -56,6 +56,12 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
   }
   // Per-stage costs {F, B, I, W}: medians on the owning rank, summed into every rank.
   const Schedule& sched = trainer.schedule();
+  if (rank == 0) {
+    std::vector<int> blocks;
+    for (const auto& u : trainer.stage_units())
+      blocks.push_back(std::max(0, std::min(u.last, cfg.model.n_layer + 1) - std::max(u.first, 1)));
+    fmt::print("  blocks per stage {}\n", fmt::join(blocks, ","));
+  }
   std::vector<double> flat(static_cast<size_t>(sched.num_stages) * 4, 0.0);
   const char ops[4] = {'F', 'B', 'I', 'W'};
   for (int st = 0; st < sched.num_stages; ++st)
@@ -85,12 +91,13 @@ int main(int argc, char** argv) {
   {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, microbatches = 8, steps = 3;
-    std::vector<int> split = {9, 3};
+    std::vector<int> split;  // empty: parallel.layers_per_stage = "auto" (the default)
     CLI::App app{"pipeline-parallel throughput vs single rank and vs simulate()"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--microbatches", microbatches);
-    app.add_option("--layers-per-stage", split, "blocks per stage (the head weighs ~5 blocks)")->delimiter(',');
+    app.add_option("--layers-per-stage", split, "blocks per stage (default: auto, balanced by measured costs)")
+        ->delimiter(',');
     app.add_option("--steps", steps);
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
@@ -124,7 +131,8 @@ int main(int argc, char** argv) {
     cfg.parallel.layers_per_stage = split;
     for (const char* name : {"1f1b", "zb-h1"}) {
       cfg.schedule.name = name;
-      if (rank == 0) fmt::print("{} on pp = {} (layers per stage {}):\n", name, size, fmt::join(split, ","));
+      if (rank == 0)
+        fmt::print("{} on pp = {} (layers per stage {}):\n", name, size, split.empty() ? "auto" : fmt::format("{}", fmt::join(split, ",")));
       const Measured m = run_pipeline(cfg, steps, rank);
       if (rank == 0) {
         const double ideal = double(microbatches) / (microbatches + size - 1);
