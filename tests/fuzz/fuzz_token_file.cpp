@@ -48,6 +48,7 @@
 
 #include "fuzz_common.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 
 namespace {
