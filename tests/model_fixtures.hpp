@@ -1,4 +1,5 @@
-// Shared helpers for model-level tests: a tiny GPT-2 config and random tensors.
+// Shared helpers for model-level tests: a tiny GPT-2 config, random tensors and a
+// learnable token stream.
 #pragma once
 #include <vector>
 
@@ -6,6 +7,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/tensor.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pipetrain::testing {
 
@@ -32,6 +34,18 @@ inline Tensor random_tokens(MemoryPool& pool, int n, int vocab, uint64_t seed) {
   Rng rng(seed);
   for (int i = 0; i < n; ++i) t.i32()[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
   return t;
+}
+
+// A learnable stream: token t of sample s is ((s mod 7) + 3t) mod 50, a deterministic pattern.
+inline BatchSource pattern_source(int T) {
+  return [T](int64_t first, int count, int32_t* in, int32_t* tgt) {
+    for (int k = 0; k < count; ++k)
+      for (int t = 0; t <= T; ++t) {
+        const auto tok = static_cast<int32_t>(((first + k) % 7 + 3 * t) % 50);
+        if (t < T) in[k * T + t] = tok;
+        if (t > 0) tgt[k * T + t - 1] = tok;
+      }
+  };
 }
 
 inline double dot(const float* a, const float* b, int64_t n) {

@@ -191,16 +191,7 @@ Config train_config(const std::string& precision) {
   return c;
 }
 
-BatchSource pattern(int T) {
-  return [T](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    for (int k = 0; k < count; ++k)
-      for (int t = 0; t <= T; ++t) {
-        const auto tok = static_cast<int32_t>(((first + k) % 7 + 3 * t) % 50);
-        if (t < T) in[k * T + t] = tok;
-        if (t > 0) tgt[k * T + t - 1] = tok;
-      }
-  };
-}
+using testing::pattern_source;
 
 TEST(MixedPrecisionTraining, HundredStepsTrackFp32) {
   // Each step's loss is a forward through L = 9 n_layer + 4 rounding points (blocks,
@@ -208,7 +199,7 @@ TEST(MixedPrecisionTraining, HundredStepsTrackFp32) {
   auto be = make_cpu_backend();
   const Config f = train_config("fp32"), h = train_config("bf16");
   Grid grid(MPI_COMM_SELF, f.parallel);
-  Trainer a(f, grid, *be, pattern(16)), b(h, grid, *be, pattern(16));
+  Trainer a(f, grid, *be, pattern_source(16)), b(h, grid, *be, pattern_source(16));
   const double bound = 2 * (9 * f.model.n_layer + 4) * kBf16;
   double worst = 0, first = 0, last = 0;
   for (int s = 0; s < f.train.steps; ++s) {
@@ -237,7 +228,7 @@ TEST(MixedPrecisionTraining, StashedActivationsTakeAboutHalf) {
     c.schedule.name = "gpipe";
     c.train.steps = 2;
     Grid grid(MPI_COMM_SELF, c.parallel);
-    Trainer t(c, grid, *be, pattern(16));
+    Trainer t(c, grid, *be, pattern_source(16));
     t.train_step(0);
     const size_t before = t.pool().stats().in_use_bytes;
     t.pool().reset_peak();

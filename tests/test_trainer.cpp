@@ -28,17 +28,7 @@ Config tiny_config(int microbatches) {
   return c;
 }
 
-// A learnable stream: token t of sample s is (s + 3t) mod 50... a deterministic pattern.
-BatchSource pattern_source(int T) {
-  return [T](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    for (int k = 0; k < count; ++k)
-      for (int t = 0; t <= T; ++t) {
-        const auto tok = static_cast<int32_t>(((first + k) % 7 + 3 * t) % 50);
-        if (t < T) in[k * T + t] = tok;
-        if (t > 0) tgt[k * T + t - 1] = tok;
-      }
-  };
-}
+using testing::pattern_source;
 
 TEST(Trainer, LossFallsAndStartsAtLnVocab) {
   auto backend = make_cpu_backend();
