@@ -56,12 +56,7 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
   }
   // Per-stage costs {F, B, I, W}: medians on the owning rank, summed into every rank.
   const Schedule& sched = trainer.schedule();
-  if (rank == 0) {
-    std::vector<int> blocks;
-    for (const auto& u : trainer.stage_units())
-      blocks.push_back(std::max(0, std::min(u.last, cfg.model.n_layer + 1) - std::max(u.first, 1)));
-    fmt::print("  blocks per stage {}\n", fmt::join(blocks, ","));
-  }
+  if (rank == 0) fmt::print("  blocks per stage {}\n", fmt::join(blocks_per_stage(cfg.model, trainer.stage_units()), ","));
   std::vector<double> flat(static_cast<size_t>(sched.num_stages) * 4, 0.0);
   const char ops[4] = {'F', 'B', 'I', 'W'};
   for (int st = 0; st < sched.num_stages; ++st)

@@ -135,17 +135,13 @@ int run_train(const TrainOptions& opt) {
   if (sched.num_stages > 1) {  // the split and each stage's share of the model's cost
     const auto& units = trainer.stage_units();
     const UnitCosts& c = trainer.unit_costs();
-    std::vector<int> blocks;
     std::vector<std::string> shares;
     double total = 0;
     for (const auto& u : units) total += stage_cost(cfg.model, u, c);
-    for (const auto& u : units) {
-      blocks.push_back(std::max(0, std::min(u.last, cfg.model.n_layer + 1) - std::max(u.first, 1)));
-      shares.push_back(fmt::format("{:.0f}%", 100.0 * stage_cost(cfg.model, u, c) / total));
-    }
+    for (const auto& u : units) shares.push_back(fmt::format("{:.0f}%", 100.0 * stage_cost(cfg.model, u, c) / total));
     const bool automatic = cfg.parallel.layers_per_stage.empty();
     log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}",
-                         fmt::join(blocks, ", "),
+                         fmt::join(blocks_per_stage(cfg.model, units), ", "),
                          automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms, "
                                                  "head {:.2f} ms",
                                                  1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head)

@@ -15,6 +15,12 @@ double stage_cost(const ModelConfig& model, const StageUnits& u, const UnitCosts
   return cost;
 }
 
+std::vector<int> blocks_per_stage(const ModelConfig& model, const std::vector<StageUnits>& units) {
+  std::vector<int> blocks;
+  for (const auto& u : units) blocks.push_back(std::max(0, std::min(u.last, model.n_layer + 1) - std::max(u.first, 1)));
+  return blocks;
+}
+
 std::vector<int> balanced_blocks(const ModelConfig& model, int S, const UnitCosts& c) {
   const int L = model.n_layer;
   if (S < 1) fail("need at least one pipeline stage, got {}", S);

@@ -66,7 +66,6 @@ struct PipelineExecutor::Impl {
   std::vector<float> host_loss;
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-  size_t activation_elems() const { return static_cast<size_t>(B) * T * ex.d_model_; }
 
   // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
   void post(const Instr& in) {
@@ -81,7 +80,7 @@ struct PipelineExecutor::Impl {
   void send(const Instr& in) {
     Tensor t = take_output(in);
     PendingSend s;
-    s.request = ex.pp_.send(t.view(0, {static_cast<int64_t>(activation_elems())}), in.peer, in.tag, ex.backend_.stream());
+    s.request = ex.pp_.send(t, in.peer, in.tag, ex.backend_.stream());
     s.buffer = std::move(t);
     sends.push_back(std::move(s));
     while (!sends.empty() && sends.front().request->test()) sends.pop_front();

@@ -157,7 +157,7 @@ void Trainer::reduce_gradients() {
   }
   if (grad_shard_.defined())
     grid_.dp_comm()
-        .reduce_scatter_sum(params_.grads().view(0, {grad_shard_.numel() * grid_.dp()}), grad_shard_, backend_.stream())
+        .reduce_scatter_sum(params_.grads(), grad_shard_, backend_.stream())  // numel() = dp x the shard
         ->wait();
 }
 
@@ -207,8 +207,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   });
   const Tensor& values = params_.values();
   grid_.dp_comm()
-      .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values.view(0, {(shard_hi_ - shard_lo_) * grid_.dp()}),
-                  backend_.stream())
+      .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())
       ->wait();
   params_.refresh_compute(*pool_, backend_);
 }

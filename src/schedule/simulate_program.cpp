@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/program.hpp"
@@ -12,11 +11,9 @@
 namespace pipetrain {
 
 SimResult simulate_program(const Program& p, const Costs& costs, const TransferCosts& transfer) {
-  using Value = std::tuple<int, int, int>;  // kind, microbatch, consumer stage
-  auto value_of = [](const Instr& i) { return Value{static_cast<int>(i.kind), i.microbatch, i.stage}; };
   const auto R = static_cast<size_t>(p.num_ranks);
   std::vector<double> now(R, 0.0);
-  std::map<Value, double> send_at, post_at;  // when each SEND was issued / RECV posted
+  std::map<ValueKey, double> send_at, post_at;  // when each SEND was issued / RECV posted
   std::vector<std::set<std::pair<int, int>>> live(R);
   SimResult out;
   out.busy.assign(R, 0.0);
@@ -24,16 +21,16 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   std::vector<std::vector<SimEvent>> events(R);
   const std::vector<size_t> next = walk_program(p, [&](int rank, const Instr& in) {
     const auto r = static_cast<size_t>(rank);
-    if (in.op == InstrOp::Send) send_at[value_of(in)] = now[r];
-    if (in.op == InstrOp::Recv) post_at[value_of(in)] = now[r];
+    if (in.op == InstrOp::Send) send_at[value_key(in)] = now[r];
+    if (in.op == InstrOp::Recv) post_at[value_key(in)] = now[r];
     if (in.op != InstrOp::Compute) return;
     double start = now[r];
     Instr v;
     if (input_of(in.action, p.num_stages, v) && p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != rank) {
       // walk_program runs a compute only after its input's SEND.
-      auto q = post_at.find(value_of(v));
+      auto q = post_at.find(value_key(v));
       if (q == post_at.end()) fail("simulate_program: {} on rank {} has no posted receive", to_string(in), r);
-      start = std::max(start, std::max(send_at.at(value_of(v)), q->second) + transfer.time());
+      start = std::max(start, std::max(send_at.at(value_key(v)), q->second) + transfer.time());
     }
     const double d = costs.of(in.action);
     events[r].push_back({in.action, rank, start, start + d});

@@ -14,10 +14,9 @@ namespace pipetrain {
 
 namespace {
 
-using Value = std::tuple<int, int, int>;  // kind, microbatch, consumer stage
+using Value = ValueKey;
 using Cell = std::pair<int, int>;         // microbatch, stage
 
-Value value_of(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.stage}; }
 
 struct Where {
   int rank = -1, pos = -1;  // pos: 0-based index in the rank's list
@@ -40,12 +39,12 @@ size_t position(const Program& p, int rank, size_t pos) {
 bool input_of(const Program& p, const Action& a, Value& v) {
   Instr i;
   if (!pipetrain::input_of(a, p.num_stages, i)) return false;
-  return v = value_of(i), true;
+  return v = value_key(i), true;
 }
 bool output_of(const Program& p, const Action& a, Value& v) {
   Instr i;
   if (!pipetrain::output_of(a, p.num_stages, p.backward, i)) return false;
-  return v = value_of(i), true;
+  return v = value_key(i), true;
 }
 int producer_stage(const Value& v) { return std::get<0>(v) == 0 ? std::get<2>(v) - 1 : std::get<2>(v) + 1; }
 
@@ -73,7 +72,7 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
   for (size_t pos = 0; pos < prog.size(); ++pos) {
     const Instr& in = prog[pos];
     if (in.op != InstrOp::Compute) {
-      const Value v = value_of(in);
+      const Value v = value_key(in);
       if (in.stage < 0 || in.stage >= p.num_stages || producer_stage(v) < 0 || producer_stage(v) >= p.num_stages ||
           in.microbatch < 0 || in.microbatch >= p.num_microbatches)
         at(p, r, pos, "names a stage or microbatch outside the program");
@@ -158,11 +157,11 @@ void match_transfers(const Program& p, int tag_ub) {
       if (in.op != InstrOp::Send && in.op != InstrOp::Recv) continue;
       if (in.tag < 0 || in.tag > tag_ub) at(p, r, pos, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
       auto& side = in.op == InstrOp::Send ? sends : recvs;
-      if (!side.emplace(value_of(in), std::pair{Where{r, static_cast<int>(pos)}, &in}).second)
+      if (!side.emplace(value_key(in), std::pair{Where{r, static_cast<int>(pos)}, &in}).second)
         at(p, r, pos, in.op == InstrOp::Send ? "sent twice" : "received twice");
       if (in.op == InstrOp::Send) {
         const auto key = std::tuple{r, in.peer, in.tag};
-        if (auto [it, fresh] = tag_use.emplace(key, value_of(in)); !fresh)
+        if (auto [it, fresh] = tag_use.emplace(key, value_key(in)); !fresh)
           at(p, r, pos, fmt::format("tag {} is already used from rank {} to rank {}", in.tag, r, in.peer));
       }
     }

@@ -1,18 +1,15 @@
 // walk_program() (pipetrain/schedule/program.hpp): the one statement of when a lowered
 // program's instruction can run.
 #include <set>
-#include <tuple>
 
 #include "pipetrain/schedule/program.hpp"
 
 namespace pipetrain {
 
 std::vector<size_t> walk_program(const Program& p, const std::function<void(int, const Instr&)>& visit) {
-  using Value = std::tuple<int, int, int>;  // kind, microbatch, consumer stage
-  auto value_of = [](const Instr& i) { return Value{static_cast<int>(i.kind), i.microbatch, i.stage}; };
   const auto R = static_cast<size_t>(p.num_ranks);
   std::vector<size_t> next(R, 0);
-  std::set<Value> sent;
+  std::set<ValueKey> sent;
   for (bool moved = true; moved;) {
     moved = false;
     for (size_t r = 0; r < R; ++r) {
@@ -21,9 +18,9 @@ std::vector<size_t> walk_program(const Program& p, const std::function<void(int,
         const Instr& in = prog[next[r]];
         Instr v;
         if (in.op == InstrOp::Compute && input_of(in.action, p.num_stages, v) &&
-            p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != static_cast<int>(r) && !sent.count(value_of(v)))
+            p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != static_cast<int>(r) && !sent.count(value_key(v)))
           break;  // its input has not been sent yet
-        if (in.op == InstrOp::Send) sent.insert(value_of(in));
+        if (in.op == InstrOp::Send) sent.insert(value_key(in));
         visit(static_cast<int>(r), in);
       }
     }

@@ -3,7 +3,7 @@
 // and the blocks as given by parallel.layers_per_stage or — "auto", the default — so that
 // the slowest stage is as fast as it can be under the units' costs (the head of GPT-2 124M
 // weighs about five blocks: an even split would idle every stage but the last).
-// Exports: StageUnits, UnitCosts, balanced_blocks, partition_gpt2, stage_cost.
+// Exports: StageUnits, UnitCosts, balanced_blocks, partition_gpt2, stage_cost, blocks_per_stage.
 #pragma once
 #include <vector>
 
@@ -31,5 +31,8 @@ std::vector<StageUnits> partition_gpt2(const ModelConfig& model, int num_stages,
                                        const std::vector<int>& layers_per_stage = {}, const UnitCosts& costs = {});
 
 double stage_cost(const ModelConfig& model, const StageUnits& units, const UnitCosts& costs);
+
+// The blocks each stage holds (the inverse of partition_gpt2).
+std::vector<int> blocks_per_stage(const ModelConfig& model, const std::vector<StageUnits>& units);
 
 }  // namespace pipetrain

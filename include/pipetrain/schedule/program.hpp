@@ -11,10 +11,11 @@
 // sends the activation of microbatch 1), "1RECV_F1" (stage 1 receives it), "1SEND_B0"
 // (stage 1 sends its input gradient of microbatch 0), "0RECV_B0".
 // Exports: InstrOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
-// validate_program, walk_program, to_string(Instr).
+// validate_program, walk_program, value_key, to_string(Instr).
 #pragma once
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
@@ -52,6 +53,10 @@ bool input_of(const Action& a, int num_stages, Instr& value);
 bool output_of(const Action& a, int num_stages, bool with_gradients, Instr& value);
 // The stage that produces the value feeding `value.stage`.
 int producer_stage(const Instr& value);
+// The identity of the value a transfer moves — (kind, microbatch, consumer stage): a SEND,
+// its RECV and the compute that consumes it share it.
+using ValueKey = std::tuple<int, int, int>;
+inline ValueKey value_key(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.stage}; }
 
 struct LowerOptions {
   int recv_lookahead = 4;  // receives are posted for the next N compute actions' inputs
