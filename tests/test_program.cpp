@@ -275,3 +275,73 @@ TEST(ProgramSimulation, MatchesTheScheduleSimulatorAndShowsWhereReceivesArePoste
 
 }  // namespace
 }  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+std::string in_order_problem(const Program& p) {
+  try {
+    validate_in_order(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(valid)";
+}
+
+// Under NCCL's rules (messages of a pair matched in posting order, each rank's transfers
+// in groups between its computes): every built-in, lowered with receives at their use
+// and then posted earlier where a peer's send waits, runs; posted ahead blindly,
+// receives block the sends the peer waits for.
+TEST(InOrderTransfers, EveryBuiltinRunsOncePostedForInOrderTransfers) {
+  int checked = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
+    for (int p : {2, 3, 4})
+      for (int v : {1, 2})
+        for (int m : {1, 2, 4, 5, 8}) {
+          Schedule s;
+          try {
+            s = make_schedule(name, {p, v, m});
+          } catch (const Error&) {
+            continue;
+          }
+          SCOPED_TRACE(fmt::format("{} p={} v={} m={}", name, p, v, m));
+          for (const Program& lowered : {lower(s, {1, 32767}), lower(forward_only_schedule(s.stage_to_rank, p, m), {1, 32767})}) {
+            Program in_order;
+            ASSERT_NO_THROW(in_order = post_for_in_order(lowered));
+            EXPECT_EQ(problem(in_order), "(valid)");  // still a valid program for MPI
+            EXPECT_EQ(in_order_problem(in_order), "(valid)");
+            if (in_order_problem(lowered) == "(valid)") {
+              EXPECT_EQ(in_order.per_rank, lowered.per_rank) << "moved without need";
+            }
+          }
+          ++checked;
+        }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(InOrderTransfers, ReceivesPostedAheadDeadlockAndSwappedMessagesAreNamed) {
+  // 1f1b on 2 ranks with receives 4 actions ahead: rank 0 posts 0RECV_B0 before it sends
+  // 0SEND_F0, and rank 1 needs that activation before it can send the gradient.
+  const Program ahead = lower(make_schedule("1f1b", {2, 1, 4}), {4, 32767});
+  ASSERT_EQ(problem(ahead), "(valid)");  // fine with MPI's buffered sends
+  EXPECT_HAS(in_order_problem(ahead),
+             "deadlock with in-order transfers (comm.p2p = \"nccl\"): rank 0 waits at 0RECV_B0 (position 1) for rank "
+             "1's 1SEND_B0 (position 6); rank 1 waits at 1RECV_F0 (position 1) for rank 0's 0SEND_F0 (position 3)");
+  EXPECT_EQ(in_order_problem(post_for_in_order(lower(make_schedule("1f1b", {2, 1, 4}), {1, 32767}))), "(valid)");
+
+  // Two sends swapped on rank 0: each is still received (MPI matches by tag), but NCCL
+  // would deliver the first message into the first receive.
+  Program p = lower(make_schedule("gpipe", {2, 1, 2}), {1, 32767});
+  ASSERT_EQ(problem(p), "(valid)");
+  auto& r0 = p.per_rank[0];
+  const Instr first = r0[find(p, 0, "0SEND_F0")];
+  r0.erase(r0.begin() + static_cast<long>(find(p, 0, "0SEND_F0")));
+  r0.insert(r0.begin() + static_cast<long>(find(p, 0, "0SEND_F1")) + 1, first);  // F0 F1 SEND_F1 SEND_F0
+  ASSERT_EQ(problem(p), "(valid)") << "still after their computes, so MPI is fine";
+  EXPECT_HAS(in_order_problem(p), "rank 0's 1st send to rank 1 is 0SEND_F1 (position 3), but rank 1's 1st receive "
+                                  "from rank 0 is 1RECV_F0 (position 1)");
+  EXPECT_EQ(in_order_problem(post_for_in_order(p)), "(valid)") << "rank 1's receives follow rank 0's sends";
+}
+
+}  // namespace
+}  // namespace pipetrain

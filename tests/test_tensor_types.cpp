@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "pipetrain/core/host_allocator.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/tensor.hpp"
 
@@ -73,17 +74,7 @@ TEST(Bf16, IsTheNearestRepresentableValue) {
   }
 }
 
-// A host allocator that claims another device, to see pools hand their device on.
-class FakeDevice final : public DeviceAllocator {
- public:
-  explicit FakeDevice(DeviceId id) : id_(id) {}
-  void* allocate(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
-  void deallocate(void* p, size_t) override { std::free(p); }
-  DeviceId device() const override { return id_; }
-
- private:
-  DeviceId id_;
-};
+using FakeDevice = HostAllocator;  // host memory that claims another device
 
 TEST(TypedTensor, CarriesDtypeAndTheDeviceOfItsPool) {
   FakeDevice host({DeviceKind::Host, 0}), gpu({DeviceKind::Cuda, 1});

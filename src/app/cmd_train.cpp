@@ -47,20 +47,12 @@ struct WatchdogGuard {
   WatchdogGuard& operator=(const WatchdogGuard&) = delete;
 };
 
-// The backend runtime.device asks for. CUDA runs need a GPU; until the NCCL
-// communicator and host-staged checkpoints exist they are single-rank and checkpoint-free.
-std::unique_ptr<Backend> make_backend(const Config& cfg, Grid& grid) {
+// The backend runtime.device asks for: the CPU, or one GPU per rank (the node-local
+// rank's, see make_cuda_backend).
+std::unique_ptr<Backend> make_backend(const Config& cfg) {
   if (cfg.runtime.device == "cpu") return make_cpu_backend();
   std::string why;
   if (!cuda_available(&why)) fail("{}: runtime.device = \"cuda\": {}", cfg.source, why);
-  if (grid.world_size() > 1)
-    fail("{}: runtime.device = \"cuda\" runs on one rank in this build (multi-rank GPU runs need the NCCL "
-         "communicator)",
-         cfg.source);
-  if (cfg.checkpoint.every > 0)
-    fail("{}: runtime.device = \"cuda\": checkpoints of device memory are not available yet (set "
-         "checkpoint.every = 0)",
-         cfg.source);
   return make_cuda_backend();
 }
 
@@ -91,7 +83,7 @@ int run_train(const TrainOptions& opt) {
     val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size);
     val_sampler = std::make_unique<BatchSampler>(*val, "sequential", cfg.train.seed);
   }
-  auto backend = make_backend(cfg, grid);
+  auto backend = make_backend(cfg);
   Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
     sampler.load(first, count, in, tgt);
   });

@@ -7,6 +7,9 @@
 #include <nccl.h>
 
 #include <exception>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/core/error.hpp"
@@ -34,33 +37,47 @@ ncclDataType_t nccl_type(DType t) {
   return ncclUint8;
 }
 
-// An operation's completion: an event recorded on its stream right after it.
+// A CUDA event (shared by a request and, inside a group, the communicator that records
+// it when the group is launched).
+struct Event {
+  explicit Event(const std::string& comm) {
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event create", comm);
+  }
+  ~Event() { (void)cudaEventDestroy(event); }  // never waits
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t event = nullptr;
+  bool recorded = false;  // false until the operation is launched (an open group's)
+};
+
+// An operation's completion: an event recorded on its stream right after it (after the
+// group's launch for an operation inside group_begin / group_end).
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(cudaStream_t stream, std::string comm, double& timer) : comm_(std::move(comm)), timer_(timer) {
-    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event create", comm_);
-    check_cuda(cudaEventRecord(event_, stream), "event record", comm_);
-  }
-  ~NcclRequest() override { (void)cudaEventDestroy(event_); }  // never waits
+  NcclRequest(std::shared_ptr<Event> event, std::string comm, double& timer)
+      : event_(std::move(event)), comm_(std::move(comm)), timer_(timer) {}
   void wait() override {
+    if (!event_->recorded) fail("an NCCL operation on the {} communicator was waited for inside its group", comm_);
     watchdog::Waiting waiting("an NCCL operation on the " + comm_ + " communicator");
     const double t0 = MPI_Wtime();
-    check_cuda(cudaEventSynchronize(event_), "event synchronize", comm_);
+    check_cuda(cudaEventSynchronize(event_->event), "event synchronize", comm_);
     timer_ += MPI_Wtime() - t0;
   }
   bool test() override {
-    const cudaError_t e = cudaEventQuery(event_);
+    if (!event_->recorded) return false;  // its group is not launched yet
+    const cudaError_t e = cudaEventQuery(event_->event);
     if (e == cudaErrorNotReady) return false;
     check_cuda(e, "event query", comm_);
     return true;
   }
   void wait_on(Stream& stream) override {
-    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native_handle()), event_, 0), "stream wait",
-               comm_);
+    if (!event_->recorded) fail("an NCCL operation on the {} communicator was waited for inside its group", comm_);
+    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native_handle()), event_->event, 0),
+               "stream wait", comm_);
   }
 
  private:
-  cudaEvent_t event_ = nullptr;
+  std::shared_ptr<Event> event_;
   std::string comm_;
   double& timer_;
 };
@@ -146,6 +163,19 @@ class NcclCommunicator final : public Communicator {
   void allreduce_max(double* data, size_t n) override { host_->allreduce_max(data, n); }
   void barrier() override { host_->barrier(); }
 
+  void group_begin() override {
+    if (in_group_) fail("group_begin on the {} communicator: a group is already open", name_);
+    check(ncclGroupStart(), "group start", name_);
+    in_group_ = true;
+  }
+  void group_end() override {
+    if (!in_group_) fail("group_end on the {} communicator: no group is open", name_);
+    in_group_ = false;
+    check(ncclGroupEnd(), "group end", name_);
+    for (auto& [event, stream] : pending_) record(*event, stream);
+    pending_.clear();
+  }
+
  private:
   std::unique_ptr<CommRequest> allreduce(const Tensor& data, Stream& stream, ncclRedOp_t op, const char* what) {
     fault::point("collective");
@@ -163,12 +193,25 @@ class NcclCommunicator final : public Communicator {
            t.describe(), stream.device().str());
     return static_cast<cudaStream_t>(stream.native_handle());
   }
-  std::unique_ptr<CommRequest> done(cudaStream_t s) { return std::make_unique<NcclRequest>(s, name_, comm_s_); }
+  void record(Event& e, cudaStream_t s) {
+    check_cuda(cudaEventRecord(e.event, s), "event record", name_);
+    e.recorded = true;
+  }
+  std::unique_ptr<CommRequest> done(cudaStream_t s) {
+    auto event = std::make_shared<Event>(name_);
+    if (in_group_)
+      pending_.emplace_back(event, s);  // the operations are launched by group_end
+    else
+      record(*event, s);
+    return std::make_unique<NcclRequest>(std::move(event), name_, comm_s_);
+  }
 
   std::unique_ptr<MpiCommunicator> host_;
   std::string name_;
   int device_;
   ncclComm_t comm_ = nullptr;
+  bool in_group_ = false;
+  std::vector<std::pair<std::shared_ptr<Event>, cudaStream_t>> pending_;  // recorded at group_end
 };
 
 }  // namespace

@@ -53,6 +53,7 @@ constexpr std::array kKeys{
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),
     PT_KEY(runtime, device),      PT_KEY(runtime, timeout_s),      PT_KEY(runtime, on_nonfinite),
+    PT_KEY(comm, p2p),
 };
 #undef PT_KEY
 
@@ -445,6 +446,10 @@ void validate_config(const Config& cfg) {
   at_least("log.every", cfg.log.every, 1);
   check(cfg.runtime.device == "cpu" || cfg.runtime.device == "cuda", pre,
         fmt::format("runtime.device: unknown device {} (expected \"cpu\" or \"cuda\")", quote(cfg.runtime.device)));
+  check(cfg.comm.p2p == "auto" || cfg.comm.p2p == "nccl" || cfg.comm.p2p == "mpi", pre,
+        fmt::format("comm.p2p: unknown transport {} (expected \"auto\", \"nccl\" or \"mpi\")", quote(cfg.comm.p2p)));
+  check(cfg.comm.p2p != "nccl" || cfg.runtime.device == "cuda", pre,
+        "comm.p2p = \"nccl\" needs runtime.device = \"cuda\" (CPU runs move host memory with MPI)");
   check(cfg.runtime.timeout_s >= 0, pre,
         fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
   check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip", pre,

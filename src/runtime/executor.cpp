@@ -114,7 +114,7 @@ struct PipelineExecutor::Impl {
                                        key.kind == kActivation ? 'F' : 'B', key.microbatch, it->second.peer));
     fault::point("p2p-wait");
     const double w0 = now();
-    it->second.request->wait();
+    it->second.request->wait_on(ex.backend_.stream());  // the host waits only where the transport must
     const double w1 = now();
     stats.wait_s += w1 - w0;
     if (trace && w1 - w0 > 1e-6) stats.events.push_back({"wait " + to_string(a), me, w0, w1 - w0});
@@ -250,14 +250,25 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
   st.host_in.resize(n);
   st.host_tgt.resize(n);
   st.host_loss.resize(n);
+  // The transfers between two computes go out as one group (NCCL launches them together;
+  // program.hpp: validate_in_order); MOVEs are local and leave a group open.
+  bool grouped = false;
+  auto close_group = [&] {
+    if (grouped) pp_.group_end();
+    grouped = false;
+  };
   for (size_t i = 0; i < program.size(); ++i) {
     st.current = i;
     const Instr& in = program[i];
+    if ((in.op == InstrOp::Recv || in.op == InstrOp::Send) && !grouped) {
+      pp_.group_begin();
+      grouped = true;
+    }
     switch (in.op) {
       case InstrOp::Recv: st.post(in); continue;
       case InstrOp::Send: st.send(in); continue;
       case InstrOp::Move: st.move(in); continue;
-      case InstrOp::Compute: break;
+      case InstrOp::Compute: close_group(); break;
     }
     const Action& a = in.action;
     watchdog::set_position(fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
@@ -269,6 +280,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     }
     if (hooks.poll) hooks.poll();
   }
+  close_group();
   watchdog::set_position(fmt::format("step {}, end of the program (waiting for its sends)", hooks.step));
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();

@@ -61,13 +61,21 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   return s;
 }
 
-Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub) {
+Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
+                            bool in_order) {
   Program p;
-  if (!comms_csv.empty())
+  if (!comms_csv.empty()) {
     p = program_from_csv(comms_csv, cfg.schedule.file, cfg.schedule.placement, tag_ub);  // runs exactly as written
-  else
-    p = lower(s, {kRecvLookahead, tag_ub});
+    validate_program(p, tag_ub);
+    if (in_order) validate_in_order(p);
+    return p;
+  }
+  p = lower(s, {in_order ? 1 : kRecvLookahead, tag_ub});
   validate_program(p, tag_ub);
+  if (in_order) {
+    p = post_for_in_order(std::move(p));
+    validate_program(p, tag_ub);
+  }
   return p;
 }
 
@@ -102,11 +110,17 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   params_.initialize(cfg.train.seed, backend_);
   const bool bf16 = cfg.train.precision == "bf16";
   if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
-  executor_ = std::make_unique<PipelineExecutor>(mine, grid.pp_comm(), &grid.tp_comm(), backend_, *pool_,
+  // The tied embedding lives on the first and the last stage; when those are different
+  // ranks their gradients are summed every step (and the last stage's copy is not
+  // counted again in the gradient norm).
+  const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
+  comms_ = std::make_unique<DeviceComms>(grid, backend_, cfg.comm.p2p, first, last);
+  counts_tied_wte_ = !(comms_->tied() && me == last);
+  executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_,
                                                  cfg.model.d_model, bf16 ? DType::BF16 : DType::F32);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub());
+  train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   if (zero1) {
@@ -118,15 +132,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
     }
   } else if (grid.dp() > 1) {
-    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, grid.dp_comm(), backend_.stream());
+    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_.stream());
   }
-
-  // The tied embedding lives on the first and the last stage; when those are different
-  // ranks their gradients are summed every step (and the last stage's copy is not
-  // counted again in the gradient norm).
-  const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
-  tied_comm_ = grid.pair_comm(first, last, "tied-embedding");
-  counts_tied_wte_ = !(tied_comm_ && me == last);
 
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
@@ -151,12 +158,12 @@ int64_t Trainer::tokens_per_step() const {
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void Trainer::reduce_gradients() {
   if (reducer_) reducer_->finish();
-  if (tied_comm_) {
+  if (Communicator* tied = comms_->tied()) {
     Parameter* wte = params_.find("wte");
-    tied_comm_->allreduce_sum(wte->grad, backend_.stream())->wait();
+    tied->allreduce_sum(wte->grad, backend_.stream())->wait();
   }
   if (grad_shard_.defined())
-    grid_.dp_comm()
+    comms_->dp()
         .reduce_scatter_sum(params_.grads(), grad_shard_, backend_.stream())  // numel() = dp x the shard
         ->wait();
 }
@@ -206,7 +213,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
                    grad_scale);
   });
   const Tensor& values = params_.values();
-  grid_.dp_comm()
+  comms_->dp()
       .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())
       ->wait();
   params_.refresh_compute(*pool_, backend_);
@@ -269,7 +276,7 @@ std::vector<float> Trainer::reduced_gradients() {
     return out;
   }
   Tensor all = Tensor::empty(*pool_, {grad_shard_.numel() * grid_.dp()});
-  grid_.dp_comm().all_gather(grad_shard_, all, backend_.stream())->wait();
+  comms_->dp().all_gather(grad_shard_, all, backend_.stream())->wait();
   backend_.to_host(out.data(), all.raw(), out.size() * sizeof(float));
   return out;
 }
@@ -277,9 +284,14 @@ std::vector<float> Trainer::reduced_gradients() {
 const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
     const int tag_ub = grid_.pp_comm().tag_ub();
+    const bool in_order = comms_->pp_in_order();
     eval_program_ = lower(forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches),
-                          {kRecvLookahead, tag_ub});
+                          {in_order ? 1 : kRecvLookahead, tag_ub});
     validate_program(eval_program_, tag_ub);
+    if (in_order) {
+      eval_program_ = post_for_in_order(std::move(eval_program_));
+      validate_program(eval_program_, tag_ub);
+    }
   }
   return eval_program_;
 }

@@ -2,12 +2,65 @@
 // shards and the grid-independent checkpoint file.
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pipetrain {
+
+namespace {
+
+// The elements of a tensor's data on this rank: its slice, or its local shard.
+int64_t local_elements(const CheckpointTensor& t) {
+  if (t.partial()) return t.flat_end - t.flat_begin;
+  int64_t n = 1;
+  for (size_t d = 0; d < t.global_shape.size(); ++d) {
+    int64_t len = t.global_shape[d];
+    if (static_cast<int>(d) == t.shard.dim) {
+      len = 0;
+      for (const auto& b : t.shard.blocks) len += b.length;
+    }
+    n *= len;
+  }
+  return n;
+}
+
+// Device memory reaches the file through host copies, so the HDF5 format is the same on
+// every device: a GPU run's checkpoint resumes on the CPU and the reverse. On the host
+// the tensors are used where they are, unless PIPETRAIN_STAGE_CHECKPOINTS=1 (the CPU
+// tests' way to run the GPU's path: checkpoint_resume.sh).
+class HostStaging {
+ public:
+  // Points each tensor's data at a host buffer, filled from the device when `copy_out`.
+  HostStaging(Backend& backend, std::vector<CheckpointTensor>& tensors, bool copy_out) : backend_(backend) {
+    const char* force = std::getenv("PIPETRAIN_STAGE_CHECKPOINTS");
+    if (backend.device().kind == DeviceKind::Host && !(force && std::string(force) == "1")) return;
+    for (auto& t : tensors) {
+      if (!t.data) continue;
+      host_.emplace_back(static_cast<size_t>(local_elements(t)));
+      device_.push_back(t.data);
+      if (copy_out) backend.to_host(host_.back().data(), t.data, host_.back().size() * sizeof(float));
+      t.data = host_.back().data();
+    }
+  }
+  // Copies what was read back into device memory.
+  void copy_in() {
+    for (size_t i = 0; i < host_.size(); ++i)
+      backend_.to_device(device_[i], host_[i].data(), host_[i].size() * sizeof(float));
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<std::vector<float>> host_;
+  std::vector<float*> device_;
+};
+
+}  // namespace
 
 std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
   // The whole model's parameter list (names and global shapes), the same on every rank.
@@ -61,12 +114,17 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.schedule = schedule_.name;
   // Written straight from the live buffers: ZeRO-1 ranks write their moment shards, so
   // a save allocates nothing.
-  write_checkpoint(path, grid_.world().comm(), meta, checkpoint_tensors(true));
+  std::vector<CheckpointTensor> tensors = checkpoint_tensors(true);
+  HostStaging staged(backend_, tensors, true);
+  write_checkpoint(path, grid_.world().comm(), meta, tensors);
 }
 
 int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   const CheckpointMeta meta = read_checkpoint_meta(path);
-  read_checkpoint_tensors(path, grid_.world().comm(), checkpoint_tensors(!weights_only));
+  std::vector<CheckpointTensor> tensors = checkpoint_tensors(!weights_only);
+  HostStaging staged(backend_, tensors, false);
+  read_checkpoint_tensors(path, grid_.world().comm(), tensors);
+  staged.copy_in();
   params_.refresh_compute(*pool_, backend_);  // checkpoints hold the f32 master weights
   if (weights_only) return 0;
   int64_t samples = 0, tokens = 0;  // what this run's shape implies for the checkpoint's step

@@ -22,13 +22,7 @@ struct Where {
   int rank = -1, pos = -1;  // pos: 0-based index in the rank's list
 };
 
-// Positions count the instructions a compute+comms CSV lists: MOVEs are implicit there.
-size_t position(const Program& p, int rank, size_t pos) {
-  const auto& prog = p.per_rank[static_cast<size_t>(rank)];
-  size_t n = 0;
-  for (size_t i = 0; i <= pos && i < prog.size(); ++i) n += prog[i].op != InstrOp::Move;
-  return n;
-}
+size_t position(const Program& p, int rank, size_t pos) { return program_position(p, rank, pos); }
 
 [[noreturn]] void at(const Program& p, int rank, size_t pos, const std::string& what) {
   fail("rank {}, position {} ({}): {}", rank, position(p, rank, pos),
@@ -221,6 +215,14 @@ void check_progress(const Program& p) {
 }
 
 }  // namespace
+
+// Positions count the instructions a compute+comms CSV lists: MOVEs are implicit there.
+size_t program_position(const Program& p, int rank, size_t index) {
+  const auto& prog = p.per_rank[static_cast<size_t>(rank)];
+  size_t n = 0;
+  for (size_t i = 0; i <= index && i < prog.size(); ++i) n += prog[i].op != InstrOp::Move;
+  return n;
+}
 
 std::vector<int> validate_program(const Program& p, int tag_ub) {
   check_shape(p);

@@ -75,7 +75,9 @@ z1=(--set parallel.dp=2 --set parallel.zero1=true)
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1 --set checkpoint.every=3 \
   --metrics z1.jsonl >/dev/null
 mkdir z1res && cp z1/step_00000003.h5 z1res/
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1res --set checkpoint.every=3 \
+# The resumed run (and the tp = 2 one below) stage every tensor through host buffers, as
+# GPU runs do: the files must come out bitwise the same.
+PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1res --set checkpoint.every=3 \
   --resume z1res/step_00000003.h5 --metrics z1res.jsonl >/dev/null
 same_losses z1.jsonl z1res.jsonl 0 "ZeRO-1 resumed on the same grid"
 # Bitwise the same file as the uninterrupted ZeRO-1 run, moments included.
@@ -83,7 +85,7 @@ h5diff z1/step_00000006.h5 z1res/step_00000006.h5 /adam_m /adam_m
 h5diff z1/step_00000006.h5 z1res/step_00000006.h5 /adam_v /adam_v
 h5diff z1/step_00000006.h5 z1res/step_00000006.h5 /params /params
 # With tp = 2 as well, the dp slices cut through tensor-parallel blocks (QKV's three).
-timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set parallel.tp=2 --set checkpoint.dir=z1tp \
+PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set parallel.tp=2 --set checkpoint.dir=z1tp \
   --set checkpoint.every=3 --metrics z1tp.jsonl >/dev/null
 # Across the ZeRO boundary both ways: the file does not depend on it.
 for run in "1 z1/step_00000003.h5 z1.jsonl" "2 full/step_00000003.h5 full.jsonl" "1 z1tp/step_00000003.h5 z1tp.jsonl"; do
@@ -91,7 +93,7 @@ for run in "1 z1/step_00000003.h5 z1.jsonl" "2 full/step_00000003.h5 full.jsonl"
   rm -f g.jsonl
   extra=()
   [ "$1" = 2 ] && extra=("${z1[@]}")
-  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" "${extra[@]}" --set checkpoint.dir=zx --resume "$2" \
+  PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" "${extra[@]}" --set checkpoint.dir=zx --resume "$2" \
     --metrics g.jsonl >/dev/null
   same_losses "$3" g.jsonl 1e-5 "resumed $2 across the ZeRO-1 boundary"
 done

@@ -14,26 +14,15 @@
 #include "mpi/mpi_fixtures.hpp"
 #include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/host_allocator.hpp"
 
 namespace pipetrain {
 namespace {
 
 using namespace testing;
 
-// Host memory from malloc (the pool's allocator for these tests).
-class HostMemory final : public DeviceAllocator {
- public:
-  explicit HostMemory(DeviceId id = {}) : id_(id) {}
-  void* allocate(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64); }
-  void deallocate(void* p, size_t) override { std::free(p); }
-  DeviceId device() const override { return id_; }
-
- private:
-  DeviceId id_;
-};
-
 struct CommFixture : ::testing::Test {
-  HostMemory memory;
+  HostAllocator memory;
   std::shared_ptr<MemoryPool> pool = MemoryPool::create(memory);
   MpiCommunicator comm{dup(), "test"};
   static MPI_Comm dup() {
@@ -106,7 +95,7 @@ TEST_F(CommFixture, Bf16TravelsBitForBitAndIsNeverReduced) {
 }
 
 TEST_F(CommFixture, TensorsOfAnotherDeviceAreRefused) {
-  HostMemory fake_gpu({DeviceKind::Cuda, 0});
+  HostAllocator fake_gpu({DeviceKind::Cuda, 0});
   auto gpu_pool = MemoryPool::create(fake_gpu);
   const Tensor t = Tensor::empty(*gpu_pool, {8});
   try {

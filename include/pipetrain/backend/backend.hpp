@@ -40,9 +40,8 @@ class Backend : public DeviceAllocator {
   // allocate / deallocate: DeviceAllocator (64-byte aligned; Error when out of memory).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void fill(float* x, float value, size_t n) = 0;
-  // Host <-> device transfers; on the CPU backend these are plain copies.
-  virtual void to_device(void* dst, const void* host_src, size_t bytes) { copy(dst, host_src, bytes); }
-  virtual void to_host(void* host_dst, const void* src, size_t bytes) { copy(host_dst, src, bytes); }
+  // Host <-> device transfers: DeviceAllocator's to_device / to_host (plain copies on the
+  // CPU backend; on CUDA ordered after the work already on stream()).
 
   // ---- matrix products ----
   // C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N, C is M x N.

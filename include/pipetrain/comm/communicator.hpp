@@ -54,6 +54,13 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) = 0;
   virtual std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) = 0;
 
+  // Transfers issued between group_begin() and group_end() progress together: NCCL's
+  // ncclGroupStart/End, which the executor puts around the sends and receives between two
+  // computes (program.hpp: validate_in_order). Requests of a group complete once it is
+  // launched by group_end. No-ops where messages progress on their own (MPI).
+  virtual void group_begin() {}
+  virtual void group_end() {}
+
   // Host scalars (metrics, partial sums of a norm): blocking, in host memory.
   virtual void allreduce_sum(double* data, size_t n) = 0;
   virtual void allreduce_max(double* data, size_t n) = 0;

@@ -79,6 +79,14 @@ struct RuntimeConfig {
   std::string on_nonfinite = "stop";  // non-finite loss or gradient: stop | skip (the update)
 };
 
+// How device tensors move between ranks on GPUs (the CPU always uses MPI).
+struct CommConfig {
+  // Pipeline transfers and the tied-embedding sum: nccl (ncclSend/ncclRecv, one GPU per
+  // rank) | mpi (staged through host buffers; ranks may share a GPU) | auto (nccl when the
+  // build has NCCL and runtime.device = "cuda", else mpi).
+  std::string p2p = "auto";
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -88,6 +96,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   RuntimeConfig runtime;
+  CommConfig comm;
   std::string source;  // the file the config came from (for messages)
 };
 

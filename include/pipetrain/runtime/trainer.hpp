@@ -17,6 +17,7 @@
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/topology/device_comms.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 namespace pipetrain {
@@ -45,7 +46,11 @@ struct StepMetrics {
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullptr);
 // Its lowered program, validated with the MPI's tag bound: the schedule lowered, or the
 // compute+comms file's text (non-empty comms_csv) exactly as written.
-Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub);
+// `in_order`: the pipeline's transport matches messages in posting order (NCCL); the
+// program is then lowered with receives at their use, posted earlier where a peer's send
+// waits (post_for_in_order), and must pass validate_in_order.
+Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
+                            bool in_order = false);
 
 class Trainer {
  public:
@@ -104,7 +109,7 @@ class Trainer {
   Program train_program_;  // the schedule lowered and validated at construction
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
-  std::unique_ptr<MpiCommunicator> tied_comm_;  // ranks of the first and last stage, if distinct
+  std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.

@@ -11,7 +11,9 @@
 // sends the activation of microbatch 1), "1RECV_F1" (stage 1 receives it), "1SEND_B0"
 // (stage 1 sends its input gradient of microbatch 0), "0RECV_B0".
 // Exports: InstrOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
-// validate_program, walk_program, value_key, to_string(Instr).
+// validate_program, validate_in_order, post_for_in_order, program_position, walk_program, value_key,
+// to_string(Instr). Files: lower.cpp, validate_program.cpp, validate_in_order.cpp,
+// walk_program.cpp.
 #pragma once
 #include <functional>
 #include <string>
@@ -82,6 +84,29 @@ Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ra
 // (rank 1); ..."). Returns the
 // peak number of live activation stashes per rank.
 std::vector<int> validate_program(const Program& p, int tag_ub);
+
+// The stricter semantics of transports that match messages in issue order and run
+// them on the compute stream (NCCL: comm.p2p = "nccl"). Each rank runs its list in
+// order; the transfers between two computes form one group (ncclGroupStart/End) that
+// finishes when each of its messages has met its partner, which happens when the peer's
+// head group holds it; the k-th send from a to b is the k-th receive b posts from a.
+// Throws pipetrain::Error when the messages of a pair are posted in different orders
+// ("rank 0's 2nd send to rank 1 is 0SEND_F1 (position 4), but rank 1's 2nd receive from
+// rank 0 is 1RECV_F2 (position 3)") or when the ranks deadlock ("deadlock with in-order
+// transfers: rank 0 waits at 0RECV_B0 (position 1) for rank 1's 1SEND_B0 (position 4);
+// ..."). validate_program must have passed.
+void validate_in_order(const Program& p);
+// The program with receives moved earlier until it runs under in-order rules: while a
+// send waits for a receive its peer posts later, that receive joins the group the peer
+// waits in (per-pair order and "posted before use" are kept). Lowered with
+// recv_lookahead = 1 first, receives start next to the previous compute's sends, which
+// is what 1f1b-like schedules need; interleaved and looped ones get their receives
+// pulled forward. Throws validate_in_order's error when no move helps.
+Program post_for_in_order(Program p);
+
+// The 1-based position of instruction `index` of `rank`'s list in a compute+comms CSV
+// (MOVEs are implicit there, so they do not count).
+size_t program_position(const Program& p, int rank, size_t index);
 
 // The program's execution semantics, shared by the validator and the simulator: SEND,
 // RECV and MOVE never block; a compute whose input comes from another rank waits until

@@ -1,0 +1,47 @@
+// DeviceComms: the communicators that move this rank's tensors, one per group of the grid.
+// On the host they are the Grid's MPI communicators. On a GPU: NCCL for tp and dp (one
+// NCCL communicator per group, its unique id broadcast over the group's MPI
+// communicator), and for the pipeline and the tied-embedding pair NCCL or, with
+// comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU). A
+// group of one rank never moves data; it gets the staged path. Host scalars (norms,
+// metrics) always go over the Grid's MPI communicators.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "pipetrain/comm/communicator.hpp"
+#include "pipetrain/core/device_allocator.hpp"
+#include "pipetrain/topology/grid.hpp"
+
+namespace pipetrain {
+
+class DeviceComms {
+ public:
+  // Collective over grid.world(). `device` holds the tensors (its device() decides host
+  // or GPU); `p2p` is comm.p2p ("auto", "nccl" or "mpi"); tied_first / tied_last are the
+  // pipeline ranks of the two tied-embedding copies. Throws Error on every rank when NCCL
+  // is asked for but missing, or when two ranks of an NCCL group share a GPU.
+  DeviceComms(Grid& grid, DeviceAllocator& device, const std::string& p2p, int tied_first, int tied_last);
+  ~DeviceComms();
+  DeviceComms(const DeviceComms&) = delete;
+  DeviceComms& operator=(const DeviceComms&) = delete;
+
+  Communicator& tp() { return *tp_; }
+  Communicator& dp() { return *dp_; }
+  Communicator& pp() { return *pp_; }
+  Communicator* tied() { return tied_; }  // null unless this rank holds one of two distinct copies
+  // Pipeline messages match in the order they are posted (NCCL): the program must pass
+  // validate_in_order (schedule/program.hpp).
+  bool pp_in_order() const { return pp_nccl_; }
+  // For the run header, e.g. "tp nccl, dp nccl, pp mpi (host-staged)".
+  std::string summary() const { return summary_; }
+
+ private:
+  std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_;
+  std::unique_ptr<MpiCommunicator> tied_mpi_;  // the pair's MPI communicator (under a staged or NCCL one on GPUs)
+  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr;
+  bool pp_nccl_ = false;
+  std::string summary_;
+};
+
+}  // namespace pipetrain

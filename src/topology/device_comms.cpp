@@ -1,0 +1,93 @@
+#include "pipetrain/topology/device_comms.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "pipetrain/comm/nccl_communicator.hpp"
+#include "pipetrain/comm/staged_communicator.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+MPI_Comm dup(const MpiCommunicator& c) {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_Comm_dup(c.comm(), &out);
+  return out;
+}
+
+// NCCL runs one rank per GPU: refuses (on every rank of `group`) two ranks of the group on
+// the same node and device.
+// `p2p`: the group is one comm.p2p chooses for (the message then says how to share a GPU).
+void check_distinct_gpus(const MpiCommunicator& group, int device, const std::string& what, bool p2p) {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  struct Where {
+    size_t node;
+    int device;
+  } mine{std::hash<std::string>{}(std::string(host, static_cast<size_t>(len))), device};
+  std::vector<Where> all(static_cast<size_t>(group.size()));
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, group.comm());
+  for (size_t a = 0; a < all.size(); ++a)
+    for (size_t b = a + 1; b < all.size(); ++b)
+      if (all[a].node == all[b].node && all[a].device == all[b].device)
+        fail("{} over NCCL: ranks {} and {} of the {} group share GPU cuda:{} on one node (NCCL needs one GPU per "
+             "rank; start one rank per GPU{})",
+             what, a, b, group.name(), all[a].device,
+             p2p ? ", or set comm.p2p = \"mpi\"" : "");
+}
+
+}  // namespace
+
+DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string& p2p, int tied_first,
+                         int tied_last) {
+  std::unique_ptr<MpiCommunicator> pair = grid.pair_comm(tied_first, tied_last, "tied-embedding");
+  if (device.device().kind == DeviceKind::Host) {
+    tp_ = &grid.tp_comm();
+    dp_ = &grid.dp_comm();
+    pp_ = &grid.pp_comm();
+    tied_mpi_ = std::move(pair);
+    tied_ = tied_mpi_.get();
+    summary_ = "mpi";
+    return;
+  }
+  std::string why;
+  const bool have_nccl = nccl_available(&why);
+  if (p2p == "nccl" && !have_nccl) fail("comm.p2p = \"nccl\": {}", why);
+  const bool p2p_nccl = p2p == "nccl" || (p2p == "auto" && have_nccl);
+  const int gpu = device.device().index;
+  std::vector<std::string> parts;
+  // One group's communicator: NCCL when asked and the group has peers, else host-staged MPI.
+  auto make = [&](MpiCommunicator& group, bool nccl, bool p2p_group, const std::string& what,
+                  std::unique_ptr<Communicator>& own) -> Communicator* {
+    if (nccl && group.size() > 1) {
+      if (!have_nccl) fail("{} over NCCL on GPUs: {}", what, why);
+      check_distinct_gpus(group, gpu, what, p2p_group);
+      own = make_nccl_communicator(dup(group), group.name(), gpu);
+      parts.push_back(group.name() + " nccl");
+    } else {
+      own = std::make_unique<StagedCommunicator>(group, device);
+      parts.push_back(group.name() + (group.size() > 1 ? " mpi (host-staged)" : " (1 rank)"));
+    }
+    return own.get();
+  };
+  tp_ = make(grid.tp_comm(), true, false, "tensor parallelism", own_tp_);
+  dp_ = make(grid.dp_comm(), true, false, "data parallelism", own_dp_);
+  pp_ = make(grid.pp_comm(), p2p_nccl, true, "the pipeline", own_pp_);
+  pp_nccl_ = p2p_nccl && grid.pp_comm().size() > 1;
+  if (pair) {
+    tied_mpi_ = std::move(pair);
+    tied_ = make(*tied_mpi_, p2p_nccl, true, "the tied embedding", own_tied_);
+  }
+  summary_ = fmt::format("{}", fmt::join(parts, ", "));
+}
+
+DeviceComms::~DeviceComms() = default;
+
+}  // namespace pipetrain
