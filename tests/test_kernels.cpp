@@ -168,6 +168,64 @@ TEST_P(KernelTest, Gemm) {
   }
 }
 
+// bf16 operands, f32 accumulation and output: against the double reference on the
+// rounded operands, within the f32 gemm's bound (the rounding is the caller's; what the
+// kernel adds is f32 summation, K * 2^-24 relative per term, far below 1e-5 at K = 53).
+// The epilogues: the bias added to every row, and GELU of the biased product with the
+// product kept (GELU within 1e-4: a GPU epilogue may evaluate tanh in fast arithmetic;
+// the result is stored in bf16, whose step is 2^-8).
+TEST_P(KernelTest, GemmBf16AndItsEpilogues) {
+  const int M = 37, N = 29, K = 53;
+  auto rounded = [](const Vec& v, std::vector<bf16>* out) {
+    Vec r(v.size());
+    out->resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      (*out)[i] = to_bf16(v[i]);
+      r[i] = to_float((*out)[i]);
+    }
+    return r;
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? M : K) + 5, ldb = (tb ? K : N) + 3, ldc = N + 7;
+      std::vector<bf16> A16, B16;
+      const Vec A = rounded(random_vec(size_t(ta ? K : M) * lda, 11), &A16);
+      const Vec B = rounded(random_vec(size_t(tb ? N : K) * ldb, 12), &B16);
+      const Vec C0 = random_vec(size_t(M) * ldc, 13), bias = random_vec(size_t(N), 14);
+      DevBuf<bf16> a(be(), A16), b(be(), B16);
+      for (float beta : {0.0f, 0.3f}) {
+        Vec want(C0);
+        ref::gemm(ta, tb, M, N, K, 0.7, A.data(), lda, B.data(), ldb, beta, C0.data(), want.data(), ldc);
+        DevBuf<float> c(be(), C0);
+        be().gemm_bf16(ta, tb, M, N, K, 0.7f, a.get(), lda, b.get(), ldb, beta, c.get(), ldc);
+        EXPECT_TRUE(close(c.host(), want, 1e-5, 1e-5)) << "ta=" << ta << " tb=" << tb << " beta=" << beta;
+      }
+      Vec biased(C0), gelu(C0);
+      ref::gemm(ta, tb, M, N, K, 1.0, A.data(), lda, B.data(), ldb, 0.0, C0.data(), biased.data(), ldc);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          const size_t k = size_t(i) * ldc + j;
+          biased[k] += bias[j];
+          gelu[k] = static_cast<float>(ref::gelu(biased[k]));
+        }
+      DevBuf<float> bb(be(), bias), c(be(), C0), pre(be(), C0);
+      be().gemm_bf16(ta, tb, M, N, K, 1.0f, a.get(), lda, b.get(), ldb, 0.0f, c.get(), ldc, Backend::Epilogue::kBias,
+                     bb.get());
+      EXPECT_TRUE(close(c.host(), biased, 1e-5, 1e-5)) << "bias ta=" << ta << " tb=" << tb;
+      DevBuf<float> g(be(), C0);
+      be().gemm_bf16(ta, tb, M, N, K, 1.0f, a.get(), lda, b.get(), ldb, 0.0f, g.get(), ldc,
+                     Backend::Epilogue::kBiasGelu, bb.get(), pre.get());
+      // Only the M x N block is written: the padding columns of ldc keep C0.
+      EXPECT_TRUE(close(pre.host(), biased, 1e-5, 1e-5)) << "pre-GELU ta=" << ta << " tb=" << tb;
+      EXPECT_TRUE(close(g.host(), gelu, 1e-4, 1e-4)) << "GELU ta=" << ta << " tb=" << tb;
+    }
+  DevBuf<bf16> a(be(), std::vector<bf16>(4)), b(be(), std::vector<bf16>(4));
+  DevBuf<float> c(be(), Vec(4));
+  EXPECT_THROW(be().gemm_bf16(false, false, 2, 2, 2, 1.0f, a.get(), 2, b.get(), 2, 1.0f, c.get(), 2,
+                              Backend::Epilogue::kBias, nullptr),
+               Error);
+}
+
 TEST_P(KernelTest, GemmStridedBatched) {
   const int M = 19, N = 23, K = 17, batch = 3;
   const long sa = 17L * 19 + 11, sb = 23L * 17 + 5, sc = 19L * 25 + 3;  // A^T: K x M, ldc 25

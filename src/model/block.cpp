@@ -62,7 +62,7 @@ void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const Tenso
                       const Parameter& b, const Tensor& residual, int N) {
   Backend& be = *ctx.backend;
   const size_t n = static_cast<size_t>(N) * static_cast<size_t>(w.shape[0]);
-  linear_forward(be, y.f32(), x.f32(), w, nullptr, N);
+  linear_forward(ctx, y, x, w, nullptr);
   tp_allreduce(ctx, y);
   be.bias_add(y.f32(), compute_weight(b).f32(), N, static_cast<int>(w.shape[0]));
   be.accumulate(y.f32(), residual.f32(), n);
@@ -85,7 +85,7 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
                        compute_weight(ln1b_).f32(), N, C, kLayerNormEps);
   s->ln1 = store(ctx, ln1);
   Tensor qkv = Tensor::empty(pool, {N, 3 * Cl});
-  linear_forward(be, qkv.f32(), ln1.f32(), qkvw_, &qkvb_, N);
+  linear_forward(ctx, qkv, s->ln1, qkvw_, &qkvb_);
   ln1 = {};  // f32 working tensors go as soon as they are used: the stash is what stays
   s->qkv = store(ctx, qkv);
   Tensor atty = Tensor::empty(pool, {N, Cl});
@@ -93,7 +93,7 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   qkv = {};
   s->atty = store(ctx, atty);
   const Tensor res2 = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, res2, atty, projw_, projb_, xf, N);
+  row_parallel_out(ctx, res2, s->atty, projw_, projb_, xf, N);
   atty = {};
   xf = {};
   s->res2 = store(ctx, res2);
@@ -104,15 +104,15 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
                        compute_weight(ln2b_).f32(), N, C, kLayerNormEps);
   s->ln2 = store(ctx, ln2);
   Tensor fch = Tensor::empty(pool, {N, 4 * Cl});
-  linear_forward(be, fch.f32(), ln2.f32(), fcw_, &fcb_, N);
+  Tensor fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
+  linear_gelu_forward(ctx, fch_gelu, fch, s->ln2, fcw_, fcb_);
   ln2 = {};
   s->fch = store(ctx, fch);
-  const Tensor fch_gelu = Tensor::empty(pool, {N, 4 * Cl});
-  be.gelu_forward(fch_gelu.f32(), fch.f32(), static_cast<size_t>(N) * 4 * Cl);
   fch = {};
   s->fch_gelu = store(ctx, fch_gelu);
+  fch_gelu = {};
   const Tensor y = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, y, fch_gelu, fcprojw_, fcprojb_, res2, N);
+  row_parallel_out(ctx, y, s->fch_gelu, fcprojw_, fcprojb_, res2, N);
   out = std::move(s);
   return store(ctx, y);
 }
@@ -127,11 +127,11 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   s.dy = dy;
   // MLP branch: dy -> d(fch_gelu) -> d(fch) -> d(ln2) -> d(res2) += ...
   Tensor dfch = Tensor::empty(pool, {N, 4 * Cl});
-  linear_backward_input(be, dfch.f32(), dyf.f32(), fcprojw_, N);
+  linear_backward_input(ctx, dfch, dy, fcprojw_);
   be.gelu_backward(dfch.f32(), working_f32(ctx, s.fch).f32(), dfch.f32(), static_cast<size_t>(N) * 4 * Cl);
   s.dfch = store(ctx, dfch);
   Tensor dln2 = Tensor::empty(pool, {N, C});
-  linear_backward_input(be, dln2.f32(), dfch.f32(), fcw_, N);
+  linear_backward_input(ctx, dln2, s.dfch, fcw_);
   dfch = {};
   tp_allreduce(ctx, dln2);  // column-parallel input: sum the partial gradients
   s.dln2 = store(ctx, dln2);
@@ -143,14 +143,14 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   s.dres2 = store(ctx, dres2);
   // Attention branch: d(res2) -> d(atty) -> d(qkv) -> d(ln1) -> dx += ...
   Tensor datty = Tensor::empty(pool, {N, Cl});
-  linear_backward_input(be, datty.f32(), dres2.f32(), projw_, N);
+  linear_backward_input(ctx, datty, s.dres2, projw_);
   Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
   be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, pool);
   s.att.reset();  // the probabilities are the biggest part of the stash
   datty = {};
   s.dqkv = store(ctx, dqkv);
   Tensor dln1 = Tensor::empty(pool, {N, C});
-  linear_backward_input(be, dln1.f32(), dqkv.f32(), qkvw_, N);
+  linear_backward_input(ctx, dln1, s.dqkv, qkvw_);
   dqkv = {};
   tp_allreduce(ctx, dln1);
   s.dln1 = store(ctx, dln1);
@@ -169,12 +169,12 @@ void Block::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<BlockStash>(stash);
   const int N = ctx.B * ctx.T, C = C_;
   auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
-  linear_backward_weight(be, f(s.dy).f32(), f(s.fch_gelu).f32(), fcprojw_, &fcprojb_, N);
-  linear_backward_weight(be, f(s.dfch).f32(), f(s.ln2).f32(), fcw_, &fcb_, N);
+  linear_backward_weight(ctx, s.dy, s.fch_gelu, fcprojw_, &fcprojb_);
+  linear_backward_weight(ctx, s.dfch, s.ln2, fcw_, &fcb_);
   be.layernorm_backward_weight(ln2w_.grad.f32(), ln2b_.grad.f32(), f(s.dln2).f32(), f(s.res2).f32(), s.mean2.f32(),
                                s.rstd2.f32(), N, C);
-  linear_backward_weight(be, f(s.dres2).f32(), f(s.atty).f32(), projw_, &projb_, N);
-  linear_backward_weight(be, f(s.dqkv).f32(), f(s.ln1).f32(), qkvw_, &qkvb_, N);
+  linear_backward_weight(ctx, s.dres2, s.atty, projw_, &projb_);
+  linear_backward_weight(ctx, s.dqkv, s.ln1, qkvw_, &qkvb_);
   be.layernorm_backward_weight(ln1w_.grad.f32(), ln1b_.grad.f32(), f(s.dln1).f32(), f(s.x).f32(), s.mean1.f32(),
                                s.rstd1.f32(), N, C);
 }

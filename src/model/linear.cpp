@@ -6,27 +6,70 @@
 
 namespace pipetrain::layer_util {
 
+namespace {
+
+// Both operands of a product in bf16: the bf16 path (else f32, a bf16 operand widened).
+bool bf16_product(const Tensor& x, const Parameter& w) { return x.dtype() == DType::BF16 && w.compute_bf16.defined(); }
+bool bf16_product(const Tensor& a, const Tensor& b) { return a.dtype() == DType::BF16 && b.dtype() == DType::BF16; }
+
+int rows_of(const Tensor& t) { return static_cast<int>(t.numel() / t.dim(t.ndim() - 1)); }
+
+}  // namespace
+
 void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x) {
   if (ctx.tp && ctx.tp->size() > 1) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait();
 }
 
-void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b,
-                    int N) {
-  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  be.gemm(false, true, N, out, in, 1.0f, x, in, compute_weight(w).f32(), in, 0.0f, y, out);
-  if (b) be.bias_add(y, compute_weight(*b).f32(), N, out);
+void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
+                    const Parameter* b) {
+  Backend& be = *ctx.backend;
+  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]), N = rows_of(x);
+  if (bf16_product(x, w)) {
+    be.gemm_bf16(false, true, N, out, in, 1.0f, x.bf16_data(), in, w.compute_bf16.bf16_data(), in, 0.0f, y.f32(), out,
+                 b ? Backend::Epilogue::kBias : Backend::Epilogue::kNone, b ? compute_weight(*b).f32() : nullptr);
+    return;
+  }
+  const Tensor xf = working_f32(ctx, x);
+  be.gemm(false, true, N, out, in, 1.0f, xf.f32(), in, compute_weight(w).f32(), in, 0.0f, y.f32(), out);
+  if (b) be.bias_add(y.f32(), compute_weight(*b).f32(), N, out);
 }
 
-void linear_backward_input(Backend& be, float* dx, const float* dy, const Parameter& w, int N) {
-  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  be.gemm(false, false, N, in, out, 1.0f, dy, out, compute_weight(w).f32(), in, 0.0f, dx, in);
+void linear_gelu_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
+                         const Parameter& w, const Parameter& b) {
+  Backend& be = *ctx.backend;
+  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]), N = rows_of(x);
+  if (bf16_product(x, w)) {
+    be.gemm_bf16(false, true, N, out, in, 1.0f, x.bf16_data(), in, w.compute_bf16.bf16_data(), in, 0.0f, y.f32(), out,
+                 Backend::Epilogue::kBiasGelu, compute_weight(b).f32(), pre.f32());
+    return;
+  }
+  linear_forward(ctx, pre, x, w, &b);
+  be.gelu_forward(y.f32(), pre.f32(), static_cast<size_t>(pre.numel()));
 }
 
-void linear_backward_weight(Backend& be, const float* dy, const float* x, Parameter& w,
-                            Parameter* b, int N) {
-  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  be.gemm(true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, w.grad.f32(), in);
-  if (b) be.bias_backward(b->grad.f32(), dy, N, out);
+void linear_backward_input(const MicrobatchContext& ctx, const Tensor& dx, const Tensor& dy, const Parameter& w) {
+  Backend& be = *ctx.backend;
+  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]), N = rows_of(dy);
+  if (bf16_product(dy, w)) {
+    be.gemm_bf16(false, false, N, in, out, 1.0f, dy.bf16_data(), out, w.compute_bf16.bf16_data(), in, 0.0f, dx.f32(),
+                 in);
+    return;
+  }
+  const Tensor dyf = working_f32(ctx, dy);
+  be.gemm(false, false, N, in, out, 1.0f, dyf.f32(), out, compute_weight(w).f32(), in, 0.0f, dx.f32(), in);
+}
+
+void linear_backward_weight(const MicrobatchContext& ctx, const Tensor& dy, const Tensor& x, Parameter& w,
+                            Parameter* b) {
+  Backend& be = *ctx.backend;
+  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]), N = rows_of(dy);
+  if (bf16_product(dy, x)) {
+    be.gemm_bf16(true, false, out, in, N, 1.0f, dy.bf16_data(), out, x.bf16_data(), in, 1.0f, w.grad.f32(), in);
+  } else {
+    const Tensor dyf = working_f32(ctx, dy), xf = working_f32(ctx, x);
+    be.gemm(true, false, out, in, N, 1.0f, dyf.f32(), out, xf.f32(), in, 1.0f, w.grad.f32(), in);
+  }
+  if (b) be.bias_backward(b->grad.f32(), working_f32(ctx, dy).f32(), N, out);
 }
 
 }  // namespace pipetrain::layer_util

@@ -62,7 +62,7 @@ Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   s->lnf = store(ctx, lnf);
   // Logits and the loss in f32; the logits' gradient is kept in the stored form.
   const Tensor dlogits = Tensor::empty(pool, {N, Vl_});
-  linear_forward(be, dlogits.f32(), lnf.f32(), wte_, nullptr, N);
+  linear_forward(ctx, dlogits, s->lnf, wte_, nullptr);
   Tensor losses = Tensor::empty(pool, {N});
   if (ctx.tp && ctx.tp->size() > 1)
     parallel_crossentropy(ctx, losses.f32(), dlogits.f32(), N, Vl_, col_begin_, V_);
@@ -78,7 +78,7 @@ Tensor LossHead::backward_input(const MicrobatchContext& ctx, const Tensor&, Sta
   auto& s = as<HeadStash>(stash);
   const int N = ctx.B * ctx.T, C = C_;
   const Tensor dlnf = Tensor::empty(*ctx.pool, {N, C});
-  linear_backward_input(be, dlnf.f32(), working_f32(ctx, s.dlogits).f32(), wte_, N);
+  linear_backward_input(ctx, dlnf, s.dlogits, wte_);
   layer_util::tp_allreduce(ctx, dlnf);
   s.dlnf = store(ctx, dlnf);
   const Tensor dx = Tensor::empty(*ctx.pool, {N, C});
@@ -93,7 +93,7 @@ void LossHead::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<HeadStash>(stash);
   const int N = ctx.B * ctx.T;
   auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
-  linear_backward_weight(be, f(s.dlogits).f32(), f(s.lnf).f32(), wte_, nullptr, N);
+  linear_backward_weight(ctx, s.dlogits, s.lnf, wte_, nullptr);
   be.layernorm_backward_weight(lnfw_.grad.f32(), lnfb_.grad.f32(), f(s.dlnf).f32(), f(s.x).f32(), s.mean.f32(),
                                s.rstd.f32(), N, C_);
 }

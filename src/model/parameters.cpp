@@ -99,16 +99,19 @@ void ParameterStore::initialize(uint64_t seed, Backend& backend) {
 
 void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {
   compute_ = Tensor::empty(pool, {total_});
-  for (auto& p : params_) p.compute = compute_.view(p.offset, p.shape);
+  compute_bf16_ = Tensor::empty(pool, {total_}, DType::BF16);
+  for (auto& p : params_) {
+    p.compute = compute_.view(p.offset, p.shape);
+    p.compute_bf16 = compute_bf16_.view(p.offset, p.shape);
+  }
   refresh_compute(pool, backend);
 }
 
-void ParameterStore::refresh_compute(MemoryPool& pool, Backend& backend) {
+void ParameterStore::refresh_compute(MemoryPool& /*pool*/, Backend& backend) {
   if (!compute_.defined()) return;
   const auto n = static_cast<size_t>(total_);
-  const Tensor rounded = Tensor::empty(pool, {total_}, DType::BF16);
-  backend.cast_to_bf16(rounded.bf16_data(), values_.f32(), n);
-  backend.cast_to_f32(compute_.f32(), rounded.bf16_data(), n);
+  backend.cast_to_bf16(compute_bf16_.bf16_data(), values_.f32(), n);
+  backend.cast_to_f32(compute_.f32(), compute_bf16_.bf16_data(), n);
 }
 
 void ParameterStore::zero_grads(Backend& backend) {

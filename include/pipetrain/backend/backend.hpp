@@ -53,6 +53,18 @@ class Backend : public DeviceAllocator {
                                     long stride_b, float beta, float* C, int ldc, long stride_c,
                                     int batch) = 0;
 
+  // ---- bf16 matrix products (train.precision = "bf16") ----
+  // C = alpha * op(A) * op(B) + beta * C with A and B in bf16, products accumulated in f32
+  // and C in f32; the shapes and leading dimensions as in gemm. The epilogue (beta = 0
+  // only) runs on the product before it is stored: kBias adds bias[n] to every row of C;
+  // kBiasGelu also keeps the biased product in pre_gelu (M x N, leading dimension ldc)
+  // and stores C = gelu(pre_gelu). CPU: the operands widened to f32 around sgemm (the
+  // same values a bf16 product sees); CUDA: cuBLASLt with its bias and GELU epilogues.
+  enum class Epilogue { kNone, kBias, kBiasGelu };
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                         const bf16* B, int ldb, float beta, float* C, int ldc, Epilogue epilogue = Epilogue::kNone,
+                         const float* bias = nullptr, float* pre_gelu = nullptr) = 0;
+
   // ---- elementwise and reductions ----
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void accumulate(float* out, const float* a, size_t n) = 0;          // out += a

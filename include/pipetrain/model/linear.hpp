@@ -1,5 +1,9 @@
 // The products of a dense layer Y = X W^T + b with W stored (out, in), and the
-// tensor-parallel sum, shared by the layer implementations.
+// tensor-parallel sum, shared by the layer implementations. Inputs X and dY come in
+// their stored form (precision.hpp): in bf16, with the weights' bf16 copies, the
+// products are bf16 products with f32 accumulation (Backend::gemm_bf16, bias and GELU in
+// the epilogue); otherwise f32 products (a bf16 operand widened first). Outputs and
+// parameter gradients are f32.
 #pragma once
 #include <cstddef>
 
@@ -10,10 +14,15 @@ namespace pipetrain::layer_util {
 // Sums x over the tensor-parallel ranks (no-op without tensor parallelism).
 void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x);
 // Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
-void linear_forward(Backend& be, float* y, const float* x, const Parameter& w, const Parameter* b, int N);
+void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
+                    const Parameter* b);
+// Y = gelu(X W^T + b), the pre-activation X W^T + b in `pre` (both (N, out), f32).
+void linear_gelu_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
+                         const Parameter& w, const Parameter& b);
 // dX = dY W  (overwrites)
-void linear_backward_input(Backend& be, float* dx, const float* dy, const Parameter& w, int N);
+void linear_backward_input(const MicrobatchContext& ctx, const Tensor& dx, const Tensor& dy, const Parameter& w);
 // dW += dY^T X; db += colsum(dY)
-void linear_backward_weight(Backend& be, const float* dy, const float* x, Parameter& w, Parameter* b, int N);
+void linear_backward_weight(const MicrobatchContext& ctx, const Tensor& dy, const Tensor& x, Parameter& w,
+                            Parameter* b);
 
 }  // namespace pipetrain::layer_util

@@ -27,10 +27,11 @@ struct Parameter {
   int64_t init_rows = -1;  // rows (dim 0) that get the random init; the rest stay 0 (-1 = all)
   int64_t offset = 0;  // into the flat buffers, in elements
   Tensor value, grad, m, v;
-  // The weights products use: undefined in fp32 (products use `value`); in bf16, `value`
-  // rounded to bf16 after every update (kept widened to f32 on the host, where every
-  // product would widen it anyway: bf16 is a storage precision there).
-  Tensor compute;
+  // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
+  // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
+  // products) and widened to f32 (compute: LayerNorm, bias and embedding kernels, and
+  // products whose other operand is f32).
+  Tensor compute, compute_bf16;
   int64_t numel() const;
 };
 
@@ -66,7 +67,7 @@ class ParameterStore {
  private:
   std::deque<Parameter> params_;  // deque: references stay valid as we declare
   int64_t total_ = 0;
-  Tensor values_, grads_, m_, v_, compute_;
+  Tensor values_, grads_, m_, v_, compute_, compute_bf16_;
 };
 
 }  // namespace pipetrain

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "pipetrain/core/host_allocator.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/error.hpp"
@@ -19,8 +20,6 @@
 namespace pipetrain {
 namespace cpu {
 namespace {
-
-constexpr size_t kAlignment = 64;
 
 class CpuBackend final : public Backend {
  public:
@@ -30,19 +29,8 @@ class CpuBackend final : public Backend {
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ")";
   }
 
-  void* allocate(size_t bytes) override {
-    if (bytes > SIZE_MAX - kAlignment) {
-      fail("cpu backend: cannot allocate {} bytes (size too large)", bytes);
-    }
-    // aligned_alloc needs a size that is a multiple of the alignment; a 0-byte
-    // request still returns a unique, freeable pointer.
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    if (rounded == 0) rounded = kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (p == nullptr) fail("cpu backend: out of host memory allocating {} bytes", bytes);
-    return p;
-  }
-  void deallocate(void* p, size_t /*bytes*/) override { std::free(p); }
+  void* allocate(size_t bytes) override { return memory_.allocate(bytes); }
+  void deallocate(void* p, size_t bytes) override { memory_.deallocate(p, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
@@ -51,6 +39,12 @@ class CpuBackend final : public Backend {
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override {
     cpu::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+                 int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
+                 float* pre_gelu) override {
+    cpu::gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue, bias, pre_gelu,
+                   gemm_scratch_);
   }
   void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, long stride_a, const float* B, int ldb,
@@ -181,6 +175,10 @@ class CpuBackend final : public Backend {
              float grad_scale) override {
     cpu::adamw(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   }
+
+ private:
+  HostAllocator memory_;
+  std::vector<float> gemm_scratch_;  // gemm_bf16's widened operands
 };
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cstddef>
+#include <vector>
 #include <cstdint>
 
+#include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/dtype.hpp"
 
 namespace pipetrain::cpu {
@@ -132,6 +134,11 @@ void fill(float* x, float value, size_t n);
 // ---- matrix products (CBLAS sgemm, row-major) ----
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+// bf16 operands widened into `scratch` (reused between calls), then gemm; the epilogue
+// as Backend::gemm_bf16 states it.
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+               int ldb, float beta, float* C, int ldc, Backend::Epilogue epilogue, const float* bias, float* pre_gelu,
+               std::vector<float>& scratch);
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                           const float* A, int lda, long stride_a, const float* B, int ldb,
                           long stride_b, float beta, float* C, int ldc, long stride_c, int batch);

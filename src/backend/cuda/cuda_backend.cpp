@@ -170,6 +170,17 @@ class CudaBackend final : public Backend {
             const float* B, int ldb, float beta, float* C, int ldc) override {
     cuda::gemm(ctx(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+                 int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
+                 float* pre_gelu) override {
+    if (epilogue != Epilogue::kNone && (beta != 0.0f || !bias || (epilogue == Epilogue::kBiasGelu && !pre_gelu)))
+      fail("gemm_bf16: a bias epilogue needs beta = 0 and a bias (and pre_gelu for GELU)");
+    // pipetrain's bf16 and CUDA's __nv_bfloat16 are both the 16 high bits of an IEEE f32.
+    static_assert(sizeof(bf16) == sizeof(__nv_bfloat16));
+    cuda::gemm_bf16(ctx(), trans_a, trans_b, M, N, K, alpha, reinterpret_cast<const __nv_bfloat16*>(A), lda,
+                    reinterpret_cast<const __nv_bfloat16*>(B), ldb, beta, C, ldc, static_cast<int>(epilogue), bias,
+                    pre_gelu);
+  }
   void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, long stride_a, const float* B, int ldb,
                             long stride_b, float beta, float* C, int ldc, long stride_c,
@@ -333,6 +344,8 @@ class CudaBackend final : public Backend {
     PIPETRAIN_CUBLAS_CHECK(
         cublasSetMathMode(ctx_.blas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.scratch, cuda::kScratchBytes));
+    PIPETRAIN_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
+    PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, cuda::kLtWorkspaceBytes));
     const int sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     ctx_.max_blocks = static_cast<unsigned>(sms) * 8u;
     int runtime = 0, blas = 0;
@@ -350,6 +363,8 @@ class CudaBackend final : public Backend {
     if (ctx_.blas != nullptr) (void)cublasDestroy(ctx_.blas);
     if (ctx_.stream != nullptr) (void)cudaStreamDestroy(ctx_.stream);
     if (ctx_.scratch != nullptr) (void)cudaFree(ctx_.scratch);
+    if (ctx_.lt != nullptr) (void)cublasLtDestroy(ctx_.lt);
+    if (ctx_.lt_workspace != nullptr) (void)cudaFree(ctx_.lt_workspace);
     ctx_ = cuda::Ctx{};
     (void)cudaGetLastError();
   }

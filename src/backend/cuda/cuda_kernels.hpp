@@ -6,7 +6,9 @@
 // fmt). Launchers queue work on ctx.stream and return without waiting, except where
 // a result comes back to the host (sum_squares, all_finite, first_out_of_range).
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -17,12 +19,17 @@ namespace pipetrain::cuda {
 // Bytes of Ctx::scratch: device memory owned by the backend for the small results
 // of reductions and checks (used by one launcher at a time, in stream order).
 inline constexpr size_t kScratchBytes = 64 * 1024;
+// Bytes of Ctx::lt_workspace, the cuBLASLt matmul workspace (32 MiB: what its
+// heuristics ask for on Hopper for large bf16 products).
+inline constexpr size_t kLtWorkspaceBytes = 32u << 20;
 
 // Everything a launcher needs: the backend's stream, its cuBLAS handle (bound to
 // that stream) and scratch; max_blocks caps grid-stride launches (SMs x 8).
 struct Ctx {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;  // bf16 products (gemm_bf16.cpp)
+  void* lt_workspace = nullptr;
   void* scratch = nullptr;
   unsigned max_blocks = 1024;
 };
@@ -75,6 +82,11 @@ int64_t first_out_of_range(const Ctx& ctx, const int32_t* v, int64_t n, int64_t 
 // ---- matrix products (gemm.cpp: cuBLAS, row-major through the operand swap) ----
 void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// bf16 A and B, f32 accumulation and C, epilogue 0 none, 1 bias, 2 bias + GELU (aux
+// pre_gelu): Backend::gemm_bf16 (gemm_bf16.cpp: cuBLASLt).
+void gemm_bf16(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const __nv_bfloat16* A,
+               int lda, const __nv_bfloat16* B, int ldb, float beta, float* C, int ldc, int epilogue,
+               const float* bias, float* pre_gelu);
 void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K,
                           float alpha, const float* A, int lda, long stride_a, const float* B,
                           int ldb, long stride_b, float beta, float* C, int ldc, long stride_c,
