@@ -5,8 +5,8 @@
 # Checks: every CUDA kernel test against the CPU backend (fp32 and the bf16 casts);
 # compute-sanitizer memcheck on a 3-step GPU run; 20 demo steps on the GPU against the
 # CPU (fp32 within 1e-4 relative per step, bf16 within its bound); 2 ranks on one GPU
-# with pp = 2; GPT-2 124M at T = 1024 in bf16 (tokens/s, MFU against the bf16 gemm rate
-# of the same GPU). Without a GPU every check says "no GPU: skipped" and the script
+# with pp = 2 and comm.p2p = "mpi"; GPT-2 124M at T = 1024 in bf16 (tokens/s, MFU against
+# the cuBLASLt bf16 gemm rate bench_gemm_rate measures on the same GPU). Without a GPU every check says "no GPU: skipped" and the script
 # exits 0 (CI runs it that way so it cannot rot). Exit status: 1 if any check failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ source scripts/common.sh
 
 failures=0
 line() { printf 'gpu-check: %s: %s — %s\n' "$1" "$2" "$3"; [ "$2" = FAIL ] && failures=$((failures + 1)); return 0; }
-checks=(kernels memcheck demo-vs-cpu two-ranks-one-gpu gpt2-124m-bf16)
+checks=(kernels memcheck demo-vs-cpu two-ranks-one-gpu nccl-grid gpt2-124m-bf16)
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   for c in "${checks[@]}"; do line "$c" SKIP "no GPU: skipped"; done
@@ -96,14 +96,44 @@ else
   line two-ranks-one-gpu FAIL "$(grep -m1 'error' "$out/pp2.log")"
 fi
 
-# 5. GPT-2 124M, T = 1024, bf16: tokens/s and MFU against the bf16 gemm rate measured in
-# this run (target MFU >= 50%). The cuBLASLt bf16 gemm path and its rate benchmark are not
-# built yet, so the MFU half of this check cannot pass until they are.
-if timeout 400 "$PT" train inputs/gpt2-124m.toml --set data.train="$out/corpus.h5" --set train.steps=6 \
+# 5. With two GPUs or more: tp = 2 and then pp = 2 over NCCL (one rank per GPU) against
+# the single-GPU run (fp32; tensor parallelism reorders sums: 1e-4 relative per step).
+ngpu=$(nvidia-smi -L | wc -l)
+if [ "$ngpu" -ge 2 ]; then
+  detail="" ok=1
+  [ -s "$out/pp1.jsonl" ] || "$PT" "${demo[@]}" --set train.steps=10 --set runtime.device=cuda --metrics "$out/pp1.jsonl" >/dev/null 2>&1
+  for grid in "parallel.tp=2" "parallel.pp=2"; do
+    if timeout 300 mpiexec -n 2 "$PT" "${demo[@]}" --set train.steps=10 --set "$grid" --set runtime.device=cuda \
+         --set comm.p2p=nccl --metrics "$out/nccl.jsonl" >"$out/nccl.log" 2>&1; then
+      r=$(compare "$out/nccl.jsonl" "$out/pp1.jsonl" 1e-4) || ok=0
+      detail+="$grid: $r; "
+    else
+      ok=0 detail+="$grid: $(grep -m1 'error' "$out/nccl.log"); "
+    fi
+  done
+  [ $ok -eq 1 ] && line nccl-grid PASS "$detail" || line nccl-grid FAIL "$detail"
+else
+  line nccl-grid SKIP "needs 2 GPUs (NCCL runs one rank per GPU); this machine has $ngpu"
+fi
+
+# 6. GPT-2 124M, T = 1024, bf16: tokens/s and MFU against the best cuBLASLt bf16 product
+# rate measured in this run at the model's own shapes (bench_gemm_rate; target MFU >= 50%).
+rate=$(build-gpu/bin/bench_gemm_rate cuda 8192 10 2>"$out/rate.err" | awk '/^best/ {print $2}')
+if [ -z "$rate" ]; then
+  line gpt2-124m-bf16 FAIL "bench_gemm_rate: $(tail -1 "$out/rate.err")"
+elif timeout 400 "$PT" train inputs/gpt2-124m.toml --set data.train="$out/corpus.h5" --set train.steps=6 \
      --set train.precision=bf16 --set runtime.device=cuda --set log.every=1 \
+     --set log.peak_flops="$(python3 -c "print(float('$rate') * 1e12)")" \
      --metrics "$out/124m.jsonl" >"$out/124m.log" 2>&1; then
-  tps=$(python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'{sum(x[\"tokens_per_s\"] for x in r)/len(r):.0f}')" "$out/124m.jsonl")
-  line gpt2-124m-bf16 FAIL "$tps tokens/s; MFU unverified: no cuBLASLt bf16 gemm (and rate benchmark) in this build yet"
+  r=$(python3 - "$out/124m.jsonl" "$rate" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # step 0 includes start-up
+tps = sum(r["tokens_per_s"] for r in rows) / len(rows)
+mfu = sum(r["mfu"] for r in rows) / len(rows)
+print(f"{tps:.0f} tokens/s, MFU {100 * mfu:.1f}% of the {float(sys.argv[2]):.0f} TFLOP/s bf16 gemm rate (target 50%)")
+sys.exit(0 if mfu >= 0.5 else 1)
+PY
+) && line gpt2-124m-bf16 PASS "$r" || line gpt2-124m-bf16 FAIL "$r"
 else
   line gpt2-124m-bf16 FAIL "$(grep -m1 'error' "$out/124m.log")"
 fi

@@ -180,20 +180,24 @@ void for_each_in_range(ParameterStore& params, int64_t range_lo, int64_t range_h
 }
 }  // namespace
 
+// One reduction over the flat gradient buffer (its padding is zero), less the parameters
+// that do not count (the last stage's tied-embedding copy): one launch, not one per tensor.
 double Trainer::global_grad_norm() {
   double sq = 0;
   if (grad_shard_.defined()) {  // ZeRO-1: each dp rank holds the reduced gradients of its shard
+    sq = backend_.sum_squares(grad_shard_.f32(), static_cast<size_t>(grad_shard_.numel()));
     for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
-      if (counts_in_norm(p))
-        sq += backend_.sum_squares(grad_shard_.f32() + (lo - shard_lo_), static_cast<size_t>(hi - lo));
+      if (!counts_in_norm(p))
+        sq -= backend_.sum_squares(grad_shard_.f32() + (lo - shard_lo_), static_cast<size_t>(hi - lo));
     });
     grid_.world().allreduce_sum(&sq, 1);
   } else {
+    sq = backend_.sum_squares(params_.grads().f32(), static_cast<size_t>(params_.grads().numel()));
     for (const auto& p : params_.params())
-      if (counts_in_norm(p)) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
+      if (!counts_in_norm(p)) sq -= backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
     grid_.replica_comm().allreduce_sum(&sq, 1);
   }
-  return std::sqrt(sq);
+  return std::sqrt(std::max(sq, 0.0));  // the difference can round a hair below 0 when nothing else counts
 }
 
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {

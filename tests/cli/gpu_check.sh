@@ -11,4 +11,4 @@ fi
 out=$(bash "$SRC/scripts/gpu-check.sh")
 echo "$out"
 n=$(grep -c "^gpu-check: .*: SKIP — no GPU: skipped$" <<<"$out")
-[ "$n" -eq 5 ] || { echo "FAIL: expected 5 skipped checks, got $n"; exit 1; }
+[ "$n" -eq 6 ] || { echo "FAIL: expected 6 skipped checks, got $n"; exit 1; }

@@ -41,7 +41,7 @@ declare -A family=(
   [core/error]="header only: Error and fail()"
   [core/device]="header only: DeviceId"
   [core/device_allocator]="interface: what the memory pool allocates from"
-  [schedule/program]="lower.cpp, validate_program.cpp, walk_program.cpp"
+  [schedule/program]="lower.cpp, validate_program.cpp, validate_in_order.cpp, walk_program.cpp"
   [schedule/builtins]="one file per built-in schedule, registered in registry.cpp"
   [schedule/render]="render_text.cpp, render_trace.cpp"
 )

@@ -18,9 +18,9 @@
 
 namespace pipetrain {
 
-// What an attention forward keeps for its backward. The CPU and CUDA backends keep the
-// softmax probabilities, (B, NH, T, T); a flash-style kernel keeps per-row log-sum-exp
-// statistics, O(T) per row.
+// What an attention forward keeps for its backward. The CPU backend keeps the softmax
+// probabilities, (B, NH, T, T), in the storage precision; the CUDA backend's flash kernels
+// keep each row's log-sum-exp and the output, O(T) per row.
 class AttentionStash {
  public:
   virtual ~AttentionStash() = default;

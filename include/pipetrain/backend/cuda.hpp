@@ -1,16 +1,19 @@
 // The CUDA backend (src/backend/cuda): the Backend interface on one NVIDIA GPU,
-// cuBLAS for the matrix products, hand-written kernels for the rest. Built when
+// cuBLAS for the f32 matrix products, cuBLASLt for the bf16 ones (with bias and GELU
+// epilogues), flash attention (O(T) per row) and hand-written kernels for the rest. Built when
 // CMake finds nvcc (PIPETRAIN_ENABLE_CUDA=AUTO|ON; PIPETRAIN_HAVE_CUDA is then
 // defined for every user of pipetrain_lib); otherwise these functions exist but
 // report that the build has no CUDA.
 //
-// Memory from allocate() is device memory; copy() takes device or host pointers on
-// either side (cudaMemcpyDefault, unified addressing) and returns once host memory
-// involved in it is safe to use. Kernels are queued on the backend's own stream;
+// Memory from allocate() is device memory; copy() takes device or pageable host
+// pointers on either side (cudaMemcpyDefault, unified addressing) and returns once host
+// memory involved in it is safe to use (CUDA stages pageable memory; pass pinned memory
+// through to_host / to_device, which synchronise). Kernels are queued on the backend's own stream;
 // sum_squares, all_finite, to_host and the target/token checks of the cross-entropy
 // and embedding kernels wait for it.
 //
-// Numerics: fp32 everywhere, TF32 tensor cores off by default (set
+// Numerics: fp32 everywhere but gemm_bf16 (bf16 operands, f32 accumulation: the bf16
+// tensor cores), TF32 tensor cores off by default for f32 products (set
 // PIPETRAIN_CUDA_TF32=1 to allow them in cuBLAS; results then differ from the CPU
 // backend by ~1e-3 relative). Every kernel is deterministic run to run: reductions
 // have a fixed shape and no kernel uses floating-point atomics. The embedding

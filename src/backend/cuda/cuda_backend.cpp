@@ -72,15 +72,6 @@ int node_local_rank() {
   return 0;
 }
 
-bool is_device_memory(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attr.type == cudaMemoryTypeDevice;
-}
-
 // The backend's stream as a pipetrain Stream (communication orders itself against it).
 class CudaStream final : public Stream {
  public:
@@ -148,8 +139,10 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
     bind();
+    // No pointer queries: a pageable host buffer on either side makes the copy return once
+    // the host memory is safe (CUDA stages it), which is copy()'s contract; nothing here
+    // passes pinned host memory to copy() (to_host / to_device synchronise for that).
     PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx_.stream));
-    if (!is_device_memory(dst) || !is_device_memory(src)) sync();
   }
   void to_device(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
@@ -234,14 +227,26 @@ class CudaBackend final : public Backend {
                                  int C) override {
     cuda::layernorm_backward_weight(ctx(), dweight, dbias, dout, inp, mean, rstd, N, C);
   }
-  // Today's kernels keep the probabilities in f32 whatever the storage precision (a
-  // flash-style kernel would keep O(T) per row).
+  // Head sizes up to 128 run flash-style and keep each row's log-sum-exp plus the output
+  // (D_i = dO_i . O_i in backward): O(T) per row. Larger heads keep the probabilities.
+  struct FlashStash final : AttentionStash {
+    Tensor lse, out;
+    size_t bytes() const override { return lse.bytes() + out.bytes(); }
+  };
   struct ProbabilityStash final : AttentionStash {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
   };
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
                                                     MemoryPool& pool, DType /*storage*/) override {
+    if (C / NH <= cuda::kMaxFlashHead) {
+      auto s = std::make_unique<FlashStash>();
+      s->lse = Tensor::empty(pool, {B, NH, T});
+      s->out = Tensor::empty(pool, {B, T, C});
+      cuda::flash_attention_forward(ctx(), out, s->lse.f32(), qkv, B, T, C, NH);
+      copy(s->out.f32(), out, s->out.bytes());
+      return s;
+    }
     auto s = std::make_unique<ProbabilityStash>();
     s->att = Tensor::empty(pool, {B, NH, T, T});
     cuda::attention_forward(ctx(), out, s->att.f32(), qkv, B, T, C, NH);
@@ -249,6 +254,11 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
                           int C, int NH, MemoryPool& pool) override {
+    if (auto* f = dynamic_cast<FlashStash*>(&stash)) {
+      const Tensor delta = Tensor::empty(pool, {B, NH, T});
+      cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH);
+      return;
+    }
     const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
     cuda::attention_backward(ctx(), dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(),
                              B, T, C, NH);
@@ -368,8 +378,14 @@ class CudaBackend final : public Backend {
     ctx_ = cuda::Ctx{};
     (void)cudaGetLastError();
   }
-  // The current device is per host thread: set it before any work.
-  void bind() const { PIPETRAIN_CUDA_CHECK(cudaSetDevice(device_)); }
+  // The current device is per host thread: set it before any work, once per thread and
+  // device (no cudaSetDevice per kernel; pipetrain runs one GPU per rank).
+  void bind() const {
+    thread_local int bound = -1;
+    if (bound == device_) return;
+    PIPETRAIN_CUDA_CHECK(cudaSetDevice(device_));
+    bound = device_;
+  }
   const cuda::Ctx& ctx() const {
     bind();
     return ctx_;

@@ -124,6 +124,14 @@ void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv,
 void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH);
 
+// ---- flash attention (flash_attention.cu: O(T) per row, head size <= kMaxFlashHead) ----
+inline constexpr int kMaxFlashHead = 128;
+// out (B, T, C) and lse (B, NH, T): each row's log-sum-exp of its scaled scores.
+void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// dqkv (overwritten) from the forward's out and lse; delta: B * NH * T floats of workspace.
+void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int NH);
+
 // ---- embedding (embedding.cu) ----
 void embedding_forward(const Ctx& ctx, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int B, int T, int C);
