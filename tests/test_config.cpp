@@ -84,6 +84,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.log.every, b.log.every);
   EXPECT_EQ(a.log.metrics, b.log.metrics);
   EXPECT_EQ(a.log.file, b.log.file);
+  EXPECT_EQ(a.runtime.device, b.runtime.device);
+  EXPECT_EQ(a.comm.p2p, b.comm.p2p);
 }
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
@@ -181,6 +183,7 @@ TEST(ConfigTest, ToTomlRoundTripsExactly) {
   c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle"};
   c.checkpoint = {"/tmp/ck", 7, 1};
   c.log = {3, "metrics.jsonl", "", "runs/a", 1.5e14, false};
+  c.comm.p2p = "mpi";
   c.source = "x.toml";
   const std::string text = to_toml(c);
   for (const char* s : {"[model]", "[parallel]", "[schedule]", "[train]", "[data]", "[checkpoint]", "[log]",
@@ -373,6 +376,8 @@ TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
       {{"checkpoint.every=-1"}, "checkpoint.every"},
       {{"checkpoint.keep=0"}, "checkpoint.keep"},
       {{"log.every=0"}, "log.every"},
+      {{"comm.p2p=gloo"}, "comm.p2p: unknown transport \"gloo\" (expected \"auto\", \"nccl\" or \"mpi\")"},
+      {{"comm.p2p=nccl"}, "comm.p2p = \"nccl\" needs runtime.device = \"cuda\""},
   };
   for (const auto& r : rules) {
     const std::string e = error_of(kMinimal, r.set);

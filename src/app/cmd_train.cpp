@@ -119,7 +119,10 @@ int run_train(const TrainOptions& opt) {
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
                        human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,
                        cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
-                       cfg.train.microbatches, cfg.train.seq_len, backend->name(), cfg.train.precision));
+                       cfg.train.microbatches, cfg.train.seq_len,
+                       cfg.runtime.device == "cpu" ? backend->name()
+                                                   : backend->name() + " (transfers: " + trainer.comms_summary() + ")",
+                       cfg.train.precision));
   log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
                        "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,

@@ -62,8 +62,41 @@ struct PipelineExecutor::Impl {
   std::map<Key, Tensor> handoff;                      // moved to a consumer on this rank
   std::map<Key, PendingRecv> recvs;
   std::deque<PendingSend> sends;
-  std::vector<int32_t> host_in, host_tgt;
-  std::vector<float> host_loss;
+  // The step's data, moved once: every microbatch this rank's embedding or head reads
+  // (slot[m] is its place in the buffers), and the head's token losses, copied back to the
+  // host once at the end — no host synchronisation per microbatch.
+  std::map<int, int64_t> slot;
+  Tensor tokens, targets, losses;
+  int64_t losses_kept = 0;
+
+  void load_step_data(const std::vector<Instr>& program) {
+    const int64_t n = static_cast<int64_t>(B) * T;
+    int64_t heads = 0;
+    for (const Instr& in : program) {
+      if (in.op != InstrOp::Compute || in.action.op != Op::F) continue;
+      const auto it = ex.stages_.find(in.action.stage);
+      if (it == ex.stages_.end() || !(it->second->has_embedding() || it->second->has_head())) continue;
+      slot.emplace(in.action.microbatch, static_cast<int64_t>(slot.size()));
+      heads += it->second->has_head();
+    }
+    if (!slot.empty()) {
+      const int64_t k = static_cast<int64_t>(slot.size());
+      std::vector<int32_t> host_in(static_cast<size_t>(k * n)), host_tgt(static_cast<size_t>(k * n));
+      for (const auto& [m, at] : slot) load(m, host_in.data() + at * n, host_tgt.data() + at * n);
+      tokens = Tensor::empty(ex.pool_, {k * n}, DType::I32);
+      targets = Tensor::empty(ex.pool_, {k * n}, DType::I32);
+      ex.backend_.to_device(tokens.raw(), host_in.data(), tokens.bytes());
+      ex.backend_.to_device(targets.raw(), host_tgt.data(), targets.bytes());
+    }
+    if (heads > 0) losses = Tensor::empty(ex.pool_, {heads * n});
+  }
+  // The head's losses of this run, summed in the order they were computed.
+  void sum_losses() {
+    if (losses_kept == 0) return;
+    std::vector<float> host(static_cast<size_t>(losses_kept * B * T));
+    ex.backend_.to_host(host.data(), losses.raw(), host.size() * sizeof(float));
+    for (float l : host) stats.loss_sum += l;
+  }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -139,16 +172,9 @@ struct PipelineExecutor::Impl {
     ctx.loss_scale = loss_scale;
     ctx.storage = ex.storage_;
     if (st.has_embedding() || st.has_head()) {
-      load(m, host_in.data(), host_tgt.data());
-      const int64_t n = static_cast<int64_t>(B) * T;
-      if (st.has_embedding()) {
-        ctx.tokens = Tensor::empty(ex.pool_, {n}, DType::I32);
-        ex.backend_.to_device(ctx.tokens.raw(), host_in.data(), ctx.tokens.bytes());
-      }
-      if (st.has_head()) {
-        ctx.targets = Tensor::empty(ex.pool_, {n}, DType::I32);
-        ex.backend_.to_device(ctx.targets.raw(), host_tgt.data(), ctx.targets.bytes());
-      }
+      const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
+      if (st.has_embedding()) ctx.tokens = tokens.view(at, {n});
+      if (st.has_head()) ctx.targets = targets.view(at, {n});
     }
     return ctx;
   }
@@ -165,8 +191,9 @@ struct PipelineExecutor::Impl {
     ss.layers.resize(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
     if (st.has_head()) {
-      ex.backend_.to_host(host_loss.data(), x.raw(), x.bytes());
-      for (float l : host_loss) stats.loss_sum += l;
+      const int64_t n = x.numel();
+      ex.backend_.copy(losses.view(losses_kept * n, {n}).raw(), x.raw(), x.bytes());
+      ++losses_kept;
     }
     compute_done(a, c0);
     stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
@@ -246,10 +273,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     if (in.op == InstrOp::Compute && (in.action.op == Op::B || in.action.op == Op::W))
       st.last_weight_action[in.action.stage] = i;
   }
-  const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
-  st.host_in.resize(n);
-  st.host_tgt.resize(n);
-  st.host_loss.resize(n);
+  st.load_step_data(program);
   // The transfers between two computes go out as one group (NCCL launches them together;
   // program.hpp: validate_in_order); MOVEs are local and leave a group open.
   bool grouped = false;
@@ -281,6 +305,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     if (hooks.poll) hooks.poll();
   }
   close_group();
+  st.sum_losses();
   watchdog::set_position(fmt::format("step {}, end of the program (waiting for its sends)", hooks.step));
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();

@@ -71,6 +71,8 @@ class Trainer {
   // (measured for layers_per_stage = "auto" on more than one stage).
   const std::vector<StageUnits>& stage_units() const { return units_; }
   const UnitCosts& unit_costs() const { return unit_costs_; }
+  // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
+  std::string comms_summary() const { return comms_->summary(); }
   const ExecutorStats& last_stats() const { return last_stats_; }
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
