@@ -86,6 +86,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.log.file, b.log.file);
   EXPECT_EQ(a.runtime.device, b.runtime.device);
   EXPECT_EQ(a.comm.p2p, b.comm.p2p);
+  EXPECT_EQ(a.train.recompute, b.train.recompute);
+  EXPECT_EQ(a.parallel.recompute_stages, b.parallel.recompute_stages);
 }
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
@@ -163,7 +165,8 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true};
+  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true, {0, 2}};
+  c.train.recompute = "selective";
   c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;
   c.train.global_batch = 40;
@@ -376,6 +379,9 @@ TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
       {{"checkpoint.every=-1"}, "checkpoint.every"},
       {{"checkpoint.keep=0"}, "checkpoint.keep"},
       {{"log.every=0"}, "log.every"},
+      {{"train.recompute=some"}, "train.recompute: unknown mode \"some\""},
+      {{"parallel.recompute_stages=[0, 5]"}, "parallel.recompute_stages[1] (5) is not a stage: stages are 0..0"},
+      {{"parallel.recompute_stages=\"none\""}, "parallel.recompute_stages"},
       {{"comm.p2p=gloo"}, "comm.p2p: unknown transport \"gloo\" (expected \"auto\", \"nccl\" or \"mpi\")"},
       {{"comm.p2p=nccl"}, "comm.p2p = \"nccl\" needs runtime.device = \"cuda\""},
   };

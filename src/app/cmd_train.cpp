@@ -102,15 +102,21 @@ int run_train(const TrainOptions& opt) {
                ((cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0) + (bf16 ? 1.0 : 0.0));
   {
     const auto& units = trainer.stage_units();
-    double largest = 0;  // the biggest stage this rank holds, times the schedule's peak stash count
+    // the biggest stage this rank holds, times the schedule's peak stash count, plus what
+    // recomputation rebuilds for one block at a time
+    double largest = 0, rebuilt = 0;
+    const DType storage = bf16 ? DType::BF16 : DType::F32;
     for (int st = 0; st < sched.num_stages; ++st)
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
         const auto& u = units[static_cast<size_t>(st)];
-        largest = std::max(largest, gpt2_stash_bytes(cfg.model, u.first, u.last, grid.tp(),
-                                                     trainer.microbatch_size(), cfg.train.seq_len,
-                                                     bf16 ? DType::BF16 : DType::F32));
+        const Recompute mode = trainer.recompute_of(st);
+        largest = std::max(largest, gpt2_stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
+                                                     cfg.train.seq_len, storage, mode));
+        if (u.last - u.first > (u.first == 0) + (u.last == gpt2_num_units(cfg.model)))  // it holds a block
+          rebuilt = std::max(rebuilt, gpt2_recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
+                                                           cfg.train.seq_len, storage, mode));
       }
-    est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
+    est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)] + rebuilt;
   }
   grid.world().allreduce_max(&est, 1);
   log.line(fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters",

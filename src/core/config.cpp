@@ -41,6 +41,7 @@ constexpr std::array kKeys{
     PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
     PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
+    PT_KEY(parallel, recompute_stages), PT_KEY(train, recompute),
     PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
     PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
     PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
@@ -56,6 +57,10 @@ constexpr std::array kKeys{
     PT_KEY(comm, p2p),
 };
 #undef PT_KEY
+
+// The word an integer-list key takes for its empty value: parallel.layers_per_stage =
+// "auto" (balanced by cost), parallel.recompute_stages = "all".
+std::string list_word(std::string_view key) { return key == "parallel.layers_per_stage" ? "auto" : "all"; }
 
 const KeyDesc* find_key(std::string_view section, std::string_view name) {
   for (const auto& k : kKeys)
@@ -196,11 +201,12 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
           if (!n.is_string()) ctx.type_error(key, "a string", n);
           *field = n.as_string()->get();
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-          // (parallel.layers_per_stage, the only such key: "auto" = balanced by cost)
+          // An array, or the word that means empty (list_word: "auto", "all").
           field->clear();
-          if (const auto* s = n.as_string(); s && s->get() == "auto") return;
+          const std::string word = list_word(key);
+          if (const auto* s = n.as_string(); s && s->get() == word) return;
           const auto* a = n.as_array();
-          if (!a) ctx.type_error(key, "\"auto\" or an array of integers", n);
+          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of integers", word), n);
           for (size_t i = 0; i < a->size(); ++i) {
             const auto* e = a->get(i)->as_integer();
             if (!e || e->get() < std::numeric_limits<int>::min() || e->get() > std::numeric_limits<int>::max())
@@ -394,6 +400,10 @@ void validate_config(const Config& cfg) {
                       "model.n_layer = {} blocks to split",
                       stages, m.n_layer));
   }
+  for (size_t i = 0; i < p.recompute_stages.size(); ++i)
+    check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages, pre,
+          fmt::format("parallel.recompute_stages[{}] ({}) is not a stage: stages are 0..{}", i, p.recompute_stages[i],
+                      stages - 1));
   check(cfg.schedule.placement == "loop" || cfg.schedule.placement == "v" ||
             cfg.schedule.placement.find_first_not_of("0123456789, ") == std::string::npos,
         pre,
@@ -414,6 +424,9 @@ void validate_config(const Config& cfg) {
         fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
                     m.max_seq_len));
   check(t.lr > 0, pre, fmt::format("train.lr ({}) must be > 0", t.lr));
+  check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", pre,
+        fmt::format("train.recompute: unknown mode {} (expected \"none\", \"selective\" or \"full\")",
+                    quote(t.recompute)));
   check(t.precision == "fp32" || t.precision == "bf16", pre,
         fmt::format("train.precision: unknown precision {} (expected \"fp32\" or \"bf16\")", quote(t.precision)));
   check(t.lr_schedule == "constant" || t.lr_schedule == "cosine", pre,
@@ -468,8 +481,8 @@ std::string to_toml(const Config& cfg) {
         [&](auto* field) {
           using T = std::remove_pointer_t<decltype(field)>;
           if constexpr (std::is_same_v<T, std::vector<int>>) {
-            if (field->empty()) {  // parallel.layers_per_stage = "auto"
-              section->insert_or_assign(name, "auto");
+            if (field->empty()) {  // parallel.layers_per_stage = "auto", recompute_stages = "all"
+              section->insert_or_assign(name, list_word(k.full()));
               return;
             }
           }

@@ -113,8 +113,29 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   fch_gelu = {};
   const Tensor y = Tensor::empty(pool, {N, C});
   row_parallel_out(ctx, y, s->fch_gelu, fcprojw_, fcprojb_, res2, N);
+  if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
+    s->att.reset();
+    s->atty = {};
+    s->fch_gelu = {};
+  }
   out = std::move(s);
   return store(ctx, y);
+}
+
+// Selective recomputation: attention (probabilities and output) from the stored qkv and
+// the GELU from the stored pre-activation, with the forward's kernels.
+void Block::recompute_selective(const MicrobatchContext& ctx, Stash& stash) const {
+  Backend& be = *ctx.backend;
+  auto& s = as<BlockStash>(stash);
+  const int N = ctx.B * ctx.T, Cl = Cl_;
+  Tensor atty = Tensor::empty(*ctx.pool, {N, Cl});
+  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cl, NH_, *ctx.pool,
+                               ctx.storage);
+  s.atty = store(ctx, atty);
+  const Tensor fch = working_f32(ctx, s.fch);
+  const Tensor fch_gelu = Tensor::empty(*ctx.pool, {N, 4 * Cl});
+  be.gelu_forward(fch_gelu.f32(), fch.f32(), static_cast<size_t>(fch.numel()));
+  s.fch_gelu = store(ctx, fch_gelu);
 }
 
 Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
@@ -123,6 +144,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   auto& s = as<BlockStash>(stash);
   const int B = ctx.B, T = ctx.T, N = B * T, C = C_, Cl = Cl_;
   const size_t NC = static_cast<size_t>(N) * C;
+  if (!s.att) recompute_selective(ctx, stash);
   const Tensor dyf = working_f32(ctx, dy);
   s.dy = dy;
   // MLP branch: dy -> d(fch_gelu) -> d(fch) -> d(ln2) -> d(res2) += ...

@@ -38,6 +38,61 @@ double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_
 
 namespace pipetrain {
 
+namespace {
+
+// One block's stash: what forward keeps (under `mode`) and the gradients kept for the
+// weight pass, in stored elements, and its f32 LayerNorm statistics.
+struct BlockBytes {
+  double stored, stats;
+};
+BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode) {
+  const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
+  const double NH = static_cast<double>(cfg.n_head) / tp;
+  // ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each), the
+  // attention probabilities (NH x T x T per sequence), LayerNorm statistics (4 N); then
+  // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).
+  const double probs = B * NH * T * T, grads = N * (4 * C + 7 * Cl);
+  switch (mode) {
+    case Recompute::Full: return {N * C, 0};  // the input only
+    case Recompute::Selective: return {N * (3 * C + 7 * Cl) + grads, 4 * N};  // no probabilities, atty, GELU
+    case Recompute::None: break;
+  }
+  return {N * (3 * C + 12 * Cl) + probs + grads, 4 * N};
+}
+
+}  // namespace
+
+double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
+                        Recompute mode) {
+  const double N = static_cast<double>(B) * T, C = cfg.d_model;
+  const BlockBytes block = block_stash(cfg, tp, B, T, mode);
+  // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
+  const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
+  double stored = 0, stats = 0;
+  for (int u = first_unit; u < last_unit; ++u) {
+    if (u == 0) {
+      stored += N * C;  // the embedding keeps its output gradient
+    } else if (u == gpt2_num_units(cfg) - 1) {
+      stored += head;
+      stats += head_stats;
+    } else {
+      stored += block.stored;
+      stats += block.stats;
+    }
+  }
+  return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
+}
+
+double gpt2_recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode) {
+  if (mode == Recompute::None) return 0;
+  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None), kept = block_stash(cfg, tp, B, T, mode);
+  return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
+}
+
+}  // namespace pipetrain
+
+namespace pipetrain {
+
 double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   const double NH = static_cast<double>(cfg.n_head) / tp;

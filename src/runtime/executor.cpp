@@ -25,9 +25,12 @@ Key key_of(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.s
 constexpr int kActivation = static_cast<int>(Transfer::Activation);
 
 // Everything one (microbatch, stage) keeps between its F and its last backward action.
+// Under full recomputation a recomputable layer keeps only its input (inputs[i]) until
+// backward_input runs its forward again.
 struct StageStash {
   MicrobatchContext ctx;
   std::vector<std::unique_ptr<Stash>> layers;
+  std::vector<Tensor> inputs;
 };
 
 struct PendingRecv {
@@ -100,12 +103,21 @@ struct PipelineExecutor::Impl {
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+  // Megatron's scatter-gather: every tensor that crosses stages is replicated over the
+  // stage's tp ranks, so each tp rank moves only its 1/tp slice between stages and the
+  // receiving tp ranks all-gather the whole (bytes per rank divided by tp, values unchanged).
+  bool scatter(const Tensor& t) const { return ex.tp_ && ex.tp_->size() > 1 && t.numel() % ex.tp_->size() == 0; }
+  Tensor my_slice(const Tensor& t) const {
+    const int64_t chunk = t.numel() / ex.tp_->size();
+    return t.view(chunk * ex.tp_->rank(), {chunk});
+  }
+
   // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
   void post(const Instr& in) {
     PendingRecv r;
     r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_}, ex.storage_);
     r.peer = in.peer;
-    r.request = ex.pp_.recv(r.buffer, in.peer, in.tag, ex.backend_.stream());
+    r.request = ex.pp_.recv(scatter(r.buffer) ? my_slice(r.buffer) : r.buffer, in.peer, in.tag, ex.backend_.stream());
     recvs.emplace(key_of(in), std::move(r));
   }
 
@@ -113,7 +125,9 @@ struct PipelineExecutor::Impl {
   void send(const Instr& in) {
     Tensor t = take_output(in);
     PendingSend s;
-    s.request = ex.pp_.send(t, in.peer, in.tag, ex.backend_.stream());
+    const Tensor part = scatter(t) ? my_slice(t) : t;
+    stats.bytes_sent += static_cast<double>(part.bytes());
+    s.request = ex.pp_.send(part, in.peer, in.tag, ex.backend_.stream());
     s.buffer = std::move(t);
     sends.push_back(std::move(s));
     while (!sends.empty() && sends.front().request->test()) sends.pop_front();
@@ -153,6 +167,11 @@ struct PipelineExecutor::Impl {
     if (trace && w1 - w0 > 1e-6) stats.events.push_back({"wait " + to_string(a), me, w0, w1 - w0});
     Tensor t = std::move(it->second.buffer);
     recvs.erase(it);
+    if (scatter(t)) {  // this rank received its slice; the tp peers received theirs
+      const double g0 = now();
+      ex.tp_->all_gather(my_slice(t), t, ex.backend_.stream())->wait_on(ex.backend_.stream());
+      stats.wait_s += now() - g0;
+    }
     return t;
   }
 
@@ -162,7 +181,7 @@ struct PipelineExecutor::Impl {
     return *it->second;
   }
 
-  MicrobatchContext make_context(int m, const Gpt2Stage& st) {
+  MicrobatchContext make_context(int m, int stage, const Gpt2Stage& st) {
     MicrobatchContext ctx;
     ctx.backend = &ex.backend_;
     ctx.pool = &ex.pool_;
@@ -171,6 +190,7 @@ struct PipelineExecutor::Impl {
     ctx.T = T;
     ctx.loss_scale = loss_scale;
     ctx.storage = ex.storage_;
+    if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
     if (st.has_embedding() || st.has_head()) {
       const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
       if (st.has_embedding()) ctx.tokens = tokens.view(at, {n});
@@ -186,10 +206,17 @@ struct PipelineExecutor::Impl {
     if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage});
     const double c0 = now();
     StageStash& ss = stashes[{a.microbatch, a.stage}];
-    ss.ctx = make_context(a.microbatch, st);
+    ss.ctx = make_context(a.microbatch, a.stage, st);
     auto& layers = st.layers();
     ss.layers.resize(layers.size());
-    for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
+    ss.inputs.resize(layers.size());
+    const bool full = ss.ctx.recompute == Recompute::Full && ss.ctx.loss_scale != 0;  // evaluation keeps nothing anyway
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const bool again = full && layers[i]->recomputable();
+      if (again) ss.inputs[i] = x;
+      x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
+      if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
+    }
     if (st.has_head()) {
       const int64_t n = x.numel();
       ex.backend_.copy(losses.view(losses_kept * n, {n}).raw(), x.raw(), x.bytes());
@@ -216,6 +243,10 @@ struct PipelineExecutor::Impl {
     StageStash& ss = stash_of(a);
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {
+      if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
+        layers[i]->forward(ss.ctx, ss.inputs[i], ss.layers[i]);
+        ss.inputs[i] = {};
+      }
       dy = layers[i]->backward_input(ss.ctx, dy, *ss.layers[i]);
       if (a.op == Op::B) {
         layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
@@ -256,14 +287,16 @@ struct PipelineExecutor::Impl {
 };
 
 PipelineExecutor::PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp,
-                                   Backend& backend, MemoryPool& pool, int d_model, DType storage)
+                                   Backend& backend, MemoryPool& pool, int d_model, DType storage,
+                                   std::map<int, Recompute> recompute)
     : stages_(std::move(stages)),
       pp_(pp),
       tp_(tp),
       backend_(backend),
       pool_(pool),
       d_model_(d_model),
-      storage_(storage) {}
+      storage_(storage),
+      recompute_(std::move(recompute)) {}
 
 ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {

@@ -116,8 +116,15 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
   comms_ = std::make_unique<DeviceComms>(grid, backend_, cfg.comm.p2p, first, last);
   counts_tied_wte_ = !(comms_->tied() && me == last);
+  // train.recompute on parallel.recompute_stages (every stage when empty).
+  const Recompute mode = parse_recompute(cfg.train.recompute);
+  for (int s = 0; s < S; ++s)
+    if (cfg.parallel.recompute_stages.empty() ||
+        std::find(cfg.parallel.recompute_stages.begin(), cfg.parallel.recompute_stages.end(), s) !=
+            cfg.parallel.recompute_stages.end())
+      recompute_[s] = mode;
   executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_,
-                                                 cfg.model.d_model, bf16 ? DType::BF16 : DType::F32);
+                                                 cfg.model.d_model, bf16 ? DType::BF16 : DType::F32, recompute_);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
@@ -253,6 +260,7 @@ StepMetrics Trainer::train_step(int step) {
   out.loss = sums[0] / static_cast<double>(step_tokens);
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
+  out.pp_bytes_sent = last_stats_.bytes_sent;
   out.grad_norm = global_grad_norm();
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {

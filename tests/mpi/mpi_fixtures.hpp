@@ -63,6 +63,7 @@ struct RunResult {
   std::map<std::string, std::vector<float>> params;     // after the last step
   std::map<std::string, std::vector<float>> grads0;     // step 0's reduced gradient (before any update)
   std::vector<int> peaks;
+  std::vector<double> bytes_sent;         // pipeline bytes this rank sent, per step
   std::map<std::string, Parameter> meta;  // shapes and shards of this rank's parameters
   double lr_sum = 0;                      // sum of the learning rates of the steps run
 };
@@ -77,6 +78,7 @@ inline RunResult run(const Config& cfg, MPI_Comm comm) {
     const StepMetrics m = trainer.train_step(s);
     r.losses.push_back(m.loss);
     r.peaks.push_back(m.peak_stashed);
+    r.bytes_sent.push_back(m.pp_bytes_sent);
     r.lr_sum += m.lr;
     if (s == 0) {
       const std::vector<float> g = trainer.reduced_gradients();

@@ -23,6 +23,7 @@ struct ParallelConfig {
   int virtual_stages = 1;               // stages per pipeline rank
   std::vector<int> layers_per_stage;    // blocks per stage; empty = "auto" (balanced by cost)
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
+  std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
 };
 
 struct ScheduleConfig {
@@ -50,6 +51,9 @@ struct TrainConfig {
   // fp32 | bf16: in bf16, activations (and the stash) and the weights products use are
   // bf16; master weights, gradients, reductions, AdamW state and the loss stay fp32.
   std::string precision = "fp32";
+  // Activation recomputation: none | selective (blocks recompute attention's softmax and
+  // the GELU in backward) | full (blocks keep only their input and recompute in backward).
+  std::string recompute = "none";
 };
 
 struct DataConfig {

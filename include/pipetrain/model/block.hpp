@@ -19,8 +19,10 @@ class Block : public Layer {
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
+  bool recomputable() const override { return true; }
 
  private:
+  void recompute_selective(const MicrobatchContext& ctx, Stash& stash) const;
   int index_, C_, NH_;  // C_ = d_model; NH_ = this rank's heads
   int Cl_;               // this rank's channels of Q (and K, V): C_ / tp
   Parameter &ln1w_, &ln1b_, &qkvw_, &qkvb_, &projw_, &projb_;

@@ -38,8 +38,12 @@ double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_
 // Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
 // [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
 // backward action (what the Block and LossHead stashes hold: activations in `storage`,
-// LayerNorm statistics in f32).
+// LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
+// attention probabilities and output and its GELU output; full keeps a block's input only.
 double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
-                        DType storage = DType::F32);
+                        DType storage = DType::F32, Recompute mode = Recompute::None);
+// What recomputation holds on top, at most once per stage and for one microbatch at a time:
+// the stash of the block being recomputed (0 for none).
+double gpt2_recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode);
 
 }  // namespace pipetrain

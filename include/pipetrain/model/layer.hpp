@@ -24,6 +24,16 @@ struct TensorParallel {
   int rank = 0, size = 1;
 };
 
+// Activation recomputation (train.recompute), trading backward compute for stash memory.
+// Selective: blocks drop attention's probabilities and output and the GELU output after
+// forward and recompute them at backward_input (kept for backward_weight). Full: the
+// executor keeps only a block's input and runs its forward again at backward_input.
+// Recomputation repeats the same kernels on the same values: results are bit-identical
+// (selective in bf16 recomputes the GELU from the stored pre-activation, which the
+// forward's GELU epilogue saw unrounded: there within the bf16 bound instead).
+enum class Recompute { None, Selective, Full };
+Recompute parse_recompute(const std::string& mode);  // "none" | "selective" | "full"
+
 // What every layer can see while running one microbatch.
 struct MicrobatchContext {
   Backend* backend = nullptr;
@@ -36,6 +46,7 @@ struct MicrobatchContext {
   // What activations, activation gradients and the stash are stored as (train.precision;
   // see precision.hpp). Layer inputs and outputs have this dtype; losses are f32.
   DType storage = DType::F32;
+  Recompute recompute = Recompute::None;  // this stage's mode
 };
 
 struct Stash {
@@ -55,6 +66,10 @@ class Layer {
   // dy is undefined for the loss head. Returns dx (undefined for the embedding).
   virtual Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) = 0;
   virtual void backward_weight(const MicrobatchContext& ctx, Stash& stash) = 0;
+  // Whether the executor may drop this layer's stash after forward and run forward again
+  // before backward (train.recompute = "full"): blocks yes; the embedding's stash is tiny
+  // and the head's holds the loss gradient its forward computed.
+  virtual bool recomputable() const { return false; }
 
   Tensor backward(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
     Tensor dx = backward_input(ctx, dy, stash);

@@ -36,6 +36,7 @@ struct ExecutorStats {
   double total_s = 0;
   int peak_stashed = 0;  // most (microbatch, stage) activation stashes alive at once
   double loss_sum = 0;   // sum of token losses computed here (last stage only)
+  double bytes_sent = 0; // pipeline bytes this rank sent (its 1/tp slice of each tensor under tp)
   std::vector<TraceEvent> events;
 };
 
@@ -54,9 +55,11 @@ class PipelineExecutor {
   // stages: the Gpt2Stage of every global stage this rank owns. pp: the pipeline
   // communicator, whose rank numbers are the program's ranks. tp: the stage's
   // tensor-parallel peers (may be null). storage: the dtype activations and their
-  // gradients are stored and sent in (train.precision).
+  // gradients are stored and sent in (train.precision). recompute: each stage's mode
+  // (train.recompute; stages not listed recompute nothing).
   PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp, Backend& backend,
-                   MemoryPool& pool, int d_model, DType storage = DType::F32);
+                   MemoryPool& pool, int d_model, DType storage = DType::F32,
+                   std::map<int, Recompute> recompute = {});
 
   // Runs `program` (this rank's instructions of a validated Program) over microbatches
   // of B sequences of T tokens. loss_scale = d(step loss)/d(token loss); 0 for a
@@ -73,6 +76,7 @@ class PipelineExecutor {
   MemoryPool& pool_;
   int d_model_;
   DType storage_;
+  std::map<int, Recompute> recompute_;
 };
 
 }  // namespace pipetrain

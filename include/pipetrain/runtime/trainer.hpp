@@ -37,6 +37,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double bubble_fraction = 0;  // mean idle share of the step over all ranks
   int peak_stashed = 0;        // this rank's most simultaneous activation stashes
+  double pp_bytes_sent = 0;    // pipeline bytes this rank sent (1/tp of each tensor under tp)
   bool skipped = false;        // non-finite loss or gradient with runtime.on_nonfinite = "skip"
 };
 
@@ -73,6 +74,11 @@ class Trainer {
   const UnitCosts& unit_costs() const { return unit_costs_; }
   // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
   std::string comms_summary() const { return comms_->summary(); }
+  // train.recompute as it applies to stage `s` (parallel.recompute_stages).
+  Recompute recompute_of(int s) const {
+    const auto it = recompute_.find(s);
+    return it == recompute_.end() ? Recompute::None : it->second;
+  }
   const ExecutorStats& last_stats() const { return last_stats_; }
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
@@ -111,7 +117,8 @@ class Trainer {
   Program train_program_;  // the schedule lowered and validated at construction
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
-  std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
+  std::unique_ptr<DeviceComms> comms_;
+  std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
