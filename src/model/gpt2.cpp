@@ -90,32 +90,3 @@ double gpt2_recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType 
 }
 
 }  // namespace pipetrain
-
-namespace pipetrain {
-
-double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage) {
-  const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
-  const double NH = static_cast<double>(cfg.n_head) / tp;
-  // Block: ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each),
-  // the attention probabilities (NH x T x T per sequence), LayerNorm statistics (4 N); then
-  // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).
-  // Everything but the statistics is stored in `storage`; the statistics stay f32.
-  const double block = N * (3 * C + 12 * Cl) + B * NH * T * T + N * (4 * C + 7 * Cl), block_stats = 4 * N;
-  // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
-  const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
-  double stored = 0, stats = 0;
-  for (int u = first_unit; u < last_unit; ++u) {
-    if (u == 0) {
-      stored += N * C;  // the embedding keeps its output gradient
-    } else if (u == gpt2_num_units(cfg) - 1) {
-      stored += head;
-      stats += head_stats;
-    } else {
-      stored += block;
-      stats += block_stats;
-    }
-  }
-  return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
-}
-
-}  // namespace pipetrain
