@@ -101,10 +101,10 @@ int main(int argc, char** argv) {
     auto pool = pipetrain::MemoryPool::create(*be);
     std::unique_ptr<pipetrain::AttentionStash> stash;
     const double f = median_ms(reps, [&] {
-      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, *pool, pipetrain::DType::F32);
+      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, *pool, pipetrain::DType::F32);
     });
     const double bw = median_ms(reps, [&] {
-      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, *pool);
+      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, NH, *pool);
     });
     std::printf("attention B=%d T=%d C=%d NH=%d: fwd %.3f ms, bwd %.3f ms\n", B, T, C, NH, f, bw);
   }

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", microbatches);
   app.add_option("--steps", steps, "timed steps (after one warm-up step)");
   app.add_option("--threads", threads, "BLAS threads");
+  std::string recompute = "none";
+  app.add_option("--recompute", recompute, "train.recompute: none, selective or full");
   if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
   cfg.train.global_batch = mb_size * microbatches;
   cfg.train.microbatches = microbatches;
   cfg.train.steps = steps + 1;
+  cfg.train.recompute = recompute;
   auto backend = make_cpu_backend();
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
@@ -144,8 +147,12 @@ int main(int argc, char** argv) {
   measure_gemm();
   trainer.train_step(0);  // warm-up: fills the memory pool
   std::vector<double> step_s;
+  double activations = 0;  // the step's pool peak above what it starts with: stash + working tensors
   for (int s = 1; s <= steps; ++s) {
+    const size_t before = trainer.pool().stats().in_use_bytes;
+    trainer.pool().reset_peak();
     const StepMetrics m = trainer.train_step(s);
+    activations = std::max(activations, static_cast<double>(trainer.pool().stats().peak_in_use_bytes - before));
     step_s.push_back(m.step_time_s);
     fmt::print("step {}: loss {:.4f}, {:.3f} s\n", s, m.loss, m.step_time_s);
     if (s == steps / 2) measure_gemm();
@@ -174,6 +181,8 @@ int main(int argc, char** argv) {
     fmt::print("best available: {} {:.1f} GFLOP/s -> model/best sgemm = {:.3f} (QKV shape: {:.3f})\n", best->kernel,
                best->square, model_gflops / best->square, model_gflops / best->model);
   }
+  fmt::print("recompute {}: activation memory {:.0f} MiB (the step's pool peak above its start)\n", recompute,
+             activations / 1048576.0);
   fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",
              trainer.pool().stats().peak_in_use_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
   }

@@ -136,13 +136,22 @@ inline void layernorm_backward(DVec& dinp, DVec& dw, DVec& db, const Vec& dout, 
 
 // Causal attention, explicit mask and softmax. att_out: (B, NH, T, T) with 0
 // above the diagonal.
-inline void attention_forward(DVec& out, DVec& att, const Vec& qkv, int B, int T, int C, int NH) {
+// Where element e of query head h's part (0 = Q, 1 = K, 2 = V) lies in a (B, T, C + 2 NKV hs)
+// qkv: K and V of query head h are those of key/value head h / (NH / NKV).
+inline size_t qkv_index(int b, int t, int part, int h, int e, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, Ckv = NKV * hs, R = C + 2 * Ckv;
+  const int at = part == 0 ? h * hs : C + (part == 2 ? Ckv : 0) + (h / (NH / NKV)) * hs;
+  return (static_cast<size_t>(b) * T + t) * R + at + e;
+}
+
+inline void attention_forward(DVec& out, DVec& att, const Vec& qkv, int B, int T, int C, int NH, int NKV = 0) {
+  if (NKV == 0) NKV = NH;
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   out.assign(static_cast<size_t>(B) * T * C, 0.0);
   att.assign(static_cast<size_t>(B) * NH * T * T, 0.0);
   auto at = [&](int b, int t, int part, int h, int i) {
-    return static_cast<double>(qkv[(static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs + i]);
+    return static_cast<double>(qkv[qkv_index(b, t, part, h, i, T, C, NH, NKV)]);
   };
   std::vector<double> s(T);
   for (int b = 0; b < B; ++b) {
@@ -178,15 +187,14 @@ inline void attention_forward(DVec& out, DVec& att, const Vec& qkv, int B, int T
 
 // dqkv of L = sum(out * dout) for the attention above (probabilities recomputed in double).
 inline void attention_backward(DVec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, int C,
-                               int NH) {
+                               int NH, int NKV = 0) {
+  if (NKV == 0) NKV = NH;
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   DVec out, att;
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NKV);
   dqkv.assign(qkv.size(), 0.0);
-  auto idx = [&](int b, int t, int part, int h, int e) {
-    return (static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs + e;
-  };
+  auto idx = [&](int b, int t, int part, int h, int e) { return qkv_index(b, t, part, h, e, T, C, NH, NKV); };
   std::vector<double> dp(T), ds(T);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -358,6 +366,63 @@ inline void adamw(DVec& p, const Vec& g_in, DVec& m, DVec& v, double lr, double 
     const double vhat = v[i] / (1.0 - std::pow(b2, step));
     p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
   }
+}
+
+// ---- Llama references ----
+
+// RMSNorm: out = x r w with r = 1 / sqrt(mean(x^2) + eps); backward by the chain rule.
+inline void rmsnorm_forward(DVec& out, DVec& rstd, const Vec& x, const Vec& w, int N, int C, double eps) {
+  out.assign(x.size(), 0.0);
+  rstd.assign(static_cast<size_t>(N), 0.0);
+  for (int n = 0; n < N; ++n) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += static_cast<double>(x[size_t(n) * C + c]) * x[size_t(n) * C + c];
+    const double r = 1.0 / std::sqrt(ss / C + eps);
+    rstd[size_t(n)] = r;
+    for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = x[size_t(n) * C + c] * r * w[size_t(c)];
+  }
+}
+inline void rmsnorm_backward(DVec& dx, DVec& dw, const Vec& dout, const Vec& x, const Vec& w, int N, int C,
+                             double eps) {
+  DVec out, rstd;
+  rmsnorm_forward(out, rstd, x, w, N, C, eps);
+  dx.assign(x.size(), 0.0);
+  dw.assign(static_cast<size_t>(C), 0.0);
+  for (int n = 0; n < N; ++n) {
+    const double r = rstd[size_t(n)];
+    double s = 0;  // sum_k d_k w_k x_k
+    for (int c = 0; c < C; ++c) s += static_cast<double>(dout[size_t(n) * C + c]) * w[size_t(c)] * x[size_t(n) * C + c];
+    for (int c = 0; c < C; ++c) {
+      const size_t i = size_t(n) * C + c;
+      dx[i] = r * dout[i] * w[size_t(c)] - r * r * r * x[i] * s / C;
+      dw[size_t(c)] += dout[i] * x[i] * r;
+    }
+  }
+}
+
+// RoPE on the first heads * hs channels of each of the B*T rows (stride ld): pairs
+// (2i, 2i+1) rotated by t * theta^(-2i/hs), t = row % T.
+inline DVec rope(const Vec& x, int B, int T, int ld, int heads, int hs, double theta, bool inverse) {
+  DVec y(x.begin(), x.end());
+  for (int row = 0; row < B * T; ++row) {
+    const int t = row % T;
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < hs / 2; ++i) {
+        const double a = t * std::pow(theta, -2.0 * i / hs) * (inverse ? -1.0 : 1.0);
+        const size_t k = size_t(row) * ld + h * hs + 2 * i;
+        const double x0 = x[k], x1 = x[k + 1];
+        y[k] = x0 * std::cos(a) - x1 * std::sin(a);
+        y[k + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+      }
+  }
+  return y;
+}
+
+// SwiGLU: h = silu(g) u.
+inline double silu(double g) { return g / (1.0 + std::exp(-g)); }
+inline double silu_grad(double g) {
+  const double s = 1.0 / (1.0 + std::exp(-g));
+  return s * (1.0 + g * (1.0 - s));
 }
 
 }  // namespace pipetrain::ref

@@ -79,8 +79,8 @@ struct AttnResult {
 AttnResult attention(Backend& be, const Vec& qkv, const Vec& dout, int B, int T, int C, int NH) {
   auto pool = MemoryPool::create(be);
   Buf<float> q(be, qkv), d(be, dout), out(be, Vec(size_t(B) * T * C, 5.0f)), dq(be, Vec(qkv.size(), NAN));
-  auto stash = be.attention_forward(out.get(), q.get(), B, T, C, NH, *pool, DType::F32);
-  be.attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, *pool);
+  auto stash = be.attention_forward(out.get(), q.get(), B, T, C, NH, NH, *pool, DType::F32);
+  be.attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, NH, *pool);
   return {out.host(), dq.host()};
 }
 

@@ -92,13 +92,15 @@ class KernelTest : public ::testing::TestWithParam<BackendFactory> {
 
   // Runs the backend's attention forward (and backward, given dout); returns out and
   // (then) dqkv. The stash is the backend's own, from a pool.
-  Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, const Vec* dout = nullptr, Vec* dqkv = nullptr) {
+  Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, const Vec* dout = nullptr, Vec* dqkv = nullptr,
+                    int NKV = 0) {
+    if (NKV == 0) NKV = NH;
     auto pool = MemoryPool::create(be());
     DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f));
-    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, *pool, DType::F32);
+    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, NKV, *pool, DType::F32);
     if (dout) {
       DevBuf<float> d(be(), *dout), dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
-      be().attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, *pool);
+      be().attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, NKV, *pool);
       *dqkv = dq.host();
     }
     return out.host();
@@ -517,6 +519,144 @@ TEST_P(KernelTest, GradCheckCrossEntropy) {
   Vec grad;
   run(logits, 1.0f, &grad);
   EXPECT_TRUE(fd_check(logits, grad, [&](const Vec& l) { return run(l, 0.0f, nullptr); }));
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+// ---- Llama kernels: grouped-query attention, RMSNorm, RoPE, SwiGLU ----
+namespace pipetrain {
+namespace {
+
+TEST_P(KernelTest, GroupedQueryAttention) {
+  struct Shape {
+    int B, T, C, NH, NKV;
+  };
+  // Two query heads per key/value head; multi-query (one K/V head for all six).
+  for (Shape s : {Shape{2, 37, 32, 4, 2}, Shape{1, 70, 24, 6, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " T=" << s.T);
+    const int hs = s.C / s.NH, R = s.C + 2 * s.NKV * hs;
+    const Vec qkv = random_vec(size_t(s.B) * s.T * R, 60, -2.0f, 2.0f);
+    DVec out_ref, att_ref, dqkv_ref;
+    ref::attention_forward(out_ref, att_ref, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    const Vec dout = random_vec(out_ref.size(), 61);
+    ref::attention_backward(dqkv_ref, dout, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    Vec dqkv;  // starts as NaN: every element must be written
+    const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH, &dout, &dqkv, s.NKV);
+    EXPECT_TRUE(close(out, out_ref, 1e-5, 1e-6 * max_abs(out_ref)));
+    EXPECT_TRUE(close(dqkv, dqkv_ref, 1e-4, 1e-5 * max_abs(dqkv_ref)));
+  }
+  const int B = 1, T = 9, C = 8, NH = 4, NKV = 2, R = C + 2 * NKV * (C / NH);
+  const Vec qkv = random_vec(size_t(B) * T * R, 62), Rv = random_vec(size_t(B) * T * C, 63);
+  Vec an;
+  attention_out(qkv, B, T, C, NH, &Rv, &an, NKV);
+  EXPECT_TRUE(fd_check(qkv, an, [&](const Vec& x) { return dot(attention_out(x, B, T, C, NH, nullptr, nullptr, NKV), Rv); }));
+}
+
+TEST_P(KernelTest, RmsNorm) {
+  const int N = 37, C = 77;
+  const Vec x = random_vec(size_t(N) * C, 64, -2.0f, 3.0f), w = random_vec(C, 65);
+  auto forward = [&](const Vec& xv, const Vec& wv, Vec* rstd) {
+    DevBuf<float> dx(be(), xv), dw(be(), wv), out(be(), Vec(xv.size())), r(be(), Vec(N));
+    be().rmsnorm_forward(out.get(), r.get(), dx.get(), dw.get(), N, C, 1e-5f);
+    if (rstd) *rstd = r.host();
+    return out.host();
+  };
+  DVec out_ref, rstd_ref, dx_ref, dw_ref;
+  ref::rmsnorm_forward(out_ref, rstd_ref, x, w, N, C, 1e-5);
+  Vec rstd;
+  EXPECT_TRUE(close(forward(x, w, &rstd), out_ref, 1e-5, 1e-6));
+  EXPECT_TRUE(close(rstd, rstd_ref, 1e-5, 0));
+  const Vec dout = random_vec(x.size(), 66), dx0 = random_vec(x.size(), 67), dw0 = random_vec(C, 68);
+  ref::rmsnorm_backward(dx_ref, dw_ref, dout, x, w, N, C, 1e-5);
+  for (size_t i = 0; i < dx_ref.size(); ++i) dx_ref[i] += dx0[i];  // both accumulate
+  for (size_t i = 0; i < dw_ref.size(); ++i) dw_ref[i] += dw0[i];
+  DevBuf<float> dd(be(), dout), dx(be(), x), dw(be(), w), dr(be(), rstd), gx(be(), dx0), gw(be(), dw0);
+  be().rmsnorm_backward_input(gx.get(), dd.get(), dx.get(), dw.get(), dr.get(), N, C);
+  be().rmsnorm_backward_weight(gw.get(), dd.get(), dx.get(), dr.get(), N, C);
+  EXPECT_TRUE(close(gx.host(), dx_ref, 1e-4, 1e-5));
+  EXPECT_TRUE(close(gw.host(), dw_ref, 1e-4, 1e-4));
+  // Finite differences on a small case.
+  const int n = 3, c = 19;
+  const Vec xs = random_vec(size_t(n) * c, 69), ws = random_vec(c, 70), Rs = random_vec(xs.size(), 71);
+  auto small = [&](const Vec& xv, const Vec& wv, Vec* rs) {
+    DevBuf<float> dxv(be(), xv), dwv(be(), wv), out(be(), Vec(xv.size())), r(be(), Vec(n));
+    be().rmsnorm_forward(out.get(), r.get(), dxv.get(), dwv.get(), n, c, 1e-5f);
+    if (rs) *rs = r.host();
+    return out.host();
+  };
+  Vec rs;
+  small(xs, ws, &rs);
+  DevBuf<float> dR(be(), Rs), dxs(be(), xs), dws(be(), ws), drs(be(), rs), ax(be(), Vec(xs.size(), 0.0f)),
+      aw(be(), Vec(c, 0.0f));
+  be().rmsnorm_backward_input(ax.get(), dR.get(), dxs.get(), dws.get(), drs.get(), n, c);
+  be().rmsnorm_backward_weight(aw.get(), dR.get(), dxs.get(), drs.get(), n, c);
+  EXPECT_TRUE(fd_check(xs, ax.host(), [&](const Vec& v) { return dot(small(v, ws, nullptr), Rs); }));
+  EXPECT_TRUE(fd_check(ws, aw.host(), [&](const Vec& v) { return dot(small(xs, v, nullptr), Rs); }));
+}
+
+TEST_P(KernelTest, Rope) {
+  // The Q part of a (B, T, C + 2 Ckv) row: 4 heads of 8; the K part: 2 heads at offset C.
+  const int B = 2, T = 13, hs = 8, NH = 4, NKV = 2, C = NH * hs, ld = C + 2 * NKV * hs;
+  const Vec x = random_vec(size_t(B) * T * ld, 72, -2.0f, 2.0f);
+  const double theta = 10000.0;
+  auto apply = [&](const Vec& v, bool inverse) {
+    DevBuf<float> d(be(), v);
+    be().rope(d.get(), B, T, ld, NH, hs, static_cast<float>(theta), inverse);  // Q
+    be().rope(d.get() + C, B, T, ld, NKV, hs, static_cast<float>(theta), inverse);  // K
+    return d.host();
+  };
+  DVec want = ref::rope(x, B, T, ld, NH, hs, theta, false);
+  {
+    Vec shifted(x.size());  // the K part, via the reference on a view shifted by C
+    const DVec k = ref::rope(Vec(x.begin() + C, x.end()), B, T, ld, NKV, hs, theta, false);
+    for (size_t i = 0; i + C < x.size(); ++i)
+      if ((i % ld) < static_cast<size_t>(NKV * hs)) want[i + C] = k[i];
+  }
+  const Vec y = apply(x, false);
+  EXPECT_TRUE(close(y, want, 1e-5, 1e-5));  // V and the channels past it are untouched (want = x there)
+  EXPECT_TRUE(close(apply(y, true), DVec(x.begin(), x.end()), 1e-5, 1e-5)) << "inverse undoes the rotation";
+  // The backward is the transpose: <rope(a), b> = <a, rope^-1(b)>.
+  const Vec b = random_vec(x.size(), 73);
+  EXPECT_NEAR(dot(apply(x, false), b), dot(x, apply(b, true)), 1e-4 * std::abs(dot(x, b)) + 1e-3);
+  try {
+    DevBuf<float> d(be(), Vec(6));
+    be().rope(d.get(), 1, 2, 3, 1, 3, 10000.0f, false);
+    ADD_FAILURE() << "an odd head size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("odd"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(KernelTest, SwiGlu) {
+  const size_t n = 1001;
+  const Vec g = random_vec(n, 74, -6.0f, 6.0f), u = random_vec(n, 75), d = random_vec(n, 76);
+  auto forward = [&](const Vec& gv, const Vec& uv) {
+    DevBuf<float> dg(be(), gv), du(be(), uv), out(be(), Vec(n));
+    be().swiglu_forward(out.get(), dg.get(), du.get(), n);
+    return out.host();
+  };
+  DVec want(n), dg_ref(n), du_ref(n);
+  for (size_t i = 0; i < n; ++i) {
+    want[i] = ref::silu(g[i]) * u[i];
+    dg_ref[i] = d[i] * u[i] * ref::silu_grad(g[i]);
+    du_ref[i] = d[i] * ref::silu(g[i]);
+  }
+  EXPECT_TRUE(close(forward(g, u), want, 1e-5, 1e-6));
+  DevBuf<float> dg(be(), g), du(be(), u), dd(be(), d), gg(be(), Vec(n)), gu(be(), d);
+  be().swiglu_backward(gg.get(), gu.get(), gu.get(), dg.get(), du.get(), n);  // du aliases dout
+  EXPECT_TRUE(close(gg.host(), dg_ref, 1e-5, 1e-6));
+  EXPECT_TRUE(close(gu.host(), du_ref, 1e-5, 1e-6));
+  const Vec gs(g.begin(), g.begin() + 40), us(u.begin(), u.begin() + 40), ds(d.begin(), d.begin() + 40);
+  auto small = [&](const Vec& gv, const Vec& uv) {
+    DevBuf<float> a(be(), gv), b(be(), uv), out(be(), Vec(40));
+    be().swiglu_forward(out.get(), a.get(), b.get(), 40);
+    return out.host();
+  };
+  DevBuf<float> a(be(), gs), b(be(), us), dds(be(), ds), ag(be(), Vec(40)), au(be(), Vec(40));
+  be().swiglu_backward(ag.get(), au.get(), dds.get(), a.get(), b.get(), 40);
+  EXPECT_TRUE(fd_check(gs, ag.host(), [&](const Vec& v) { return dot(small(v, us), ds); }));
+  EXPECT_TRUE(fd_check(us, au.host(), [&](const Vec& v) { return dot(small(gs, v), ds); }));
 }
 
 }  // namespace

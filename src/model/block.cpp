@@ -89,7 +89,7 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   ln1 = {};  // f32 working tensors go as soon as they are used: the stash is what stays
   s->qkv = store(ctx, qkv);
   Tensor atty = Tensor::empty(pool, {N, Cl});
-  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, pool, ctx.storage);
+  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage);
   qkv = {};
   s->atty = store(ctx, atty);
   const Tensor res2 = Tensor::empty(pool, {N, C});
@@ -129,7 +129,7 @@ void Block::recompute_selective(const MicrobatchContext& ctx, Stash& stash) cons
   auto& s = as<BlockStash>(stash);
   const int N = ctx.B * ctx.T, Cl = Cl_;
   Tensor atty = Tensor::empty(*ctx.pool, {N, Cl});
-  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cl, NH_, *ctx.pool,
+  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cl, NH_, NH_, *ctx.pool,
                                ctx.storage);
   s.atty = store(ctx, atty);
   const Tensor fch = working_f32(ctx, s.fch);
@@ -167,7 +167,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   Tensor datty = Tensor::empty(pool, {N, Cl});
   linear_backward_input(ctx, datty, s.dres2, projw_);
   Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
-  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, pool);
+  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, NH_, pool);
   s.att.reset();  // the probabilities are the biggest part of the stash
   datty = {};
   s.dqkv = store(ctx, dqkv);

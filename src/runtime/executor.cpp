@@ -251,6 +251,7 @@ struct PipelineExecutor::Impl {
       if (a.op == Op::B) {
         layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
         weights_done(a, i);
+        if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
       }
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
@@ -267,6 +268,7 @@ struct PipelineExecutor::Impl {
     for (size_t i = layers.size(); i-- > 0;) {
       layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
       weights_done(a, i);
+      if (frees) ss.layers[i].reset();
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);

@@ -98,17 +98,40 @@ class Backend : public DeviceAllocator {
                                          const float* inp, const float* mean, const float* rstd,
                                          int N, int C) = 0;
 
-  // ---- causal multi-head self-attention on a fused QKV tensor ----
-  // qkv: (B, T, 3C) laid out [Q | K | V]; head h uses channels h*hs .. (h+1)*hs-1 of each
-  // part (hs = C / NH). out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1. Scores are
-  // scaled by 1/sqrt(hs). What forward keeps for backward is the backend's choice, opaque
-  // to the model (its memory comes from `pool`, so it counts as stashed activations);
-  // `storage` is the precision activations are stashed in (bf16: the stash may be bf16).
+  // ---- causal multi-head self-attention on a fused QKV tensor, grouped-query ----
+  // NH query heads of size hs = C / NH, NKV key/value heads (NKV divides NH; NKV = NH is
+  // plain multi-head attention): qkv is (B, T, C + 2 NKV hs) laid out [Q | K | V]; query
+  // head h uses channels h*hs .. of Q and key/value head h / (NH / NKV) of K and V.
+  // out: (B, T, C), head h in channels h*hs .. (h+1)*hs-1. Scores are scaled by
+  // 1/sqrt(hs). What forward keeps for backward is the backend's choice, opaque to the
+  // model (its memory comes from `pool`, so it counts as stashed activations); `storage`
+  // is the precision activations are stashed in (bf16: the stash may be bf16).
   virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C,
-                                                            int NH, MemoryPool& pool, DType storage) = 0;
+                                                            int NH, int NKV, MemoryPool& pool, DType storage) = 0;
   // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
-                                  int T, int C, int NH, MemoryPool& pool) = 0;
+                                  int T, int C, int NH, int NKV, MemoryPool& pool) = 0;
+
+  // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
+  // out = inp * rstd * weight with rstd[n] = 1 / sqrt(mean_c inp[n, c]^2 + eps) (saved).
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                               float eps) = 0;
+  // dinp += dL/dinp   (accumulates: the residual stream adds the branch gradient)
+  virtual void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                                      const float* rstd, int N, int C) = 0;
+  // dweight += sum_n dout * inp * rstd   (accumulates)
+  virtual void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                                       int N, int C) = 0;
+  // In place on B*T rows of leading dimension ld (row b*T + t is position t): the first
+  // heads * head_size channels, head by head, have their channel pairs (2i, 2i+1)
+  // rotated by t * theta^(-2i / head_size) (Meta's Llama convention); inverse rotates
+  // back (the backward of the rotation).
+  virtual void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) = 0;
+  // out = silu(g) * u elementwise; backward: dg = dout u silu'(g), du = dout silu(g)
+  // (overwrite; dg or du may alias dout).
+  virtual void swiglu_forward(float* out, const float* g, const float* u, size_t n) = 0;
+  virtual void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u,
+                               size_t n) = 0;
 
   // ---- token + position embedding ----
   // out[b, t, :] = wte[tokens[b*T + t], :] + wpe[t, :]

@@ -1,8 +1,10 @@
-// Causal multi-head self-attention on a fused (B, T, 3C) QKV tensor.
+// Causal grouped-query self-attention on a fused (B, T, C + 2 NKV hs) QKV tensor (NKV =
+// NH: GPT-2's multi-head attention on (B, T, 3C)).
 //
 // Every matrix product is a BLAS sgemm whose leading dimensions index straight
-// into qkv (3C), out/dout (C) and the (T, T) score slice of each (b, h): no
-// copies. Queries are processed in blocks of kAttnBlock rows; block [i0, i1)
+// into qkv (R = C + 2 NKV hs), out/dout (C) and the (T, T) score slice of each (b, h): no
+// copies. Query head h reads key/value head h / (NH / NKV); in backward the query heads
+// of a group add into their key/value head's gradient. Queries are processed in blocks of kAttnBlock rows; block [i0, i1)
 // only multiplies against keys 0 .. i1-1, so the causal upper triangle beyond
 // the block is never computed. The row-wise softmax (and its backward) runs as
 // a Kokkos kernel over the rows of a block.
@@ -58,15 +60,16 @@ void causal_softmax_backward_row(float* dp, const float* p, int len, int nk, flo
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV, Ckv = NKV * hs;
+  const int C3 = C + 2 * Ckv;  // the row stride of qkv
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
+      const float* row = qkv + static_cast<int64_t>(b) * T * C3;
+      const float* q = row + h * hs;
+      const float* k = row + C + (h / group) * hs;
+      const float* v = k + Ckv;
       float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
       float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
       for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
@@ -89,30 +92,32 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+                        const float* att, int B, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV, Ckv = NKV * hs;
+  const int C3 = C + 2 * Ckv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int nblocks = (T + kAttnBlock - 1) / kAttnBlock;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const int64_t off = static_cast<int64_t>(b) * T * C3 + h * hs;
-      const float* q = qkv + off;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + off;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
+      const int64_t row = static_cast<int64_t>(b) * T * C3, qo = h * hs, ko = C + (h / group) * hs;
+      const float* q = qkv + row + qo;
+      const float* k = qkv + row + ko;
+      const float* v = k + Ckv;
+      float* dq = dqkv + row + qo;
+      float* dk = dqkv + row + ko;
+      float* dv = dk + Ckv;
+      const bool first_of_group = h % group == 0;  // it overwrites the group's dK and dV
       const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
       float* s = scratch + (static_cast<int64_t>(b) * NH + h) * T * T;
       const float* dO = dout + static_cast<int64_t>(b) * T * C + h * hs;
-      // Last block first: it touches every key row, so it overwrites dK and dV
-      // (beta = 0) and the earlier blocks accumulate into them.
+      // Last block first: it touches every key row, so for the group's first query head
+      // it overwrites dK and dV (beta = 0); earlier blocks and the group's other heads
+      // accumulate into them.
       for (int blk = nblocks - 1; blk >= 0; --blk) {
         const int i0 = blk * kAttnBlock;
         const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
         const int nb = i1 - i0;
-        const float beta = blk == nblocks - 1 ? 0.0f : 1.0f;
+        const float beta = blk == nblocks - 1 && first_of_group ? 0.0f : 1.0f;
         const float* ab = a + static_cast<int64_t>(i0) * T;
         float* sb = s + static_cast<int64_t>(i0) * T;
         const float* dOb = dO + static_cast<int64_t>(i0) * C;

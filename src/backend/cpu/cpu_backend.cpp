@@ -100,10 +100,11 @@ class CpuBackend final : public Backend {
     size_t bytes() const override { return att.bytes(); }
   };
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    MemoryPool& pool, DType storage) override {
+                                                    int NKV, MemoryPool& pool, DType storage) override {
+    check_heads("attention_forward", C, NH, NKV);
     auto s = std::make_unique<ProbabilityStash>();
     Tensor att = Tensor::empty(pool, {B, NH, T, T});
-    cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH);
+    cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH, NKV);
     if (storage == DType::BF16) {
       s->att = Tensor::empty(pool, att.shape(), DType::BF16);
       cpu::cast_to_bf16(s->att.bf16_data(), att.f32(), static_cast<size_t>(att.numel()));
@@ -113,7 +114,8 @@ class CpuBackend final : public Backend {
     return s;
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
-                          int C, int NH, MemoryPool& pool) override {
+                          int C, int NH, int NKV, MemoryPool& pool) override {
+    check_heads("attention_backward", C, NH, NKV);
     const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
     Tensor att = kept;
     if (kept.dtype() == DType::BF16) {
@@ -121,7 +123,34 @@ class CpuBackend final : public Backend {
       cpu::cast_to_f32(att.f32(), kept.bf16_data(), static_cast<size_t>(kept.numel()));
     }
     const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
-    cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH);
+    cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH, NKV);
+  }
+  static void check_heads(const char* kernel, int C, int NH, int NKV) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || C % NH != 0)
+      fail("{}: {} query heads, {} key/value heads and {} channels (need NKV | NH and NH | C)", kernel, NH, NKV, C);
+  }
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* rstd, int N, int C) override {
+    cpu::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C);
+  }
+  void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd, int N,
+                               int C) override {
+    cpu::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C);
+  }
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) override {
+    if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
+    cpu::rope(x, B, T, ld, heads, head_size, theta, inverse);
+  }
+  void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
+    cpu::swiglu_forward(out, g, u, n);
+  }
+  void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u, size_t n) override {
+    cpu::swiglu_backward(dg, du, dout, g, u, n);
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

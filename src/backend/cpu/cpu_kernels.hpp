@@ -171,9 +171,18 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
 // Queries are processed in blocks of this many rows; block i multiplies only
 // against keys 0 .. end of block i (the causal upper triangle is skipped).
 inline constexpr int kAttnBlock = 64;
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH, int NKV);
+
+// ---- Llama (rmsnorm.cpp, rope.cpp, swiglu.cpp) ----
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C);
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);
+void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse);
+void swiglu_forward(float* out, const float* g, const float* u, size_t n);
+void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u, size_t n);
 
 // ---- embedding ----
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

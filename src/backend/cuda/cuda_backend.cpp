@@ -237,13 +237,21 @@ class CudaBackend final : public Backend {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
   };
+  static void check_heads(const char* kernel, int C, int NH, int NKV) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || C % NH != 0)
+      fail("{}: {} query heads, {} key/value heads and {} channels (need NKV | NH and NH | C)", kernel, NH, NKV, C);
+    if (NKV != NH && C / NH > cuda::kMaxFlashHead)
+      fail("{}: grouped-query attention on the GPU needs a head size <= {}, got {}", kernel, cuda::kMaxFlashHead,
+           C / NH);
+  }
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    MemoryPool& pool, DType /*storage*/) override {
+                                                    int NKV, MemoryPool& pool, DType /*storage*/) override {
+    check_heads("attention_forward", C, NH, NKV);
     if (C / NH <= cuda::kMaxFlashHead) {
       auto s = std::make_unique<FlashStash>();
       s->lse = Tensor::empty(pool, {B, NH, T});
       s->out = Tensor::empty(pool, {B, T, C});
-      cuda::flash_attention_forward(ctx(), out, s->lse.f32(), qkv, B, T, C, NH);
+      cuda::flash_attention_forward(ctx(), out, s->lse.f32(), qkv, B, T, C, NH, NKV);
       copy(s->out.f32(), out, s->out.bytes());
       return s;
     }
@@ -253,15 +261,41 @@ class CudaBackend final : public Backend {
     return s;
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
-                          int C, int NH, MemoryPool& pool) override {
+                          int C, int NH, int NKV, MemoryPool& pool) override {
+    check_heads("attention_backward", C, NH, NKV);
     if (auto* f = dynamic_cast<FlashStash*>(&stash)) {
       const Tensor delta = Tensor::empty(pool, {B, NH, T});
-      cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH);
+      cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH,
+                                     NKV);
       return;
     }
     const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
     cuda::attention_backward(ctx(), dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(),
                              B, T, C, NH);
+  }
+
+  // ---- Llama ----
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
+    cuda::rmsnorm_forward(ctx(), out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* rstd, int N, int C) override {
+    cuda::rmsnorm_backward_input(ctx(), dinp, dout, inp, weight, rstd, N, C);
+  }
+  void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd, int N,
+                               int C) override {
+    cuda::rmsnorm_backward_weight(ctx(), dweight, dout, inp, rstd, N, C);
+  }
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) override {
+    if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
+    cuda::rope(ctx(), x, B, T, ld, heads, head_size, theta, inverse);
+  }
+  void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
+    cuda::swiglu_forward(ctx(), out, g, u, n);
+  }
+  void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u, size_t n) override {
+    cuda::swiglu_backward(ctx(), dg, du, dout, g, u, n);
   }
 
   // ---- embedding ----

@@ -124,13 +124,27 @@ void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv,
 void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH);
 
-// ---- flash attention (flash_attention.cu: O(T) per row, head size <= kMaxFlashHead) ----
+// ---- flash attention (flash_attention.cu: O(T) per row, head size <= kMaxFlashHead,
+// grouped-query: NKV key/value heads, qkv rows of C + 2 NKV hs) ----
 inline constexpr int kMaxFlashHead = 128;
 // out (B, T, C) and lse (B, NH, T): each row's log-sum-exp of its scaled scores.
-void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             int NKV);
 // dqkv (overwritten) from the forward's out and lse; delta: B * NH * T floats of workspace.
 void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int C, int NH);
+                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV);
+
+// ---- Llama (llama.cu): RMSNorm, rotary embeddings, SwiGLU, as Backend states them ----
+void rmsnorm_forward(const Ctx& ctx, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+void rmsnorm_backward_input(const Ctx& ctx, float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C);
+void rmsnorm_backward_weight(const Ctx& ctx, float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int N, int C);
+void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse);
+void swiglu_forward(const Ctx& ctx, float* out, const float* g, const float* u, size_t n);
+void swiglu_backward(const Ctx& ctx, float* dg, float* du, const float* dout, const float* g, const float* u,
+                     size_t n);
 
 // ---- embedding (embedding.cu) ----
 void embedding_forward(const Ctx& ctx, float* out, const int32_t* tokens, const float* wte,

@@ -8,8 +8,10 @@
 // grows); backward is FlashAttention-2's: with D_i = dO_i . O_i,
 //   P_ij = exp(s_ij - lse_i), dS_ij = P_ij (dO_i . V_j - D_i),
 //   dQ_i = scale sum_j dS_ij K_j,  dK_j = scale sum_i dS_ij Q_i,  dV_j = sum_i P_ij dO_i.
-// Every output row is owned by one warp and summed in a fixed order: deterministic, no
-// atomics. Head sizes up to 128 (four channels per lane); the backend falls back to the
+// Grouped-query attention: query head h reads key/value head h / (NH / NKV) (rows of qkv
+// are C + 2 NKV hs wide); a key/value head's gradient sums its group's query heads in
+// order. Every output row is owned by one warp and summed in a fixed order: deterministic,
+// no atomics. Head sizes up to 128 (four channels per lane); the backend falls back to the
 // probability kernels (attention.cu) above that.
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
@@ -25,37 +27,40 @@ constexpr int kPerLane = kMaxFlashHead / 32;
 
 __device__ __forceinline__ size_t row_of(int b, int t, int T) { return static_cast<size_t>(b) * T + t; }
 
-// Rows [t0, t0 + kTile) of one part (0 = Q, 1 = K, 2 = V) of head h into tile (zeros past T).
-__device__ void load_tile(float (*tile)[kPad], const float* qkv, int part, int b, int h, int t0, int T, int C, int hs) {
-  const size_t C3 = 3 * static_cast<size_t>(C);
+// Rows [t0, t0 + kTile) of channels [col, col + hs) of a (B, T, ld) tensor into tile
+// (zeros past T).
+__device__ void load_tile(float (*tile)[kPad], const float* x, size_t ld, size_t col, int b, int t0, int T, int hs) {
   for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
     const int r = e / hs, d = e % hs, t = t0 + r;
-    tile[r][d] = t < T ? qkv[row_of(b, t, T) * C3 + static_cast<size_t>(part) * C + h * hs + d] : 0.0f;
-  }
-}
-// The same for an (B, T, C) tensor (dO).
-__device__ void load_rows(float (*tile)[kPad], const float* x, int b, int h, int t0, int T, int C, int hs) {
-  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
-    const int r = e / hs, d = e % hs, t = t0 + r;
-    tile[r][d] = t < T ? x[row_of(b, t, T) * C + h * hs + d] : 0.0f;
+    tile[r][d] = t < T ? x[row_of(b, t, T) * ld + col + d] : 0.0f;
   }
 }
 
-__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH, float scale) {
-  const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+// Where the parts of query head h start in a qkv row (K and V: its key/value head's).
+struct Heads {
+  int C, NH, NKV, hs;
+  __device__ size_t ld() const { return static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * hs; }
+  __device__ size_t q(int h) const { return static_cast<size_t>(h) * hs; }
+  __device__ size_t k_of_kv(int hk) const { return static_cast<size_t>(C) + static_cast<size_t>(hk) * hs; }
+  __device__ size_t v_of_kv(int hk) const { return k_of_kv(hk) + static_cast<size_t>(NKV) * hs; }
+  __device__ int kv(int h) const { return h / (NH / NKV); }
+};
+
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, Heads H, float scale) {
+  const int hs = H.hs, C = H.C, NH = H.NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, i = row0 + warp;
   const bool active = i < T;
   __shared__ float ks[kTile][kPad], vs[kTile][kPad], qs[kRows][kMaxFlashHead];
-  const size_t C3 = 3 * static_cast<size_t>(C);
+  const size_t ld = H.ld();
   if (active)
-    for (int d = lane; d < hs; d += 32) qs[warp][d] = qkv[row_of(b, i, T) * C3 + h * hs + d];
+    for (int d = lane; d < hs; d += 32) qs[warp][d] = qkv[row_of(b, i, T) * ld + H.q(h) + d];
   float m = -INFINITY, l = 0.0f, acc[kPerLane] = {};
   const int last = min(row0 + kRows, T) - 1;  // the block's last query: later keys are masked
   for (int t0 = 0; t0 <= last; t0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
-    load_tile(ks, qkv, 1, b, h, t0, T, C, hs);
-    load_tile(vs, qkv, 2, b, h, t0, T, C, hs);
+    load_tile(ks, qkv, ld, H.k_of_kv(H.kv(h)), b, t0, T, hs);
+    load_tile(vs, qkv, ld, H.v_of_kv(H.kv(h)), b, t0, T, hs);
     __syncthreads();
     if (!active || t0 > i) continue;  // uniform per warp
     const int j = t0 + lane;
@@ -106,17 +111,17 @@ __global__ void flash_delta_kernel(float* delta, const float* dout, const float*
 
 // dQ: one warp per query row, key tiles up to the block's last query.
 __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                const float* delta, int T, int C, int NH, float scale) {
-  const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+                                const float* delta, int T, Heads H, float scale) {
+  const int hs = H.hs, C = H.C, NH = H.NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, i = row0 + warp;
   const bool active = i < T;
   __shared__ float ks[kTile][kPad], vs[kTile][kPad], qs[kRows][kMaxFlashHead], dos[kRows][kMaxFlashHead];
-  const size_t C3 = 3 * static_cast<size_t>(C);
+  const size_t ld = H.ld();
   float lse_i = 0.0f, d_i = 0.0f;
   if (active) {
     for (int d = lane; d < hs; d += 32) {
-      qs[warp][d] = qkv[row_of(b, i, T) * C3 + h * hs + d];
+      qs[warp][d] = qkv[row_of(b, i, T) * ld + H.q(h) + d];
       dos[warp][d] = dout[row_of(b, i, T) * C + h * hs + d];
     }
     lse_i = lse[static_cast<size_t>(bh) * T + i];
@@ -126,8 +131,8 @@ __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv
   const int last = min(row0 + kRows, T) - 1;
   for (int t0 = 0; t0 <= last; t0 += kTile) {
     __syncthreads();
-    load_tile(ks, qkv, 1, b, h, t0, T, C, hs);
-    load_tile(vs, qkv, 2, b, h, t0, T, C, hs);
+    load_tile(ks, qkv, ld, H.k_of_kv(H.kv(h)), b, t0, T, hs);
+    load_tile(vs, qkv, ld, H.v_of_kv(H.kv(h)), b, t0, T, hs);
     __syncthreads();
     if (!active || t0 > i) continue;
     const int j = t0 + lane;
@@ -152,55 +157,60 @@ __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv
   if (!active) return;
   for (int r = 0; r < kPerLane; ++r) {
     const int d = lane + 32 * r;
-    if (d < hs) dqkv[row_of(b, i, T) * C3 + h * hs + d] = acc[r] * scale;
+    if (d < hs) dqkv[row_of(b, i, T) * ld + H.q(h) + d] = acc[r] * scale;
   }
 }
 
-// dK and dV: one warp per key row j, query tiles from the block's first key to T.
+// dK and dV: one warp per key row j of key/value head hk, summing the group's query heads
+// in order, each over its query tiles from the block's first key to T.
 __global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                 const float* delta, int T, int C, int NH, float scale) {
-  const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+                                 const float* delta, int T, Heads H, float scale) {
+  const int hs = H.hs, C = H.C, NKV = H.NKV, group = H.NH / H.NKV;
+  const int bk = blockIdx.y, b = bk / NKV, hk = bk % NKV;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, j = row0 + warp;
   const bool active = j < T;
   __shared__ float qs[kTile][kPad], dos[kTile][kPad], kr[kRows][kMaxFlashHead], vr[kRows][kMaxFlashHead];
   __shared__ float lse_t[kTile], delta_t[kTile];
-  const size_t C3 = 3 * static_cast<size_t>(C);
+  const size_t ld = H.ld();
   if (active)
     for (int d = lane; d < hs; d += 32) {
-      kr[warp][d] = qkv[row_of(b, j, T) * C3 + C + h * hs + d];
-      vr[warp][d] = qkv[row_of(b, j, T) * C3 + 2 * static_cast<size_t>(C) + h * hs + d];
+      kr[warp][d] = qkv[row_of(b, j, T) * ld + H.k_of_kv(hk) + d];
+      vr[warp][d] = qkv[row_of(b, j, T) * ld + H.v_of_kv(hk) + d];
     }
   float dk[kPerLane] = {}, dv[kPerLane] = {};
-  for (int t0 = row0 / kTile * kTile; t0 < T; t0 += kTile) {
-    __syncthreads();
-    load_tile(qs, qkv, 0, b, h, t0, T, C, hs);
-    load_rows(dos, dout, b, h, t0, T, C, hs);
-    if (threadIdx.x < kTile) {
-      const int t = t0 + static_cast<int>(threadIdx.x);
-      lse_t[threadIdx.x] = t < T ? lse[static_cast<size_t>(bh) * T + t] : 0.0f;
-      delta_t[threadIdx.x] = t < T ? delta[static_cast<size_t>(bh) * T + t] : 0.0f;
-    }
-    __syncthreads();
-    if (!active || t0 + kTile <= j) continue;  // every query of the tile is before this key
-    const int i = t0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i >= j && i < T) {
-      float qk = 0.0f, dov = 0.0f;
-      for (int d = 0; d < hs; ++d) {
-        qk += qs[lane][d] * kr[warp][d];
-        dov += dos[lane][d] * vr[warp][d];
+  for (int g = 0; g < group; ++g) {
+    const int h = hk * group + g, bh = b * H.NH + h;
+    for (int t0 = row0 / kTile * kTile; t0 < T; t0 += kTile) {
+      __syncthreads();
+      load_tile(qs, qkv, ld, H.q(h), b, t0, T, hs);
+      load_tile(dos, dout, static_cast<size_t>(C), static_cast<size_t>(h) * hs, b, t0, T, hs);
+      if (threadIdx.x < kTile) {
+        const int t = t0 + static_cast<int>(threadIdx.x);
+        lse_t[threadIdx.x] = t < T ? lse[static_cast<size_t>(bh) * T + t] : 0.0f;
+        delta_t[threadIdx.x] = t < T ? delta[static_cast<size_t>(bh) * T + t] : 0.0f;
       }
-      p = expf(qk * scale - lse_t[lane]);
-      ds = p * (dov - delta_t[lane]);
-    }
-    for (int ii = max(0, j - t0); ii < kTile; ++ii) {
-      const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
-      for (int r = 0; r < kPerLane; ++r) {
-        const int d = lane + 32 * r;
-        if (d < hs) {
-          dv[r] += pi * dos[ii][d];
-          dk[r] += dsi * qs[ii][d];
+      __syncthreads();
+      if (!active || t0 + kTile <= j) continue;  // every query of the tile is before this key
+      const int i = t0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i >= j && i < T) {
+        float qk = 0.0f, dov = 0.0f;
+        for (int d = 0; d < hs; ++d) {
+          qk += qs[lane][d] * kr[warp][d];
+          dov += dos[lane][d] * vr[warp][d];
+        }
+        p = expf(qk * scale - lse_t[lane]);
+        ds = p * (dov - delta_t[lane]);
+      }
+      for (int ii = max(0, j - t0); ii < kTile; ++ii) {
+        const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+        for (int r = 0; r < kPerLane; ++r) {
+          const int d = lane + 32 * r;
+          if (d < hs) {
+            dv[r] += pi * dos[ii][d];
+            dk[r] += dsi * qs[ii][d];
+          }
         }
       }
     }
@@ -209,31 +219,36 @@ __global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qk
   for (int r = 0; r < kPerLane; ++r) {
     const int d = lane + 32 * r;
     if (d < hs) {
-      dqkv[row_of(b, j, T) * C3 + C + h * hs + d] = dk[r] * scale;
-      dqkv[row_of(b, j, T) * C3 + 2 * static_cast<size_t>(C) + h * hs + d] = dv[r];
+      dqkv[row_of(b, j, T) * ld + H.k_of_kv(hk) + d] = dk[r] * scale;
+      dqkv[row_of(b, j, T) * ld + H.v_of_kv(hk) + d] = dv[r];
     }
   }
 }
 
-dim3 row_grid(int B, int T, int NH) { return dim3(static_cast<unsigned>((T + kRows - 1) / kRows), static_cast<unsigned>(B * NH)); }
+dim3 row_grid(int B, int T, int heads) {
+  return dim3(static_cast<unsigned>((T + kRows - 1) / kRows), static_cast<unsigned>(B * heads));
+}
 
 }  // namespace
 
-void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  flash_forward_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(out, lse, qkv, T, C, NH, scale);
+void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             int NKV) {
+  const Heads H{C, NH, NKV, C / NH};
+  const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
+  flash_forward_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(out, lse, qkv, T, H, scale);
   check_launch("flash_forward_kernel");
 }
 
 void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int C, int NH) {
-  const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
+                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV) {
+  const Heads H{C, NH, NKV, C / NH};
+  const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
   const size_t rows = static_cast<size_t>(B) * NH * T;
   flash_delta_kernel<<<grid_for(rows * 32, 256, ctx), 256, 0, ctx.stream>>>(delta, dout, out, B, T, C, NH);
   check_launch("flash_delta_kernel");
-  flash_dq_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+  flash_dq_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, H, scale);
   check_launch("flash_dq_kernel");
-  flash_dkv_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+  flash_dkv_kernel<<<row_grid(B, T, NKV), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, H, scale);
   check_launch("flash_dkv_kernel");
 }
 
