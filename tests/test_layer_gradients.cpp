@@ -11,6 +11,7 @@
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
 
 namespace pipetrain {
@@ -108,6 +109,43 @@ TEST_F(LayerGradient, Block) {
 TEST_F(LayerGradient, LossHead) {
   ParameterStore store;
   LossHead layer(cfg, store);
+  ctx.loss_scale = 1.0f / static_cast<float>(ctx.B * ctx.T);
+  check(layer, store, random_tensor(*pool, {ctx.B * ctx.T, cfg.d_model}, 4), {});
+}
+
+// Llama's layers: grouped-query attention (4 query heads on 2 key/value heads), RoPE,
+// SwiGLU, RMSNorm; the token embedding without positions and the untied head.
+ModelConfig tiny_llama() {
+  ModelConfig m = testing::tiny_model();
+  m.arch = "llama";
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.d_model = 16;
+  m.ffn_hidden = 24;
+  m.rope_theta = 10000;
+  return m;
+}
+
+TEST_F(LayerGradient, LlamaBlock) {
+  cfg = tiny_llama();
+  ParameterStore store;
+  LlamaBlock layer(cfg, 0, store);
+  const int N = ctx.B * ctx.T;
+  check(layer, store, random_tensor(*pool, {N, cfg.d_model}, 4), random_tensor(*pool, {N, cfg.d_model}, 3));
+}
+
+TEST_F(LayerGradient, LlamaEmbeddingAndUntiedHead) {
+  cfg = tiny_llama();
+  {
+    ParameterStore store;
+    Embedding layer(cfg, store);
+    EXPECT_EQ(layer.parameters().size(), 1u) << "Llama has no position table";
+    check(layer, store, {}, random_tensor(*pool, {ctx.B * ctx.T, cfg.d_model}, 3));
+  }
+  ParameterStore store;
+  LossHead layer(cfg, store);
+  EXPECT_NE(store.find("lm_head.w"), nullptr);
+  EXPECT_EQ(store.find("wte"), nullptr);
   ctx.loss_scale = 1.0f / static_cast<float>(ctx.B * ctx.T);
   check(layer, store, random_tensor(*pool, {ctx.B * ctx.T, cfg.d_model}, 4), {});
 }

@@ -39,6 +39,8 @@ struct KeyDesc {
 constexpr std::array kKeys{
     PT_KEY(model, arch),          PT_KEY(model, n_layer),          PT_KEY(model, n_head),
     PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
+    PT_KEY(model, n_kv_head),     PT_KEY(model, ffn_hidden),       PT_KEY(model, multiple_of),
+    PT_KEY(model, norm_eps),      PT_KEY(model, rope_theta),       PT_KEY(model, tie_embeddings),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
     PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
     PT_KEY(parallel, recompute_stages), PT_KEY(train, recompute),
@@ -357,8 +359,8 @@ void validate_config(const Config& cfg) {
     check(v >= min, pre, fmt::format("{} ({}) must be {}", key, v, min == 1 ? "> 0" : fmt::format(">= {}", min)));
   };
   const auto& m = cfg.model;
-  check(m.arch == "gpt2", pre,
-        fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\")", quote(m.arch)));
+  check(m.arch == "gpt2" || m.arch == "llama", pre,
+        fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
   at_least("model.n_layer", m.n_layer, 1);
   at_least("model.n_head", m.n_head, 1);
   at_least("model.d_model", m.d_model, 1);
@@ -366,6 +368,20 @@ void validate_config(const Config& cfg) {
   at_least("model.max_seq_len", m.max_seq_len, 1);
   check(m.d_model % m.n_head == 0, pre,
         fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
+  if (m.arch == "llama") {
+    at_least("model.n_kv_head", m.n_kv_head, 0);
+    at_least("model.ffn_hidden", m.ffn_hidden, 0);
+    at_least("model.multiple_of", m.multiple_of, 1);
+    check(m.n_head % m.kv_heads() == 0, pre,
+          fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves whole "
+                      "query heads",
+                      m.kv_heads(), m.n_head));
+    check((m.d_model / m.n_head) % 2 == 0, pre,
+          fmt::format("model.d_model / model.n_head = {} must be even (rotary embeddings turn channel pairs)",
+                      m.d_model / m.n_head));
+    check(m.norm_eps > 0, pre, fmt::format("model.norm_eps ({}) must be > 0", m.norm_eps));
+    check(m.rope_theta > 1, pre, fmt::format("model.rope_theta ({}) must be > 1", m.rope_theta));
+  }
 
   const auto& p = cfg.parallel;
   at_least("parallel.dp", p.dp, 1);
@@ -374,6 +390,13 @@ void validate_config(const Config& cfg) {
   at_least("parallel.virtual_stages", p.virtual_stages, 1);
   check(m.n_head % p.tp == 0, pre,
         fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", p.tp, m.n_head));
+  if (m.arch == "llama") {
+    check(m.kv_heads() % p.tp == 0, pre,
+          fmt::format("parallel.tp ({}) must divide model.n_kv_head ({}): each rank holds whole key/value heads",
+                      p.tp, m.kv_heads()));
+    check(m.ffn() % p.tp == 0, pre,
+          fmt::format("parallel.tp ({}) must divide the MLP width ({}, model.ffn_hidden)", p.tp, m.ffn()));
+  }
   check(m.padded_vocab() % p.tp == 0, pre,
         fmt::format("parallel.tp ({}) must divide the padded vocabulary ({}, model.vocab_size rounded up to "
                     "a multiple of 128)",

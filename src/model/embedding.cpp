@@ -21,15 +21,25 @@ Parameter& declare_wte(const ModelConfig& cfg, ParameterStore& params, TensorPar
   return p;
 }
 
+Parameter& declare_lm_head(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp) {
+  const int64_t Vp = cfg.padded_vocab(), rows = Vp / tp.size;
+  Shard shard;
+  if (tp.size > 1) shard = Shard{0, {{tp.rank * rows, rows}}};
+  Parameter& p = params.declare_shard("lm_head.w", {Vp, cfg.d_model}, shard, Init::Normal, 0.02);
+  p.init_rows = cfg.vocab_size;
+  return p;
+}
+
 Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParallel tp)
     : C_(cfg.d_model),
       row_begin_(cfg.padded_vocab() / tp.size * tp.rank),
       row_end_(cfg.padded_vocab() / tp.size * (tp.rank + 1)),
       wte_(declare_wte(cfg, params, tp)),
-      wpe_(params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02)) {}
+      wpe_(cfg.arch == "gpt2" ? &params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02) : nullptr),
+      max_seq_len_(cfg.max_seq_len) {}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {
-  if (ctx.T > wpe_.shape[0]) fail("sequence length {} exceeds model.max_seq_len {}", ctx.T, wpe_.shape[0]);
+  if (ctx.T > max_seq_len_) fail("sequence length {} exceeds model.max_seq_len {}", ctx.T, max_seq_len_);
   const int N = ctx.B * ctx.T;
   Tensor out = Tensor::empty(*ctx.pool, {N, C_});
   // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
@@ -37,7 +47,7 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), layer_util::compute_weight(wte_).f32(), row_begin_,
                                 row_end_, N, C_);
   layer_util::tp_allreduce(ctx, out);
-  ctx.backend->position_add(out.f32(), layer_util::compute_weight(wpe_).f32(), ctx.B, ctx.T, C_);
+  if (wpe_) ctx.backend->position_add(out.f32(), layer_util::compute_weight(*wpe_).f32(), ctx.B, ctx.T, C_);
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
   stash = std::move(s);
@@ -54,7 +64,7 @@ void Embedding::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   const int N = ctx.B * ctx.T;
   const Tensor dy = layer_util::working_f32(ctx, s.dy);
   ctx.backend->embedding_scatter(wte_.grad.f32(), dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
-  ctx.backend->position_backward(wpe_.grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
+  if (wpe_) ctx.backend->position_backward(wpe_->grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
 }
 
 }  // namespace pipetrain

@@ -3,6 +3,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
 
 namespace pipetrain {
@@ -12,7 +13,7 @@ int gpt2_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
 Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
                      TensorParallel tp)
     : first_(first_unit), last_(last_unit), num_units_(gpt2_num_units(cfg)), params_(params) {
-  if (cfg.arch != "gpt2") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
+  if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
   if (cfg.n_head % tp.size != 0)
     fail("parallel.tp = {} does not divide model.n_head = {} (each rank needs whole heads)", tp.size, cfg.n_head);
   if (cfg.padded_vocab() % tp.size != 0)
@@ -24,13 +25,17 @@ Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, Para
       layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
     else if (u == num_units_ - 1)
       layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
+    else if (cfg.arch == "llama")
+      layers_.push_back(std::make_unique<LlamaBlock>(cfg, u - 1, params_, tp));
     else
       layers_.push_back(std::make_unique<Block>(cfg, u - 1, params_, tp));
   }
 }
 
 double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len) {
-  return 6.0 * static_cast<double>(num_params) +
+  // An untied embedding table is looked up, not multiplied: its parameters cost no FLOPs.
+  const double untied = cfg.tied() ? 0.0 : static_cast<double>(cfg.padded_vocab()) * cfg.d_model;
+  return 6.0 * (static_cast<double>(num_params) - untied) +
          6.0 * cfg.n_layer * static_cast<double>(cfg.d_model) * seq_len;
 }
 
@@ -48,6 +53,19 @@ struct BlockBytes {
 BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   const double NH = static_cast<double>(cfg.n_head) / tp;
+  if (cfg.arch == "llama") {
+    // x, n1, h, n2 (N x C), qkv (Rl), atty (Cl), gate, up and their SwiGLU (3 Fl), the
+    // probabilities, RMSNorm statistics (2 N); for the weight pass dy, dn2, dh, dn1 (N x C),
+    // dg, du (2 Fl), dqkv (Rl).
+    const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
+    const double probs = B * NH * T * T, grads = N * (4 * C + 2 * Fl + Rl);
+    switch (mode) {
+      case Recompute::Full: return {N * C, 0};
+      case Recompute::Selective: return {N * (4 * C + Rl + 2 * Fl) + grads, 2 * N};
+      case Recompute::None: break;
+    }
+    return {N * (4 * C + Rl + Cl + 3 * Fl) + probs + grads, 2 * N};
+  }
   // ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each), the
   // attention probabilities (NH x T x T per sequence), LayerNorm statistics (4 N); then
   // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).

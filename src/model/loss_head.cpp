@@ -26,9 +26,11 @@ LossHead::LossHead(const ModelConfig& cfg, ParameterStore& p, TensorParallel tp)
       V_(cfg.vocab_size),
       Vl_(cfg.padded_vocab() / tp.size),
       col_begin_(cfg.padded_vocab() / tp.size * tp.rank),
-      lnfw_(p.declare("lnf.w", {C_}, Init::Ones)),
-      lnfb_(p.declare("lnf.b", {C_}, Init::Zeros)),
-      wte_(declare_wte(cfg, p, tp)) {}
+      rms_(cfg.arch == "llama"),
+      eps_(rms_ ? static_cast<float>(cfg.norm_eps) : kLayerNormEps),
+      lnfw_(p.declare(rms_ ? "norm.w" : "lnf.w", {C_}, Init::Ones)),
+      lnfb_(rms_ ? nullptr : &p.declare("lnf.b", {C_}, Init::Zeros)),
+      wte_(cfg.tied() ? declare_wte(cfg, p, tp) : declare_lm_head(cfg, p, tp)) {}
 
 namespace {
 // Cross-entropy over vocabulary-parallel logits (N x Vl on each rank).
@@ -55,10 +57,14 @@ Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   const Tensor xf = working_f32(ctx, x);
   s->x = x;
   const Tensor lnf = Tensor::empty(pool, {N, C});
-  s->mean = Tensor::empty(pool, {N});
   s->rstd = Tensor::empty(pool, {N});
-  be.layernorm_forward(lnf.f32(), s->mean.f32(), s->rstd.f32(), xf.f32(), compute_weight(lnfw_).f32(),
-                       compute_weight(lnfb_).f32(), N, C, kLayerNormEps);
+  if (rms_) {
+    be.rmsnorm_forward(lnf.f32(), s->rstd.f32(), xf.f32(), compute_weight(lnfw_).f32(), N, C, eps_);
+  } else {
+    s->mean = Tensor::empty(pool, {N});
+    be.layernorm_forward(lnf.f32(), s->mean.f32(), s->rstd.f32(), xf.f32(), compute_weight(lnfw_).f32(),
+                         compute_weight(*lnfb_).f32(), N, C, eps_);
+  }
   s->lnf = store(ctx, lnf);
   // Logits and the loss in f32; the logits' gradient is kept in the stored form.
   const Tensor dlogits = Tensor::empty(pool, {N, Vl_});
@@ -83,8 +89,12 @@ Tensor LossHead::backward_input(const MicrobatchContext& ctx, const Tensor&, Sta
   s.dlnf = store(ctx, dlnf);
   const Tensor dx = Tensor::empty(*ctx.pool, {N, C});
   be.fill(dx.f32(), 0.0f, static_cast<size_t>(N) * C);
-  be.layernorm_backward_input(dx.f32(), dlnf.f32(), working_f32(ctx, s.x).f32(), compute_weight(lnfw_).f32(),
-                              s.mean.f32(), s.rstd.f32(), N, C);
+  if (rms_)
+    be.rmsnorm_backward_input(dx.f32(), dlnf.f32(), working_f32(ctx, s.x).f32(), compute_weight(lnfw_).f32(),
+                              s.rstd.f32(), N, C);
+  else
+    be.layernorm_backward_input(dx.f32(), dlnf.f32(), working_f32(ctx, s.x).f32(), compute_weight(lnfw_).f32(),
+                                s.mean.f32(), s.rstd.f32(), N, C);
   return store(ctx, dx);
 }
 
@@ -94,8 +104,11 @@ void LossHead::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   const int N = ctx.B * ctx.T;
   auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
   linear_backward_weight(ctx, s.dlogits, s.lnf, wte_, nullptr);
-  be.layernorm_backward_weight(lnfw_.grad.f32(), lnfb_.grad.f32(), f(s.dlnf).f32(), f(s.x).f32(), s.mean.f32(),
-                               s.rstd.f32(), N, C_);
+  if (rms_)
+    be.rmsnorm_backward_weight(lnfw_.grad.f32(), f(s.dlnf).f32(), f(s.x).f32(), s.rstd.f32(), N, C_);
+  else
+    be.layernorm_backward_weight(lnfw_.grad.f32(), lnfb_->grad.f32(), f(s.dlnf).f32(), f(s.x).f32(), s.mean.f32(),
+                                 s.rstd.f32(), N, C_);
 }
 
 }  // namespace pipetrain

@@ -113,7 +113,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // The tied embedding lives on the first and the last stage; when those are different
   // ranks their gradients are summed every step (and the last stage's copy is not
   // counted again in the gradient norm).
-  const int first = schedule_.stage_to_rank.front(), last = schedule_.stage_to_rank.back();
+  // (An untied head, Llama's default, shares nothing: no pair.)
+  const int first = schedule_.stage_to_rank.front();
+  const int last = cfg.model.tied() ? schedule_.stage_to_rank.back() : first;
   comms_ = std::make_unique<DeviceComms>(grid, backend_, cfg.comm.p2p, first, last);
   counts_tied_wte_ = !(comms_->tied() && me == last);
   // train.recompute on parallel.recompute_stages (every stage when empty).

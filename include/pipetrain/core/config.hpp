@@ -9,13 +9,28 @@
 namespace pipetrain {
 
 struct ModelConfig {
-  std::string arch = "gpt2";
+  std::string arch = "gpt2";  // gpt2 | llama
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
   int vocab_size = 50257;  // real vocabulary; padded_vocab() rounds up to 128
   int max_seq_len = 1024;
+  // Llama only (GPT-2 ignores them):
+  int n_kv_head = 0;           // key/value heads (grouped-query attention); 0 = n_head
+  int ffn_hidden = 0;          // SwiGLU width; 0 = Llama's rule (ffn())
+  int multiple_of = 256;       // the rule rounds up to a multiple of this
+  double norm_eps = 1e-5;      // RMSNorm epsilon
+  double rope_theta = 500000;  // rotary base (Llama 3; Llama 2 used 10000)
+  bool tie_embeddings = false; // the LM head reuses the token embedding (GPT-2 always does)
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // Llama's MLP width: 2/3 of 4 d_model, rounded up to multiple_of, unless ffn_hidden is set.
+  int ffn() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    const int h = 2 * (4 * d_model) / 3;
+    return (h + multiple_of - 1) / multiple_of * multiple_of;
+  }
+  bool tied() const { return arch == "gpt2" || tie_embeddings; }
 };
 
 struct ParallelConfig {

@@ -1,0 +1,214 @@
+// Llama block: forward, the two backward halves, and selective recomputation.
+#include "pipetrain/model/llama_block.hpp"
+
+#include <cmath>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/precision.hpp"
+
+namespace pipetrain {
+
+using namespace layer_util;
+
+namespace {
+
+struct LlamaStash : Stash {
+  // forward
+  Tensor x, rstd1, n1, qkv, atty, h, rstd2, n2, g, u, a;
+  std::unique_ptr<AttentionStash> att;
+  // backward_input, kept for backward_weight
+  Tensor dy, dg, du, dn2, dh, dqkv, dn1;
+};
+
+std::string key(int layer, const char* leaf) { return "h." + std::to_string(layer) + "." + leaf; }
+
+// This rank's rows of [Q; K; V]: its query heads and its key/value heads.
+Shard qkv_rows(const ModelConfig& cfg, TensorParallel tp) {
+  if (tp.size == 1) return {};
+  const int64_t hs = cfg.d_model / cfg.n_head, q = cfg.n_head * hs / tp.size, kv = cfg.kv_heads() * hs / tp.size;
+  const int64_t Q = int64_t{cfg.n_head} * hs, KV = int64_t{cfg.kv_heads()} * hs;
+  return {0, {{tp.rank * q, q}, {Q + tp.rank * kv, kv}, {Q + KV + tp.rank * kv, kv}}};
+}
+Shard slice(int dim, int64_t total, TensorParallel tp) {
+  if (tp.size == 1) return {};
+  const int64_t n = total / tp.size;
+  return {dim, {{tp.rank * n, n}}};
+}
+
+Tensor f32_like(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
+
+}  // namespace
+
+LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& p, TensorParallel tp)
+    : index_(index),
+      C_(cfg.d_model),
+      hs_(cfg.d_model / cfg.n_head),
+      NHl_(cfg.n_head / tp.size),
+      NKVl_(cfg.kv_heads() / tp.size),
+      Fl_(cfg.ffn() / tp.size),
+      eps_(static_cast<float>(cfg.norm_eps)),
+      theta_(static_cast<float>(cfg.rope_theta)),
+      n1w_(p.declare(key(index, "attn_norm.w"), {C_}, Init::Ones)),
+      qkvw_(p.declare_shard(key(index, "attn.qkv.w"), {(cfg.n_head + 2 * cfg.kv_heads()) * int64_t{hs_}, C_},
+                            qkv_rows(cfg, tp), Init::Normal, 0.02)),
+      ow_(p.declare_shard(key(index, "attn.o.w"), {C_, C_}, slice(1, C_, tp), Init::Normal,
+                          0.02 / std::sqrt(2.0 * cfg.n_layer))),
+      n2w_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
+      gatew_(p.declare_shard(key(index, "mlp.gate.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      upw_(p.declare_shard(key(index, "mlp.up.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      downw_(p.declare_shard(key(index, "mlp.down.w"), {C_, cfg.ffn()}, slice(1, cfg.ffn(), tp), Init::Normal,
+                             0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+  if (cfg.kv_heads() % tp.size != 0)
+    fail("parallel.tp = {} does not divide model.n_kv_head = {} (each rank needs whole key/value heads)", tp.size,
+         cfg.kv_heads());
+}
+
+void LlamaBlock::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {
+  const int ld = (NHl_ + 2 * NKVl_) * hs_;
+  ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse);
+  ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse);
+}
+
+Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
+  Backend& be = *ctx.backend;
+  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
+  auto s = std::make_unique<LlamaStash>();
+  Tensor xf = working_f32(ctx, x);
+  s->x = x;
+  Tensor n1 = f32_like(ctx, N, C);
+  s->rstd1 = Tensor::empty(*ctx.pool, {N});
+  be.rmsnorm_forward(n1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(n1w_).f32(), N, C, eps_);
+  s->n1 = store(ctx, n1);
+  n1 = {};
+  Tensor qkv = f32_like(ctx, N, R);
+  linear_forward(ctx, qkv, s->n1, qkvw_, nullptr);
+  rotate(ctx, qkv, false);
+  s->qkv = store(ctx, qkv);
+  Tensor atty = f32_like(ctx, N, Cq);
+  s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage);
+  qkv = {};
+  s->atty = store(ctx, atty);
+  atty = {};
+  const Tensor h = f32_like(ctx, N, C);  // x + O(atty), summed over the tp ranks
+  linear_forward(ctx, h, s->atty, ow_, nullptr);
+  tp_allreduce(ctx, h);
+  be.accumulate(h.f32(), xf.f32(), static_cast<size_t>(N) * C);
+  xf = {};
+  s->h = store(ctx, h);
+  Tensor n2 = f32_like(ctx, N, C);
+  s->rstd2 = Tensor::empty(*ctx.pool, {N});
+  be.rmsnorm_forward(n2.f32(), s->rstd2.f32(), h.f32(), compute_weight(n2w_).f32(), N, C, eps_);
+  s->n2 = store(ctx, n2);
+  n2 = {};
+  Tensor g = f32_like(ctx, N, Fl_), u = f32_like(ctx, N, Fl_), a = f32_like(ctx, N, Fl_);
+  linear_forward(ctx, g, s->n2, gatew_, nullptr);
+  linear_forward(ctx, u, s->n2, upw_, nullptr);
+  s->g = store(ctx, g);  // rounded in place under bf16: the SwiGLU sees the stored values
+  s->u = store(ctx, u);
+  be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
+  g = {};
+  u = {};
+  s->a = store(ctx, a);
+  a = {};
+  const Tensor y = f32_like(ctx, N, C);
+  linear_forward(ctx, y, s->a, downw_, nullptr);
+  tp_allreduce(ctx, y);
+  be.accumulate(y.f32(), h.f32(), static_cast<size_t>(N) * C);
+  if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
+    s->att.reset();
+    s->atty = {};
+    s->a = {};
+  }
+  out = std::move(s);
+  return store(ctx, y);
+}
+
+// Selective recomputation: attention (probabilities and output) from the stored, rotated
+// qkv and the SwiGLU from the stored gate and up, with the forward's kernels.
+void LlamaBlock::recompute_selective(const MicrobatchContext& ctx, Stash& stash) const {
+  Backend& be = *ctx.backend;
+  auto& s = as<LlamaStash>(stash);
+  const int N = ctx.B * ctx.T, Cq = NHl_ * hs_;
+  Tensor atty = f32_like(ctx, N, Cq);
+  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool,
+                               ctx.storage);
+  s.atty = store(ctx, atty);
+  const Tensor g = working_f32(ctx, s.g), u = working_f32(ctx, s.u), a = f32_like(ctx, N, Fl_);
+  be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
+  s.a = store(ctx, a);
+}
+
+Tensor LlamaBlock::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+  Backend& be = *ctx.backend;
+  auto& s = as<LlamaStash>(stash);
+  if (!s.att) recompute_selective(ctx, stash);
+  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const Tensor dyf = working_f32(ctx, dy);
+  s.dy = dy;
+  // MLP branch: dy -> da -> (dg, du) -> dn2 -> dh += ...
+  Tensor da = f32_like(ctx, N, Fl_);
+  linear_backward_input(ctx, da, dy, downw_);
+  Tensor dg = f32_like(ctx, N, Fl_), du = f32_like(ctx, N, Fl_);
+  be.swiglu_backward(dg.f32(), du.f32(), da.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(),
+                     static_cast<size_t>(da.numel()));
+  da = {};
+  s.dg = store(ctx, dg);
+  s.du = store(ctx, du);
+  Tensor dn2 = f32_like(ctx, N, C), part = f32_like(ctx, N, C);
+  linear_backward_input(ctx, dn2, s.dg, gatew_);
+  linear_backward_input(ctx, part, s.du, upw_);
+  be.accumulate(dn2.f32(), part.f32(), NC);
+  part = {};
+  dg = {};
+  du = {};
+  tp_allreduce(ctx, dn2);  // column-parallel inputs: sum the partial gradients
+  s.dn2 = store(ctx, dn2);
+  Tensor dh = f32_like(ctx, N, C);
+  be.copy(dh.f32(), dyf.f32(), NC * sizeof(float));
+  be.rmsnorm_backward_input(dh.f32(), dn2.f32(), working_f32(ctx, s.h).f32(), compute_weight(n2w_).f32(),
+                            s.rstd2.f32(), N, C);
+  dn2 = {};
+  s.dh = store(ctx, dh);
+  // Attention branch: dh -> datty -> dqkv (rotated back) -> dn1 -> dx += ...
+  Tensor datty = f32_like(ctx, N, Cq);
+  linear_backward_input(ctx, datty, s.dh, ow_);
+  Tensor dqkv = f32_like(ctx, N, R);
+  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, ctx.B, ctx.T, Cq, NHl_,
+                        NKVl_, *ctx.pool);
+  s.att.reset();
+  datty = {};
+  rotate(ctx, dqkv, true);  // the rotation's transpose: gradients of the unrotated projections
+  s.dqkv = store(ctx, dqkv);
+  dqkv = {};
+  Tensor dn1 = f32_like(ctx, N, C);
+  linear_backward_input(ctx, dn1, s.dqkv, qkvw_);
+  tp_allreduce(ctx, dn1);
+  s.dn1 = store(ctx, dn1);
+  const Tensor dx = f32_like(ctx, N, C);
+  be.copy(dx.f32(), dh.f32(), NC * sizeof(float));
+  dh = {};
+  be.rmsnorm_backward_input(dx.f32(), dn1.f32(), working_f32(ctx, s.x).f32(), compute_weight(n1w_).f32(),
+                            s.rstd1.f32(), N, C);
+  s.g = {};  // needed by the input gradient only
+  s.u = {};
+  return store(ctx, dx);
+}
+
+void LlamaBlock::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
+  Backend& be = *ctx.backend;
+  auto& s = as<LlamaStash>(stash);
+  const int N = ctx.B * ctx.T, C = C_;
+  auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
+  linear_backward_weight(ctx, s.dy, s.a, downw_, nullptr);
+  linear_backward_weight(ctx, s.dg, s.n2, gatew_, nullptr);
+  linear_backward_weight(ctx, s.du, s.n2, upw_, nullptr);
+  be.rmsnorm_backward_weight(n2w_.grad.f32(), f(s.dn2).f32(), f(s.h).f32(), s.rstd2.f32(), N, C);
+  linear_backward_weight(ctx, s.dh, s.atty, ow_, nullptr);
+  linear_backward_weight(ctx, s.dqkv, s.n1, qkvw_, nullptr);
+  be.rmsnorm_backward_weight(n1w_.grad.f32(), f(s.dn1).f32(), f(s.x).f32(), s.rstd1.f32(), N, C);
+}
+
+}  // namespace pipetrain

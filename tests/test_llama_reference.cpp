@@ -1,0 +1,117 @@
+// The external oracle for Llama: a tiny Llama (grouped-query attention, RoPE, SwiGLU,
+// RMSNorm; untied and tied heads) against the same model written with PyTorch's own ops
+// in float64 (tests/reference/llama_torch.py), from the same weights and tokens: the
+// loss within 1e-5 relative and every parameter gradient within 1e-4 relative (L2), fp32
+// against float64. Needs python3 with torch: tests/cli/llama_reference.sh installs
+// Debian's python3-torch when it is missing and runs this with PIPETRAIN_TORCH_PYTHON; without
+// it the test is skipped, saying why. PIPETRAIN_TORCH_PYTHON names the interpreter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model_fixtures.hpp"
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/rng.hpp"
+#include "pipetrain/model/gpt2.hpp"
+
+namespace pipetrain {
+namespace {
+
+ModelConfig reference_llama(bool tied) {
+  ModelConfig m;
+  m.arch = "llama";
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.d_model = 32;
+  m.ffn_hidden = 48;
+  m.vocab_size = 61;  // padded to 128: the padded rows must stay out of the softmax
+  m.max_seq_len = 16;
+  m.rope_theta = 10000;
+  m.tie_embeddings = tied;
+  return m;
+}
+
+struct Result {
+  double loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+TEST(LlamaTorchReference, LossAndEveryGradient) {
+  const char* python = std::getenv("PIPETRAIN_TORCH_PYTHON");
+  if (!python || !*python)
+    GTEST_SKIP() << "needs python3 with torch: run tests/cli/llama_reference.sh (it installs python3-torch)";
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    const ModelConfig cfg = reference_llama(tied);
+    auto be = make_cpu_backend();
+    auto pool = MemoryPool::create(*be);
+    ParameterStore store;
+    Gpt2Stage model(cfg, 0, gpt2_num_units(cfg), store);
+    store.allocate(*pool, *be);
+    store.initialize(7, *be);
+    for (auto& p : store.params()) {  // norms away from 1: their gradients become generic
+      if (p.name.find("norm") == std::string::npos) continue;
+      Rng rng = Rng::for_stream(3, p.name);
+      for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] += static_cast<float>(0.2 * rng.normal());
+    }
+    store.zero_grads(*be);
+    MicrobatchContext ctx;
+    ctx.backend = be.get();
+    ctx.pool = pool.get();
+    ctx.B = 2;
+    ctx.T = 12;
+    const int N = ctx.B * ctx.T;
+    ctx.tokens = testing::random_tokens(*pool, N, cfg.vocab_size, 21);
+    ctx.targets = testing::random_tokens(*pool, N, cfg.vocab_size, 22);
+    ctx.loss_scale = 1.0f / static_cast<float>(N);
+    std::vector<std::unique_ptr<Stash>> stashes(model.layers().size());
+    Tensor x;
+    for (size_t i = 0; i < model.layers().size(); ++i) x = model.layers()[i]->forward(ctx, x, stashes[i]);
+    double loss = 0;
+    for (int i = 0; i < N; ++i) loss += x.f32()[i];
+    loss /= N;
+    Tensor dy;
+    for (size_t i = model.layers().size(); i-- > 0;) dy = model.layers()[i]->backward(ctx, dy, *stashes[i]);
+
+    nlohmann::json in;
+    in["config"] = {{"d_model", cfg.d_model}, {"n_head", cfg.n_head}, {"n_kv_head", cfg.kv_heads()},
+                    {"n_layer", cfg.n_layer}, {"vocab_size", cfg.vocab_size}, {"norm_eps", cfg.norm_eps},
+                    {"rope_theta", cfg.rope_theta}, {"tie_embeddings", tied}};
+    in["B"] = ctx.B;
+    in["T"] = ctx.T;
+    in["tokens"] = std::vector<int32_t>(ctx.tokens.i32(), ctx.tokens.i32() + N);
+    in["targets"] = std::vector<int32_t>(ctx.targets.i32(), ctx.targets.i32() + N);
+    for (const auto& p : store.params())
+      in["params"][p.name] = {{"shape", p.shape}, {"data", std::vector<float>(p.value.f32(), p.value.f32() + p.numel())}};
+    const std::string dir = ::testing::TempDir(), in_path = dir + "llama_ref_in.json",
+                      out_path = dir + "llama_ref_out.json";
+    std::ofstream(in_path) << in.dump();
+    const std::string cmd = std::string(python) + " " + PIPETRAIN_SOURCE_DIR + "/tests/reference/llama_torch.py " +
+                            in_path + " " + out_path;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const nlohmann::json out = nlohmann::json::parse(std::ifstream(out_path));
+
+    const double ref_loss = out["loss"].get<double>();
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+    std::printf("  %s: loss %.8f (PyTorch float64 %.8f)\n", tied ? "tied" : "untied", loss, ref_loss);
+    for (const auto& p : store.params()) {
+      const std::vector<double> r = out["grads"].at(p.name).get<std::vector<double>>();
+      ASSERT_EQ(r.size(), static_cast<size_t>(p.numel())) << p.name;
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < r.size(); ++i) {
+        const double d = p.grad.f32()[i] - r[i];
+        diff += d * d;
+        norm += r[i] * r[i];
+      }
+      EXPECT_LE(std::sqrt(diff), 1e-4 * std::sqrt(norm)) << "gradient of " << p.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain
