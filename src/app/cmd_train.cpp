@@ -119,8 +119,13 @@ int run_train(const TrainOptions& opt) {
     est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)] + rebuilt;
   }
   grid.world().allreduce_max(&est, 1);
-  log.line(fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters",
-                       cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
+  log.line(cfg.model.arch == "llama"
+               ? fmt::format("pipetrain train {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, "
+                             "{} head, {} parameters",
+                             cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.kv_heads(), cfg.model.d_model,
+                             cfg.model.ffn(), cfg.model.tie_embeddings ? "tied" : "untied", human(nparams))
+               : fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters", cfg.source,
+                             cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
   log.line(fmt::format("  data {} tokens ({} windows of {}), {} sampling; {} tokens/step "
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
                        human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,

@@ -37,7 +37,7 @@ timeout 120 "$PIPETRAIN" data text two.txt -o two.h5 >/dev/null
 
 # Reads what the check needs with Python's TOML parser (a second, independent parser):
 # ranks, seq_len, the minimum number of blocks, and the parameter count.
-describe() {  # CONFIG -> "ranks seq_len min_layers params layers_per_stage_set"
+describe() {  # CONFIG -> "ranks seq_len min_layers params params_at_min_layers layers_per_stage_set"
   python3 - "$1" <<'PY'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
@@ -46,12 +46,22 @@ m, p, t = c.get("model", {}), c.get("parallel", {}), c.get("train", {})
 L, C = m.get("n_layer", 12), m.get("d_model", 768)
 V, S = m.get("vocab_size", 50257), m.get("max_seq_len", 1024)
 Vp = (V + 127) // 128 * 128
-params = Vp * C + S * C + L * (12 * C * C + 13 * C) + 2 * C
+def params(L):
+    if m.get("arch", "gpt2") == "llama":
+        NH = m.get("n_head", 12)
+        NKV = m.get("n_kv_head", 0) or NH
+        F = m.get("ffn_hidden", 0)
+        if not F:
+            mult = m.get("multiple_of", 256)
+            F = (2 * 4 * C // 3 + mult - 1) // mult * mult
+        block = C * (C + 2 * NKV * (C // NH)) + C * C + 3 * C * F + 2 * C
+        return Vp * C * (1 if m.get("tie_embeddings", False) else 2) + L * block + C
+    return Vp * C + S * C + L * (12 * C * C + 13 * C) + 2 * C
 pp, vs = p.get("pp", 1), p.get("virtual_stages", 1)
 stages = pp * vs
 # One block per stage always splits validly.
 min_layers = stages
-print(p.get("dp", 1) * pp * p.get("tp", 1), t.get("seq_len", 256), min_layers, params,
+print(p.get("dp", 1) * pp * p.get("tp", 1), t.get("seq_len", 256), min_layers, params(L), params(min_layers),
       1 if p.get("layers_per_stage") else 0)
 PY
 }
@@ -60,8 +70,9 @@ mapfile -t configs < <(find "$SRC/inputs" -maxdepth 1 -name '*.toml' | sort)
 [ ${#configs[@]} -ge 4 ] || die "expected at least 4 configs in $SRC/inputs, found ${#configs[@]}"
 for cfg in "${configs[@]}"; do
   name=$(basename "$cfg" .toml)
-  read -r ranks seq_len min_layers params fixed_layers < <(describe "$cfg") || die "$cfg: not valid TOML"
+  read -r ranks seq_len min_layers params min_params fixed_layers < <(describe "$cfg") || die "$cfg: not valid TOML"
   state_mb=$((params * 16 / 1048576))
+  min_state_mb=$((min_params * 16 / 1048576))
   echo "== $name: $ranks ranks, ~$params parameters (~$state_mb MB of state), seq_len $seq_len"
   run=(timeout 600 "$MPIEXEC" -np "$ranks" "$PIPETRAIN" train "$cfg" --set log.every=1
        --set "checkpoint.dir=$tmp/ckpt-$name")
@@ -74,16 +85,19 @@ for cfg in "${configs[@]}"; do
     { cat "$name.1.out"; die "$name: the config or grid is refused (expected only the data error)"; }
   echo "   config and $ranks-rank grid validate"
 
-  # 2. Build the model (steps = 0).
+  # 2. Build the model (steps = 0), on the CPU (GPU configs are built the same way).
+  run+=(--set runtime.device=cpu)
   shrink=()
   if [ "$state_mb" -gt "$MAX_MB" ]; then
     [ "$fixed_layers" -eq 0 ] || { echo "   skipped the build: layers_per_stage is fixed and the model is large"; continue; }
+    [ "$min_state_mb" -le "$MAX_MB" ] ||
+      { echo "   skipped the build: even one block per stage holds ~$min_state_mb MB of state (the embeddings)"; continue; }
     shrink=(--set "model.n_layer=$min_layers")
   fi
   "${run[@]}" --set data.train=corpus.h5 --set train.steps=0 "${shrink[@]}" >"$name.2.out" 2>&1 ||
     { cat "$name.2.out"; die "$name: train.steps=0 failed"; }
   grep -q "done: 0 steps" "$name.2.out" || { cat "$name.2.out"; die "$name: no 'done: 0 steps'"; }
-  echo "   model, schedule and trainer build${shrink[*]:+ (with ${shrink[*]})}: $(grep -o 'GPT-2 .* parameters' "$name.2.out")"
+  echo "   model, schedule and trainer build${shrink[*]:+ (with ${shrink[*]})}: $(grep -Eo '(GPT-2|Llama) .* parameters' "$name.2.out")"
 
   # 3. Small configs train two steps.
   if [ "$state_mb" -lt 64 ]; then
