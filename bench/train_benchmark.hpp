@@ -1,0 +1,206 @@
+// The training-throughput benchmark behind bench_train_gpt2 and bench_train_llama:
+// single-rank, single-thread training throughput as a fraction of the BLAS sgemm rate
+// measured in the same run (before and after the training steps, medians), so a noisy
+// shared machine affects both sides alike — and as a fraction of the best sgemm this
+// machine offers: every OpenBLAS kernel the CPU can run is measured in a child process
+// (OPENBLAS_CORETYPE is read when the library loads), so a slow kernel cannot hide behind
+// a ratio to itself. Like `pipetrain`, the benchmark first replaces a fallback OpenBLAS
+// kernel by the best one (pipetrain/backend/blas_kernel.hpp).
+//
+//   build/bin/bench_train_{gpt2,llama} [--layers 12] [--seq-len 256] [--mb-size 4]
+//       [--microbatches 1] [--steps 5] [--threads 1] [--recompute none|selective|full]
+#pragma once
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/core/rng.hpp"
+#include "pipetrain/core/runtime_env.hpp"
+#include "bench_common.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/topology/grid.hpp"
+
+namespace pipetrain::bench::train_detail {
+
+// GFLOP/s of C = A B^T with the given shape, median of `reps` runs after a warm-up.
+inline double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
+  std::vector<float> a(static_cast<size_t>(M) * K, 0.5f), b(static_cast<size_t>(N) * K, 0.25f),
+      c(static_cast<size_t>(M) * N);
+  be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * M * N * K / s / 1e9);
+  }
+  return median(rates);
+}
+
+struct KernelRate {
+  std::string kernel;
+  double square = 0, model = 0;  // GFLOP/s: 2048^3 and the model's QKV shape
+};
+
+// The QKV product of a microbatch: M = tokens, N = 3 d, K = d.
+constexpr int kD = 768;
+
+// Child mode (`--sgemm-only TOKENS`): the two sgemm rates under this process's kernel.
+inline int sgemm_only(int tokens) {
+  set_blas_threads(1);
+  auto be = make_cpu_backend();
+  std::printf("%s %.3f %.3f\n", blas_kernel_name().c_str(), sgemm_gflops(*be, 2048, 2048, 2048, 5),
+              sgemm_gflops(*be, tokens, 3 * kD, kD, 5));
+  return 0;
+}
+
+// Every OpenBLAS kernel this CPU can run, each measured in a child process.
+inline std::vector<KernelRate> every_kernel(const char* self, int tokens) {
+  const CpuIsa isa = detect_cpu_isa();
+  std::vector<std::string> kernels = {"Prescott"};
+  if (isa.avx) kernels.push_back("Sandybridge");
+  if (isa.avx2_fma) kernels.push_back(isa.amd ? "Zen" : "Haswell");
+  if (isa.avx2_fma && isa.amd) kernels.push_back("Haswell");
+  if (isa.avx512) kernels.push_back("SkylakeX");
+  if (isa.avx512_bf16) kernels.push_back("Cooperlake");
+  std::vector<KernelRate> out;
+  for (const auto& k : kernels) {
+    const std::string cmd = "env OPENBLAS_CORETYPE=" + k + " PIPETRAIN_BLAS_KERNEL=keep '" + self +
+                            "' --sgemm-only " + std::to_string(tokens);
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) continue;
+    char name[64] = {};
+    KernelRate r;
+    if (std::fscanf(p, "%63s %lf %lf", name, &r.square, &r.model) == 3) {
+      r.kernel = name;
+      out.push_back(r);
+    }
+    ::pclose(p);
+  }
+  return out;
+}
+
+}  // namespace pipetrain::bench::train_detail
+
+namespace pipetrain::bench {
+
+// The whole benchmark for model.arch = `arch`: GPT-2 124M's shapes, or a Llama of about
+// 100M parameters in its products (d_model 768, 12 layers, 12 query heads on 4 key/value
+// heads, SwiGLU 2048, a 32000-token vocabulary, untied head).
+inline int train_benchmark(int argc, char** argv, const std::string& arch) {
+  using namespace train_detail;
+  if (argc == 3 && std::strcmp(argv[1], "--sgemm-only") == 0) return sgemm_only(std::atoi(argv[2]));
+  select_blas_kernel(argv);  // as pipetrain does: a fallback kernel is replaced first
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  {
+  KokkosSession kokkos(argc, argv);
+  int layers = 12, seq_len = 256, mb_size = 4, microbatches = 1, steps = 5, threads = 1;
+  CLI::App app{"GPT-2 124M-shape training throughput vs the same-run sgemm rate"};
+  app.add_option("--layers", layers);
+  app.add_option("--seq-len", seq_len);
+  app.add_option("--mb-size", mb_size, "sequences per microbatch");
+  app.add_option("--microbatches", microbatches);
+  app.add_option("--steps", steps, "timed steps (after one warm-up step)");
+  app.add_option("--threads", threads, "BLAS threads");
+  std::string recompute = "none";
+  app.add_option("--recompute", recompute, "train.recompute: none, selective or full");
+  if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
+  set_blas_threads(threads);
+
+  Config cfg;
+  if (arch == "llama") {
+    cfg.model.arch = "llama";
+    cfg.model.n_kv_head = 4;
+    cfg.model.vocab_size = 32000;
+    cfg.model.rope_theta = 500000;
+  }
+  cfg.model.n_layer = layers;
+  cfg.model.max_seq_len = std::max(1024, seq_len);
+  cfg.train.seq_len = seq_len;
+  cfg.train.global_batch = mb_size * microbatches;
+  cfg.train.microbatches = microbatches;
+  cfg.train.steps = steps + 1;
+  cfg.train.recompute = recompute;
+  auto backend = make_cpu_backend();
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
+  const int64_t nparams = trainer.model_params();
+  const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, seq_len);
+  const int tokens_mb = mb_size * seq_len;
+
+  // Before any training allocation: the children measure on a quiet process.
+  char self[4096] = {};
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::vector<KernelRate> kernels = len > 0 ? every_kernel(self, tokens_mb) : std::vector<KernelRate>{};
+  fmt::print("backend: {}\nBLAS kernel: {}, threads {}\n", backend->name(), blas_kernel_summary(), threads);
+  fmt::print("model: {} {} layers, d_model {}, {:.2f}M params; {} tokens/microbatch x {} microbatches\n",
+             arch == "llama" ? fmt::format("Llama ({} key/value heads, SwiGLU {}, untied)", cfg.model.kv_heads(),
+                                           cfg.model.ffn())
+                             : std::string("GPT-2"),
+             layers, cfg.model.d_model, nparams / 1e6, tokens_mb, microbatches);
+
+  std::vector<double> gemm_square, gemm_model;
+  auto measure_gemm = [&] {
+    gemm_square.push_back(sgemm_gflops(*backend, 2048, 2048, 2048, 5));
+    gemm_model.push_back(sgemm_gflops(*backend, tokens_mb, 3 * cfg.model.d_model, cfg.model.d_model, 5));
+  };
+  measure_gemm();
+  trainer.train_step(0);  // warm-up: fills the memory pool
+  std::vector<double> step_s;
+  double activations = 0;  // the step's pool peak above what it starts with: stash + working tensors
+  for (int s = 1; s <= steps; ++s) {
+    const size_t before = trainer.pool().stats().in_use_bytes;
+    trainer.pool().reset_peak();
+    const StepMetrics m = trainer.train_step(s);
+    activations = std::max(activations, static_cast<double>(trainer.pool().stats().peak_in_use_bytes - before));
+    step_s.push_back(m.step_time_s);
+    fmt::print("step {}: loss {:.4f}, {:.3f} s\n", s, m.loss, m.step_time_s);
+    if (s == steps / 2) measure_gemm();
+  }
+  measure_gemm();
+
+  const double t = median(step_s);
+  const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / t;
+  const double model_gflops = tokens_per_s * flops_per_token / 1e9;
+  const double sq = median(gemm_square), mo = median(gemm_model);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  fmt::print("\nstep time (median of {}): {:.3f} s, {:.0f} tokens/s\n", steps, t, tokens_per_s);
+  fmt::print("model FLOP/s: {:.1f} GFLOP/s ({:.3g} GFLOP/token)\n", model_gflops, flops_per_token / 1e9);
+  fmt::print("sgemm 2048^3:           {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", sq, model_gflops / sq);
+  fmt::print("sgemm {}x{}x{} (QKV): {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", tokens_mb,
+             3 * cfg.model.d_model, cfg.model.d_model, mo, model_gflops / mo);
+  // Against the best kernel the machine offers (the same shapes, measured alone).
+  if (!kernels.empty() && cfg.model.d_model == kD) {
+    fmt::print("every OpenBLAS kernel this CPU runs (sgemm 2048^3 / QKV, GFLOP/s, one thread):\n");
+    const KernelRate* best = &kernels.front();
+    for (const auto& k : kernels) {
+      fmt::print("  {:<12} {:7.1f} {:7.1f}\n", k.kernel, k.square, k.model);
+      if (k.square > best->square) best = &k;
+    }
+    fmt::print("best available: {} {:.1f} GFLOP/s -> model/best sgemm = {:.3f} (QKV shape: {:.3f})\n", best->kernel,
+               best->square, model_gflops / best->square, model_gflops / best->model);
+  }
+  fmt::print("recompute {}: activation memory {:.0f} MiB (the step's pool peak above its start)\n", recompute,
+             activations / 1048576.0);
+  fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",
+             trainer.pool().stats().peak_in_use_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace pipetrain::bench
