@@ -5,6 +5,8 @@
 // against float64. Needs python3 with torch: tests/cli/llama_reference.sh installs
 // Debian's python3-torch when it is missing and runs this with PIPETRAIN_TORCH_PYTHON; without
 // it the test is skipped, saying why. PIPETRAIN_TORCH_PYTHON names the interpreter.
+// The same weights exported to Hugging Face (`pipetrain ckpt export-hf`) give the same
+// loss under Hugging Face's own rotate-half convention, and import back bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,8 @@
 #include "model_fixtures.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/rng.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/hf_checkpoint.hpp"
 #include "pipetrain/model/gpt2.hpp"
 
 namespace pipetrain {
@@ -109,6 +113,51 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
         norm += r[i] * r[i];
       }
       EXPECT_LE(std::sqrt(diff), 1e-4 * std::sqrt(norm)) << "gradient of " << p.name;
+    }
+
+    // Hugging Face: export, run its convention, import back.
+    Config run;
+    run.model = cfg;
+    run.data.train = {"unset.h5"};
+    run.train.seq_len = cfg.max_seq_len;
+    CheckpointMeta meta;
+    meta.config_toml = to_toml(run);
+    std::vector<CheckpointTensor> tensors;
+    for (auto& p : store.params()) {
+      CheckpointTensor t;
+      t.name = "params/" + p.name;
+      t.global_shape = p.global_shape;
+      t.data = p.value.f32();
+      t.write = true;
+      tensors.push_back(t);
+    }
+    const std::string ckpt = dir + "llama_ref.h5", hf_dir = dir + "llama_ref_hf", back = dir + "llama_ref_back.h5";
+    write_checkpoint(ckpt, MPI_COMM_SELF, meta, tensors);
+    export_hf(ckpt, hf_dir);
+    const std::string hf_cmd = cmd + " --hf " + hf_dir;
+    ASSERT_EQ(std::system(hf_cmd.c_str()), 0) << hf_cmd;
+    const double hf_loss = nlohmann::json::parse(std::ifstream(out_path))["loss"].get<double>();
+    EXPECT_NEAR(loss, hf_loss, 1e-5 * std::abs(hf_loss)) << "Hugging Face's convention on the exported weights";
+    std::printf("  %s: Hugging Face export, rotate-half RoPE in PyTorch: loss %.8f\n", tied ? "tied" : "untied",
+                hf_loss);
+    const ModelConfig imported = import_hf(hf_dir, back);
+    EXPECT_EQ(imported.kv_heads(), cfg.kv_heads());
+    EXPECT_EQ(imported.tie_embeddings, tied);
+    std::vector<std::vector<float>> read(store.params().size());
+    std::vector<CheckpointTensor> again;
+    for (size_t k = 0; k < store.params().size(); ++k) {
+      const Parameter& p = store.params()[k];
+      read[k].resize(static_cast<size_t>(p.numel()));
+      CheckpointTensor t;
+      t.name = "params/" + p.name;
+      t.global_shape = p.global_shape;
+      t.data = read[k].data();
+      again.push_back(t);
+    }
+    read_checkpoint_tensors(back, MPI_COMM_SELF, again);
+    for (size_t k = 0; k < store.params().size(); ++k) {
+      const Parameter& p = store.params()[k];
+      EXPECT_EQ(read[k], std::vector<float>(p.value.f32(), p.value.f32() + p.numel())) << "imported " << p.name;
     }
   }
 }

@@ -3,6 +3,8 @@
 //   pipetrain ckpt verify CKPT.h5                  read every dataset, check its checksum
 //   pipetrain ckpt import-llmc MODEL.bin -o OUT.h5 llm.c GPT-2 weights -> checkpoint
 //   pipetrain ckpt export-llmc CKPT.h5 -o MODEL.bin checkpoint -> llm.c fp32 weights
+//   pipetrain ckpt import-hf DIR -o OUT.h5        Hugging Face Llama -> checkpoint
+//   pipetrain ckpt export-hf CKPT.h5 -o DIR       Llama checkpoint -> Hugging Face (F32)
 // Runs on rank 0 only when launched with more ranks; errors throw pipetrain::Error.
 #include <mpi.h>
 
@@ -18,6 +20,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/hf_checkpoint.hpp"
 #include "pipetrain/io/llmc_checkpoint.hpp"
 
 namespace pipetrain {
@@ -107,6 +110,24 @@ void add_ckpt_command(CLI::App& app, CommandRunner& runner) {
     const ModelConfig m = export_llmc(o->input, o->out);
     fmt::print("wrote {}: llm.c version {} (fp32), {} parameter values\n", o->out, kLlmcVersionFp32,
                llmc_num_params(m));
+  });
+
+  auto* imh = ckpt->add_subcommand("import-hf", "Convert a Hugging Face Llama (config.json + safetensors) to a checkpoint");
+  imh->add_option("dir", o->input, "Hugging Face model directory")->required();
+  imh->add_option("-o,--output", o->out, "Checkpoint to write (.h5); train from it with --init")->required();
+  run_on_rank0(imh, runner, [o] {
+    const ModelConfig m = import_hf(o->input, o->out);
+    fmt::print("wrote {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, vocab {}, {} head\n", o->out,
+               m.n_layer, m.n_head, m.kv_heads(), m.d_model, m.ffn(), m.vocab_size,
+               m.tie_embeddings ? "tied" : "untied");
+  });
+
+  auto* exh = ckpt->add_subcommand("export-hf", "Write a Llama checkpoint's weights as a Hugging Face directory");
+  exh->add_option("checkpoint", o->input, "Checkpoint file (.h5)")->required();
+  exh->add_option("-o,--output", o->out, "Directory to write (config.json, model.safetensors)")->required();
+  run_on_rank0(exh, runner, [o] {
+    const ModelConfig m = export_hf(o->input, o->out);
+    fmt::print("wrote {}: config.json and model.safetensors (F32), Llama {} layers\n", o->out, m.n_layer);
   });
 }
 

@@ -2,11 +2,15 @@
 """The external oracle for pipetrain's Llama: the same tiny model written with PyTorch's
 own ops (float64, autograd), from the weights and tokens pipetrain wrote.
 
-Usage: llama_torch.py IN.json OUT.json
+Usage: llama_torch.py IN.json OUT.json [--hf DIR]
 IN: {"config": {...}, "B", "T", "tokens", "targets", "params": {name: {"shape", "data"}}}
 OUT: {"loss": mean token loss, "grads": {name: flat gradient}}
+With --hf DIR the weights come instead from a Hugging Face directory (config.json and
+model.safetensors, as `pipetrain ckpt export-hf` writes it) and the model runs Hugging
+Face's convention (rotate-half RoPE on its row order): OUT has the loss only.
 """
 import json
+import struct
 import sys
 
 import torch
@@ -30,6 +34,51 @@ def rope(x, theta):
     return torch.view_as_real(xc * rot[None, :, None, :]).reshape(B, T, H, hs)
 
 
+def rope_hf(x, theta):
+    """Hugging Face's convention: channel i of a head pairs with channel i + hs/2
+    (LlamaRotaryEmbedding + apply_rotary_pos_emb)."""
+    B, T, H, hs = x.shape
+    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    emb = torch.cat([ang, ang], dim=-1)[None, :, None, :]
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2 :]
+    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        b, e = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(raw[8 + n + b : 8 + n + e]), dtype=torch.float32).reshape(t["shape"])
+    return out
+
+
+def hf_params(d):
+    """A Hugging Face directory's tensors under pipetrain's names (q and k rows kept in HF's order)."""
+    cfg = json.load(open(d + "/config.json"))
+    W = read_safetensors(d + "/model.safetensors")
+    P = {"wte": W["model.embed_tokens.weight"], "norm.w": W["model.norm.weight"]}
+    if not cfg["tie_word_embeddings"]:
+        P["lm_head.w"] = W["lm_head.weight"]
+    for l in range(cfg["num_hidden_layers"]):
+        hf = lambda leaf: W[f"model.layers.{l}.{leaf}"]
+        P[f"h.{l}.attn_norm.w"] = hf("input_layernorm.weight")
+        P[f"h.{l}.attn.qkv.w"] = torch.cat([hf("self_attn.q_proj.weight"), hf("self_attn.k_proj.weight"),
+                                           hf("self_attn.v_proj.weight")])
+        P[f"h.{l}.attn.o.w"] = hf("self_attn.o_proj.weight")
+        P[f"h.{l}.mlp_norm.w"] = hf("post_attention_layernorm.weight")
+        P[f"h.{l}.mlp.gate.w"] = hf("mlp.gate_proj.weight")
+        P[f"h.{l}.mlp.up.w"] = hf("mlp.up_proj.weight")
+        P[f"h.{l}.mlp.down.w"] = hf("mlp.down_proj.weight")
+    return {k: v.to(torch.float64).requires_grad_(True) for k, v in P.items()}
+
+
 def main():
     src = json.load(open(sys.argv[1]))
     cfg = src["config"]
@@ -37,9 +86,15 @@ def main():
     C, NH, NKV, L = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"], cfg["n_layer"]
     V, eps, theta = cfg["vocab_size"], cfg["norm_eps"], cfg["rope_theta"]
     hs = C // NH
-    P = {}
-    for name, t in src["params"].items():
-        P[name] = torch.tensor(t["data"], dtype=torch.float64).reshape(t["shape"]).requires_grad_(True)
+    hf_dir = sys.argv[sys.argv.index("--hf") + 1] if "--hf" in sys.argv else None
+    if hf_dir:
+        P = hf_params(hf_dir)
+        rope_fn = rope_hf
+    else:
+        P = {}
+        for name, t in src["params"].items():
+            P[name] = torch.tensor(t["data"], dtype=torch.float64).reshape(t["shape"]).requires_grad_(True)
+        rope_fn = rope
     tokens = torch.tensor(src["tokens"]).reshape(B, T)
     targets = torch.tensor(src["targets"]).reshape(B * T)
 
@@ -50,8 +105,8 @@ def main():
         n = rms_norm(x, p("attn_norm.w"), eps)
         qkv = n @ p("attn.qkv.w").T
         q, k, v = qkv.split([NH * hs, NKV * hs, NKV * hs], dim=-1)
-        q = rope(q.reshape(B, T, NH, hs), theta).transpose(1, 2)    # (B, NH, T, hs)
-        k = rope(k.reshape(B, T, NKV, hs), theta).transpose(1, 2)
+        q = rope_fn(q.reshape(B, T, NH, hs), theta).transpose(1, 2)    # (B, NH, T, hs)
+        k = rope_fn(k.reshape(B, T, NKV, hs), theta).transpose(1, 2)
         v = v.reshape(B, T, NKV, hs).transpose(1, 2)
         k = k.repeat_interleave(NH // NKV, dim=1)                   # each K/V head serves its group
         v = v.repeat_interleave(NH // NKV, dim=1)
@@ -65,8 +120,11 @@ def main():
         x = h + (torch.nn.functional.silu(g) * u) @ p("mlp.down.w").T
     x = rms_norm(x, P["norm.w"], eps)
     head = P["wte"] if cfg["tie_embeddings"] else P["lm_head.w"]
-    logits = x.reshape(B * T, C) @ head[:V].T                    # padded rows are not vocabulary
+    logits = x.reshape(B * T, C) @ head[:V].T                    # padded rows (pipetrain's) are not vocabulary
     loss = torch.nn.functional.cross_entropy(logits, targets)
+    if hf_dir:
+        json.dump({"loss": loss.item()}, open(sys.argv[2], "w"))
+        return
     loss.backward()
     out = {"loss": loss.item(), "grads": {name: t.grad.reshape(-1).tolist() for name, t in P.items()}}
     json.dump(out, open(sys.argv[2], "w"))
