@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints: bitwise resume on the same grid, resume on other grids, fallback past a
+# Checkpoints: bitwise resume on the same grid, resume on other grids (GPT-2 and Llama), fallback past a
 # corrupt checkpoint, survival of a rank killed mid-write, SIGUSR1 to the launcher, and
 # clear errors for wrong shapes, missing and non-HDF5 files.
 set -euo pipefail
@@ -68,6 +68,21 @@ for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
   timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set "$2" --set checkpoint.dir=pp2 \
     --resume pp2/step_00000003.h5 --metrics g.jsonl >/dev/null
   same_losses full.jsonl g.jsonl 1e-5 "resumed on $2"
+done
+
+echo "== Llama: save on tp=2 (key/value heads split), resume on pp=2 and on a single rank"
+llama=(train "$SRC/inputs/llama-demo.toml" --set data.train=corpus.h5 --set train.steps=6 --set model.n_layer=2
+       --set model.d_model=64 --set model.ffn_hidden=96 --set train.seq_len=32 --set model.max_seq_len=32
+       --set train.microbatches=2 --set train.global_batch=8 --set log.every=100 --set log.progress=false)
+timeout 300 "$PIPETRAIN" "${llama[@]}" --set checkpoint.dir=lfull --metrics lfull.jsonl >/dev/null
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${llama[@]}" --set parallel.tp=2 --set checkpoint.dir=ltp \
+  --set checkpoint.every=3 --metrics ltp.jsonl >/dev/null
+for grid in "2 parallel.pp=2" "1 parallel.tp=1"; do
+  set -- $grid
+  rm -f g.jsonl
+  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${llama[@]}" --set "$2" --set checkpoint.dir=ltp \
+    --resume ltp/step_00000003.h5 --metrics g.jsonl >/dev/null
+  same_losses lfull.jsonl g.jsonl 1e-5 "Llama resumed on $2"
 done
 
 echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moments"
