@@ -341,7 +341,13 @@ struct Rule {
 
 TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
   const std::vector<Rule> rules = {
-      {{"model.arch=llama"}, "model.arch"},
+      {{"model.arch=mamba"}, "model.arch: unsupported architecture \"mamba\" (expected \"gpt2\" or \"llama\")"},
+      {{"model.arch=llama", "model.n_kv_head=5"}, "model.n_kv_head (5) must divide model.n_head (12)"},
+      {{"model.arch=llama", "model.n_head=16", "model.d_model=48"},
+       "model.d_model / model.n_head = 3 must be even (rotary embeddings turn channel pairs)"},
+      {{"model.arch=llama", "model.n_kv_head=3", "parallel.tp=2", "model.n_head=6"},
+       "parallel.tp (2) must divide model.n_kv_head (3)"},
+      {{"model.arch=llama", "model.norm_eps=0"}, "model.norm_eps"},
       {{"model.n_layer=0"}, "model.n_layer"},
       {{"model.n_head=-1"}, "model.n_head"},
       {{"model.d_model=0"}, "model.d_model"},
