@@ -17,6 +17,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
@@ -172,6 +173,26 @@ TEST_F(LayerInBf16, Block) {
 
 TEST_F(LayerInBf16, LossHead) {
   // Losses: weights, lnf (K = 2); gradients: + dlogits, dlnf, dx (K = 5).
+  compare([&](ParameterStore& s) { return std::make_unique<LossHead>(cfg, s); }, rounded({B * T, cfg.d_model}, 6), {}, 2,
+          5);
+}
+
+// Llama's block in bf16 (grouped-query attention, RoPE, SwiGLU, RMSNorm). Output: weights,
+// n1, qkv (after RoPE), attention out, h, n2, gate, up, SwiGLU, y (K = 10). Gradients add
+// the probabilities and da, dg, du, dn2, dh, dqkv, dn1, dx (K = 19).
+TEST_F(LayerInBf16, LlamaBlock) {
+  cfg.arch = "llama";
+  cfg.n_kv_head = 2;
+  cfg.ffn_hidden = 96;
+  cfg.rope_theta = 10000;
+  compare([&](ParameterStore& s) { return std::make_unique<LlamaBlock>(cfg, 0, s); }, rounded({B * T, cfg.d_model}, 4),
+          rounded({B * T, cfg.d_model}, 5), 10, 19);
+}
+
+// Llama's head: RMSNorm and an untied LM head. Losses: weights, norm (K = 2); gradients:
+// + dlogits, dnorm, dx (K = 5).
+TEST_F(LayerInBf16, LlamaHead) {
+  cfg.arch = "llama";
   compare([&](ParameterStore& s) { return std::make_unique<LossHead>(cfg, s); }, rounded({B * T, cfg.d_model}, 6), {}, 2,
           5);
 }
