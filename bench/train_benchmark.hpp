@@ -138,7 +138,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
   const int64_t nparams = trainer.model_params();
-  const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, seq_len);
+  const double flops_per_token = model_flops_per_token(cfg.model, nparams, seq_len);
   const int tokens_mb = mb_size * seq_len;
 
   // Before any training allocation: the children measure on a quiet process.

@@ -7,10 +7,10 @@
 #include <functional>
 
 #include "model_fixtures.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
 

@@ -20,7 +20,7 @@
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/hf_checkpoint.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 
 namespace pipetrain {
 namespace {
@@ -55,7 +55,7 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
     auto be = make_cpu_backend();
     auto pool = MemoryPool::create(*be);
     ParameterStore store;
-    Gpt2Stage model(cfg, 0, gpt2_num_units(cfg), store);
+    ModelStage model(cfg, 0, model_num_units(cfg), store);
     store.allocate(*pool, *be);
     store.initialize(7, *be);
     for (auto& p : store.params()) {  // norms away from 1: their gradients become generic

@@ -21,7 +21,7 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/llmc_checkpoint.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/parameters.hpp"
 
 namespace pipetrain {
@@ -124,7 +124,7 @@ class LlmcCheckpointTest : public ::testing::Test {
 TEST_F(LlmcCheckpointTest, LayoutMatchesTheModelsParameters) {
   const ModelConfig m = tiny_model();
   ParameterStore store;
-  Gpt2Stage whole(m, 0, gpt2_num_units(m), store);
+  ModelStage whole(m, 0, model_num_units(m), store);
   std::map<std::string, std::vector<int64_t>> model_params;
   for (const auto& p : store.params()) model_params[p.name] = p.global_shape;
 

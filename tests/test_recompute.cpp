@@ -10,7 +10,7 @@
 
 #include "model_fixtures.hpp"
 #include "pipetrain/backend/backend.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -104,17 +104,17 @@ TEST(Recompute, FullKeepsAtMostFortyPercentOfTheStash) {
 
 TEST(Recompute, TheEstimateFollowsTheMode) {
   ModelConfig m = testing::tiny_model();
-  const int units = gpt2_num_units(m);
-  const double none = gpt2_stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::None);
-  const double sel = gpt2_stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::Selective);
-  const double full = gpt2_stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::Full);
+  const int units = model_num_units(m);
+  const double none = stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::None);
+  const double sel = stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::Selective);
+  const double full = stash_bytes(m, 1, units - 1, 1, 4, 16, DType::F32, Recompute::Full);
   EXPECT_LT(full, sel);
   EXPECT_LT(sel, none);
   // Full keeps each block's input: N x C per block.
   EXPECT_EQ(full, 4.0 * 16 * m.d_model * 4 * (units - 2));
   // What recomputation rebuilds is what the mode dropped from one block.
-  EXPECT_EQ(gpt2_recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::Full), (none - full) / (units - 2));
-  EXPECT_EQ(gpt2_recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::None), 0.0);
+  EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::Full), (none - full) / (units - 2));
+  EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::None), 0.0);
 }
 
 }  // namespace

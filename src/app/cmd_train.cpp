@@ -92,7 +92,7 @@ int run_train(const TrainOptions& opt) {
   const int64_t nparams = trainer.model_params();
   const Schedule& sched = trainer.schedule();
   const SimResult sim = simulate(sched, Costs{});
-  const double flops_per_token = gpt2_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
+  const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
   // Memory estimate of this rank: parameters, gradients and AdamW moments (4 floats per
   // parameter; fewer with ZeRO-1; one more for bf16's compute copy, kept widened on the
   // host), plus the stashed activations the schedule keeps alive at its peak (measured on
@@ -110,10 +110,10 @@ int run_train(const TrainOptions& opt) {
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
         const auto& u = units[static_cast<size_t>(st)];
         const Recompute mode = trainer.recompute_of(st);
-        largest = std::max(largest, gpt2_stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
+        largest = std::max(largest, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
                                                      cfg.train.seq_len, storage, mode));
-        if (u.last - u.first > (u.first == 0) + (u.last == gpt2_num_units(cfg.model)))  // it holds a block
-          rebuilt = std::max(rebuilt, gpt2_recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
+        if (u.last - u.first > (u.first == 0) + (u.last == model_num_units(cfg.model)))  // it holds a block
+          rebuilt = std::max(rebuilt, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
                                                            cfg.train.seq_len, storage, mode));
       }
     est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)] + rebuilt;

@@ -4,7 +4,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/model/block.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
 

@@ -7,7 +7,7 @@
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/loss_head.hpp"
 #include "pipetrain/model/embedding.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
 

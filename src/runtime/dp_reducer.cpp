@@ -4,7 +4,7 @@
 
 namespace pipetrain {
 
-DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, Gpt2Stage*>& stages,
+DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages,
                                          Communicator& dp, Stream& stream)
     : params_(params), dp_(dp), stream_(stream) {
   for (const auto& [s, stage] : stages) {

@@ -175,13 +175,13 @@ struct PipelineExecutor::Impl {
     return t;
   }
 
-  Gpt2Stage& stage(const Action& a) {
+  ModelStage& stage(const Action& a) {
     auto it = ex.stages_.find(a.stage);
     if (it == ex.stages_.end()) fail("rank {}: action {} is for stage {}, which this rank does not hold", me, to_string(a), a.stage);
     return *it->second;
   }
 
-  MicrobatchContext make_context(int m, int stage, const Gpt2Stage& st) {
+  MicrobatchContext make_context(int m, int stage, const ModelStage& st) {
     MicrobatchContext ctx;
     ctx.backend = &ex.backend_;
     ctx.pool = &ex.pool_;
@@ -201,7 +201,7 @@ struct PipelineExecutor::Impl {
 
   void forward(const Action& a, bool frees) {
     fault::point("forward");
-    Gpt2Stage& st = stage(a);
+    ModelStage& st = stage(a);
     Tensor x;
     if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage});
     const double c0 = now();
@@ -236,7 +236,7 @@ struct PipelineExecutor::Impl {
 
   void backward_input(const Action& a, bool frees) {
     fault::point("backward");
-    Gpt2Stage& st = stage(a);
+    ModelStage& st = stage(a);
     Tensor dy;
     if (!st.has_head()) dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
     const double c0 = now();
@@ -261,7 +261,7 @@ struct PipelineExecutor::Impl {
 
   void backward_weight(const Action& a, bool frees) {
     fault::point("backward");
-    Gpt2Stage& st = stage(a);
+    ModelStage& st = stage(a);
     const double c0 = now();
     StageStash& ss = stash_of(a);
     auto& layers = st.layers();
@@ -288,7 +288,7 @@ struct PipelineExecutor::Impl {
   }
 };
 
-PipelineExecutor::PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp,
+PipelineExecutor::PipelineExecutor(std::map<int, ModelStage*> stages, Communicator& pp, Communicator* tp,
                                    Backend& backend, MemoryPool& pool, int d_model, DType storage,
                                    std::map<int, Recompute> recompute)
     : stages_(std::move(stages)),

@@ -98,11 +98,11 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const auto& units = units_;
   const int me = grid.coords().pp;
   const TensorParallel tp{grid.coords().tp, grid.tp()};
-  std::map<int, Gpt2Stage*> mine;
+  std::map<int, ModelStage*> mine;
   for (int s = 0; s < S; ++s) {
     if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
     const auto& u = units[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<Gpt2Stage>(cfg.model, u.first, u.last, params_, tp);
+    stages_[s] = std::make_unique<ModelStage>(cfg.model, u.first, u.last, params_, tp);
     mine[s] = stages_[s].get();
   }
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;

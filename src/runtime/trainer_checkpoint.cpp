@@ -65,7 +65,7 @@ class HostStaging {
 std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
   // The whole model's parameter list (names and global shapes), the same on every rank.
   ParameterStore all;
-  Gpt2Stage whole(cfg_.model, 0, gpt2_num_units(cfg_.model), all);
+  ModelStage whole(cfg_.model, 0, model_num_units(cfg_.model), all);
   const bool zero1 = grad_shard_.defined();
   std::vector<CheckpointTensor> out;
   const std::vector<std::pair<std::string, int>> kinds =

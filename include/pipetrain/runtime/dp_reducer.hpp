@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 
 namespace pipetrain {
 
@@ -19,7 +19,7 @@ class DataParallelReducer {
  public:
   // stages: this rank's stages (their layers name the parameters of each bucket).
   // Reductions are enqueued on `stream` (the backend's: after the gradients they reduce).
-  DataParallelReducer(ParameterStore& params, const std::map<int, Gpt2Stage*>& stages, Communicator& dp,
+  DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages, Communicator& dp,
                       Stream& stream);
 
   void begin_step();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/schedule/program.hpp"
 
@@ -52,12 +52,12 @@ struct ExecutorHooks {
 
 class PipelineExecutor {
  public:
-  // stages: the Gpt2Stage of every global stage this rank owns. pp: the pipeline
+  // stages: the ModelStage of every global stage this rank owns. pp: the pipeline
   // communicator, whose rank numbers are the program's ranks. tp: the stage's
   // tensor-parallel peers (may be null). storage: the dtype activations and their
   // gradients are stored and sent in (train.precision). recompute: each stage's mode
   // (train.recompute; stages not listed recompute nothing).
-  PipelineExecutor(std::map<int, Gpt2Stage*> stages, Communicator& pp, Communicator* tp, Backend& backend,
+  PipelineExecutor(std::map<int, ModelStage*> stages, Communicator& pp, Communicator* tp, Backend& backend,
                    MemoryPool& pool, int d_model, DType storage = DType::F32,
                    std::map<int, Recompute> recompute = {});
 
@@ -69,7 +69,7 @@ class PipelineExecutor {
 
  private:
   struct Impl;
-  std::map<int, Gpt2Stage*> stages_;
+  std::map<int, ModelStage*> stages_;
   Communicator& pp_;
   Communicator* tp_;
   Backend& backend_;

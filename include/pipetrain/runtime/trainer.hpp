@@ -11,7 +11,7 @@
 
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
@@ -112,7 +112,7 @@ class Trainer {
   std::shared_ptr<MemoryPool> pool_;
   Schedule schedule_;
   ParameterStore params_;
-  std::map<int, std::unique_ptr<Gpt2Stage>> stages_;
+  std::map<int, std::unique_ptr<ModelStage>> stages_;
   std::unique_ptr<PipelineExecutor> executor_;
   Program train_program_;  // the schedule lowered and validated at construction
   Program eval_program_;   // forward only, for evaluation's microbatch count

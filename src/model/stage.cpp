@@ -1,4 +1,4 @@
-#include "pipetrain/model/gpt2.hpp"
+#include "pipetrain/model/stage.hpp"
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/block.hpp"
@@ -8,11 +8,11 @@
 
 namespace pipetrain {
 
-int gpt2_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
+int model_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
 
-Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
+ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
                      TensorParallel tp)
-    : first_(first_unit), last_(last_unit), num_units_(gpt2_num_units(cfg)), params_(params) {
+    : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
   if (cfg.n_head % tp.size != 0)
     fail("parallel.tp = {} does not divide model.n_head = {} (each rank needs whole heads)", tp.size, cfg.n_head);
@@ -32,7 +32,7 @@ Gpt2Stage::Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, Para
   }
 }
 
-double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len) {
+double model_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len) {
   // An untied embedding table is looked up, not multiplied: its parameters cost no FLOPs.
   const double untied = cfg.tied() ? 0.0 : static_cast<double>(cfg.padded_vocab()) * cfg.d_model;
   return 6.0 * (static_cast<double>(num_params) - untied) +
@@ -80,7 +80,7 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
 
 }  // namespace
 
-double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
+double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
                         Recompute mode) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
   const BlockBytes block = block_stash(cfg, tp, B, T, mode);
@@ -90,7 +90,7 @@ double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, i
   for (int u = first_unit; u < last_unit; ++u) {
     if (u == 0) {
       stored += N * C;  // the embedding keeps its output gradient
-    } else if (u == gpt2_num_units(cfg) - 1) {
+    } else if (u == model_num_units(cfg) - 1) {
       stored += head;
       stats += head_stats;
     } else {
@@ -101,7 +101,7 @@ double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, i
   return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
 }
 
-double gpt2_recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode) {
+double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode) {
   if (mode == Recompute::None) return 0;
   const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None), kept = block_stash(cfg, tp, B, T, mode);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;

@@ -1,5 +1,7 @@
-// GPT-2 as a sequence of "units" a pipeline stage can own a contiguous run of:
-// unit 0 = embedding, units 1..n_layer = blocks, unit n_layer+1 = loss head.
+// The model (GPT-2 or Llama, by model.arch) as a sequence of "units" a pipeline stage can
+// own a contiguous run of: unit 0 = embedding, units 1..n_layer = blocks, unit n_layer+1 =
+// the head (final norm, LM head, loss). Exports: ModelStage, model_num_units,
+// model_flops_per_token, stash_bytes, recompute_bytes, kLayerNormEps.
 #pragma once
 #include <memory>
 #include <vector>
@@ -12,13 +14,13 @@ namespace pipetrain {
 // GPT-2's LayerNorm epsilon (blocks and the final norm).
 constexpr float kLayerNormEps = 1e-5f;
 
-int gpt2_num_units(const ModelConfig& cfg);
+int model_num_units(const ModelConfig& cfg);
 
-class Gpt2Stage {
+class ModelStage {
  public:
   // Builds units [first, last) and declares their parameters in `params` (shared by
   // all stages of one rank, so a rank holding both ends keeps one tied embedding).
-  Gpt2Stage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
+  ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
             TensorParallel tp = {});
 
   ParameterStore& params() { return params_; }
@@ -33,17 +35,17 @@ class Gpt2Stage {
 };
 
 // Model FLOPs per token for training: 6 * params + 6 * n_layer * d_model * seq_len.
-double gpt2_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len);
+double model_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len);
 
 // Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
 // [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
 // backward action (what the Block and LossHead stashes hold: activations in `storage`,
 // LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
 // attention probabilities and output and its GELU output; full keeps a block's input only.
-double gpt2_stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
+double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
                         DType storage = DType::F32, Recompute mode = Recompute::None);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
 // the stash of the block being recomputed (0 for none).
-double gpt2_recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode);
+double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode);
 
 }  // namespace pipetrain
