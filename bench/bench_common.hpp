@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <fmt/format.h>
 #include <optional>
 #include <cstdint>
 #include <vector>
@@ -38,6 +39,24 @@ inline BatchSource random_tokens(int vocab, int T) {
       tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
     }
   };
+}
+
+// Prints each rank's median step phases (StepMetrics::Phases, collected per step),
+// gathered on rank 0 of MPI_COMM_WORLD.
+inline void print_phases(const std::vector<double> (&phase)[4], int rank) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  double mine[4];
+  for (int k = 0; k < 4; ++k) mine[k] = median(phase[k]);
+  std::vector<double> all(static_cast<size_t>(4 * size));
+  MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  for (int r = 0; r < size; ++r) {
+    const double* p = &all[static_cast<size_t>(4 * r)];
+    fmt::print("  rank {}: program {:.3f} s, gradient reductions after it {:.3f} s, loss and norm {:.3f} s, "
+               "optimizer {:.3f} s\n",
+               r, p[0], p[1], p[2], p[3]);
+  }
 }
 
 }  // namespace pipetrain::bench

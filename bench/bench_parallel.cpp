@@ -33,14 +33,20 @@ Result measure(const Config& cfg, MPI_Comm comm, int steps) {
   Grid grid(comm, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len));
   trainer.train_step(0);
-  std::vector<double> step, dp, tp;
+  std::vector<double> step, dp, tp, phase[4];
   for (int s = 1; s <= steps; ++s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
-    step.push_back(trainer.train_step(s).step_time_s);
+    const StepMetrics m = trainer.train_step(s);
+    step.push_back(m.step_time_s);
+    const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
+    for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     dp.push_back(grid.dp_comm().comm_seconds());
     tp.push_back(grid.tp_comm().comm_seconds());
   }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  bench::print_phases(phase, rank);
   return {median(step), median(dp), median(tp)};
 }
 

@@ -39,7 +39,7 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len));
   trainer.train_step(0);
   trainer.set_trace(true);
-  std::vector<double> step_s, exec_s, bubble;
+  std::vector<double> step_s, exec_s, bubble, phase[4];
   std::map<std::pair<int, char>, std::vector<double>> durations;  // (stage, op) -> seconds
   for (int s = 1; s <= steps; ++s) {
     const StepMetrics m = trainer.train_step(s);
@@ -48,6 +48,8 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
     step_s.push_back(m.step_time_s);
     exec_s.push_back(exec);
     bubble.push_back(m.bubble_fraction);
+    const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
+    for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     for (const auto& e : trainer.last_stats().events) {
       if (e.name.rfind("wait", 0) == 0) continue;
       const auto pos = e.name.find_first_of("FBIW");
@@ -71,6 +73,7 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
     if (rank == 0)
       fmt::print("  stage {}: F {:.3f} s, B {:.3f} s, I {:.3f} s, W {:.3f} s\n", st, c[0], c[1], c[2], c[3]);
   }
+  bench::print_phases(phase, rank);
   const SimResult sim = simulate(sched, costs);
   return {median(step_s), median(exec_s), median(bubble), sim.makespan, sim.bubble_fraction};
 }

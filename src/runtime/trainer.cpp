@@ -143,6 +143,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   } else if (grid.dp() > 1) {
     reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_.stream());
   }
+  if (Communicator* pair = comms_->tied())
+    tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
+                                                   !comms_->tied_in_order() && !reducer_);
 
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
@@ -167,14 +170,13 @@ int64_t Trainer::tokens_per_step() const {
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void Trainer::reduce_gradients() {
   if (reducer_) reducer_->finish();
-  if (Communicator* tied = comms_->tied()) {
-    Parameter* wte = params_.find("wte");
-    tied->allreduce_sum(wte->grad, backend_.stream())->wait();
-  }
-  if (grad_shard_.defined())
+  if (tied_) tied_->finish();  // the last stage receives the sum later, for its update
+  if (grad_shard_.defined()) {
+    if (tied_) tied_->receive_sum();
     comms_->dp()
         .reduce_scatter_sum(params_.grads(), grad_shard_, backend_.stream())  // numel() = dp x the shard
         ->wait();
+  }
 }
 
 namespace {
@@ -201,17 +203,35 @@ double Trainer::global_grad_norm() {
     });
     grid_.world().allreduce_sum(&sq, 1);
   } else {
-    sq = backend_.sum_squares(params_.grads().f32(), static_cast<size_t>(params_.grads().numel()));
-    for (const auto& p : params_.params())
-      if (!counts_in_norm(p)) sq -= backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
+    // Runs of adjacent counted parameters (with the zero padding between them), so the
+    // parameters that do not count are never read: the last stage's wte.grad may still
+    // be receiving the tied sum.
+    std::vector<const Parameter*> order;
+    for (const auto& p : params_.params()) order.push_back(&p);
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    int64_t lo = -1, hi = -1;
+    auto close = [&] {
+      if (lo >= 0) sq += backend_.sum_squares(params_.grads().f32() + lo, static_cast<size_t>(hi - lo));
+      lo = -1;
+    };
+    for (const Parameter* p : order) {
+      if (!counts_in_norm(*p)) {
+        close();
+        continue;
+      }
+      if (lo < 0) lo = p->offset;
+      hi = p->offset + p->numel();
+    }
+    close();
     grid_.replica_comm().allreduce_sum(&sq, 1);
   }
-  return std::sqrt(std::max(sq, 0.0));  // the difference can round a hair below 0 when nothing else counts
+  return std::sqrt(sq);
 }
 
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   fault::point("optimizer");
   if (!grad_shard_.defined()) {
+    if (tied_) tied_->receive_sum();
     optimizer_.step(params_, backend_, step + 1, lr, grad_scale);
     params_.refresh_compute(*pool_, backend_);
     return;
@@ -234,6 +254,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
 
 StepMetrics Trainer::train_step(int step) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (tied_) tied_->settle();  // the previous step's sum is out before wte.grad is zeroed
   params_.zero_grads(backend_);
   const int64_t step_tokens = tokens_per_step();
   const int64_t first = static_cast<int64_t>(step) * cfg_.train.global_batch +
@@ -245,17 +266,29 @@ StepMetrics Trainer::train_step(int step) {
   hooks.step = step;
   if (reducer_) {
     reducer_->begin_step();
-    hooks.layer_grads_final = [this](int stage, int layer) { reducer_->layer_final(stage, layer); };
     hooks.poll = [this] { reducer_->poll(); };
   }
-  last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
-  watchdog::set_position(fmt::format("step {}, gradient reduction", step));
-  reduce_gradients();
-  watchdog::set_position(fmt::format("step {}, loss and gradient norm", step));
-
+  if (reducer_ || tied_)
+    hooks.layer_grads_final = [this](int stage, int layer) {
+      if (reducer_) reducer_->layer_final(stage, layer);
+      if (tied_) tied_->layer_final(stage, layer);
+    };
   StepMetrics out;
   out.step = step;
+  auto since = [last = t0]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last).count();
+    last = now;
+    return s;
+  };
+  last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
+                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
+  out.phases.program_s = since();
+  watchdog::set_position(fmt::format("step {}, gradient reduction", step));
+  reduce_gradients();
+  out.phases.reduce_s = since();
+  watchdog::set_position(fmt::format("step {}, loss and gradient norm", step));
+
   double sums[2] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0};
   grid_.world().allreduce_sum(sums, 2);
@@ -264,6 +297,7 @@ StepMetrics Trainer::train_step(int step) {
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
   out.grad_norm = global_grad_norm();
+  out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
     if (cfg_.runtime.on_nonfinite != "skip")
@@ -276,6 +310,7 @@ StepMetrics Trainer::train_step(int step) {
     watchdog::set_position(fmt::format("step {}, optimizer", step));
     optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
   }
+  out.phases.optimizer_s = since();
   out.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Ranks finish at slightly different times; report the slowest.
   grid_.world().allreduce_max(&out.step_time_s, 1);
@@ -284,6 +319,7 @@ StepMetrics Trainer::train_step(int step) {
 }
 
 std::vector<float> Trainer::reduced_gradients() {
+  if (tied_) tied_->receive_sum();
   std::vector<float> out(static_cast<size_t>(params_.numel()));
   if (!grad_shard_.defined()) {
     backend_.to_host(out.data(), params_.grads().raw(), out.size() * sizeof(float));

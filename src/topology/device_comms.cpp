@@ -84,6 +84,7 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
   if (pair) {
     tied_mpi_ = std::move(pair);
     tied_ = make(*tied_mpi_, p2p_nccl, true, "the tied embedding", own_tied_);
+    tied_nccl_ = p2p_nccl;
   }
   summary_ = fmt::format("{}", fmt::join(parts, ", "));
 }

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -124,6 +125,52 @@ TEST(PipelineCsv, EditedLoweredProgramMatchesSingleRank) {
   cfg.schedule.file = path;
   cfg.schedule.placement = "loop";
   expect_matches_reference(cfg);
+}
+
+// The tied embedding's copies (first stage, last stage, every dp replica) receive the
+// same summed gradient and the same update, so they stay bitwise identical: the last
+// stage's early send, the first stage's add and the sum sent back (runtime/
+// tied_gradients.hpp) must give both sides the same bits, with dp buckets and ZeRO-1 too.
+TEST(TiedEmbedding, EveryCopyStaysBitwiseIdentical) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two pipeline ranks";
+  struct Layout {
+    int dp, pp;
+    bool zero1;
+  };
+  std::vector<Layout> layouts = {{1, world_size(), false}};
+  if (world_size() % 2 == 0 && world_size() >= 4) {
+    layouts.push_back({2, world_size() / 2, false});
+    layouts.push_back({2, world_size() / 2, true});
+  }
+  for (const Layout& l : layouts)
+    for (const char* sched : {"1f1b", "zb-h1"}) {
+      SCOPED_TRACE(::testing::Message() << "dp " << l.dp << " pp " << l.pp << " zero1 " << l.zero1 << " " << sched);
+      Config cfg = base_config();
+      cfg.train.steps = 3;
+      cfg.train.grad_clip = 0.05;  // the clipped norm must not count the last stage's copy twice
+      cfg.parallel.dp = l.dp;
+      cfg.parallel.pp = l.pp;
+      cfg.parallel.zero1 = l.zero1;
+      cfg.schedule.name = sched;
+      const RunResult got = run(cfg, MPI_COMM_WORLD);
+      // Each rank's copy of wte as raw bits, hashed (FNV-1a); ranks without one send 0.
+      uint64_t h = 0;
+      if (auto it = got.params.find("wte"); it != got.params.end()) {
+        h = 1469598103934665603ull;
+        for (float x : it->second) {
+          uint32_t bits;
+          std::memcpy(&bits, &x, 4);
+          h = (h ^ bits) * 1099511628211ull;
+        }
+      }
+      std::vector<uint64_t> all(static_cast<size_t>(world_size()));
+      MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+      std::vector<uint64_t> copies;
+      for (uint64_t x : all)
+        if (x != 0) copies.push_back(x);
+      EXPECT_EQ(copies.size(), static_cast<size_t>(2 * l.dp));  // first and last stage of each replica
+      for (uint64_t x : copies) EXPECT_EQ(x, copies.front());
+    }
 }
 
 TEST(PipelineErrors, UnknownScheduleAndBadMicrobatches) {

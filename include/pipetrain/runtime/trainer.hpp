@@ -14,6 +14,7 @@
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
+#include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -39,6 +40,12 @@ struct StepMetrics {
   int peak_stashed = 0;        // this rank's most simultaneous activation stashes
   double pp_bytes_sent = 0;    // pipeline bytes this rank sent (1/tp of each tensor under tp)
   bool skipped = false;        // non-finite loss or gradient with runtime.on_nonfinite = "skip"
+  // Where this rank's step went, in order (seconds): the program (every compute and
+  // transfer), the gradient reductions left after it, the loss and gradient-norm
+  // reductions (they wait for the slowest rank), and the optimizer update.
+  struct Phases {
+    double program_s = 0, reduce_s = 0, norm_s = 0, optimizer_s = 0;
+  } phases;
 };
 
 // The schedule a config asks for (schedule.name, or schedule.file with
@@ -121,6 +128,7 @@ class Trainer {
   std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
+  std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
   int64_t shard_lo_ = 0, shard_hi_ = 0;
   Tensor grad_shard_, m_shard_, v_shard_;

@@ -33,6 +33,9 @@ class DeviceComms {
   // Pipeline messages match in the order they are posted (NCCL): the program must pass
   // validate_in_order (schedule/program.hpp).
   bool pp_in_order() const { return pp_nccl_; }
+  // The tied pair's operations run in their stream's order (NCCL): a send posted early
+  // would hold back the compute queued after it until the peer receives.
+  bool tied_in_order() const { return tied_nccl_; }
   // For the run header, e.g. "tp nccl, dp nccl, pp mpi (host-staged)".
   std::string summary() const { return summary_; }
 
@@ -40,7 +43,7 @@ class DeviceComms {
   std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_;
   std::unique_ptr<MpiCommunicator> tied_mpi_;  // the pair's MPI communicator (under a staged or NCCL one on GPUs)
   Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr;
-  bool pp_nccl_ = false;
+  bool pp_nccl_ = false, tied_nccl_ = false;
   std::string summary_;
 };
 

@@ -1,0 +1,59 @@
+// The tied embedding's two copies (wte on the first stage, for the embedding, and on the
+// last, for the LM head) need the sum of their gradients every step. An all-reduce would
+// start only when both are final — the first stage's at the very end of the step — and
+// both ranks would pay for all of it there. Instead the last stage sends its gradient as
+// soon as its head is done with the step (while the first stage still computes), the
+// first stage adds it to its own and sends the sum back, and the last stage receives
+// that sum only when it needs it (for its optimizer step). Same values as the
+// all-reduce (a + b in IEEE arithmetic is commutative); on the critical path, the first
+// stage pays one receive and one add instead of a whole all-reduce.
+#pragma once
+#include <map>
+#include <memory>
+#include <set>
+
+#include "pipetrain/comm/communicator.hpp"
+#include "pipetrain/core/memory_pool.hpp"
+#include "pipetrain/model/stage.hpp"
+
+namespace pipetrain {
+
+class Backend;
+
+class TiedGradientExchange {
+ public:
+  // pair: the two-rank communicator of the copies (rank 0 the first stage's, rank 1 the
+  // last stage's). stages: this rank's stages (their layers say which one holds wte).
+  // send_early: the last stage may send while it still computes — not when the pair's
+  // transport runs in stream order (NCCL: the send would hold back the compute queued
+  // after it), nor while data-parallel buckets all-reduce wte.grad in place.
+  TiedGradientExchange(Parameter& wte, Communicator& pair, const std::map<int, ModelStage*>& stages, Backend& backend,
+                       MemoryPool& pool, bool send_early);
+  ~TiedGradientExchange();
+
+  // Layer `layer` of stage `stage` has its last gradient of the step: on the last
+  // stage, the head's layer starts the send.
+  void layer_final(int stage, int layer);
+  // After the step's program: on return this rank's wte.grad holds the sum on the
+  // first stage; on the last, the sum is on its way and receive_sum() must be called
+  // before wte.grad is read or written.
+  void finish();
+  void receive_sum();  // last stage: waits for the sum (no-op on the first stage)
+  // Before wte.grad is written again (zeroed for the next step): the first stage's send
+  // of the sum must be done with it.
+  void settle();
+
+ private:
+  bool first() const { return pair_.rank() == 0; }
+  void start_send();
+
+  Parameter& wte_;
+  Communicator& pair_;
+  Backend& backend_;
+  MemoryPool& pool_;
+  bool send_early_;
+  std::set<std::pair<int, int>> head_layers_;  // (stage, layer) accumulating into wte on this rank
+  std::unique_ptr<CommRequest> send_, sum_recv_;
+};
+
+}  // namespace pipetrain
