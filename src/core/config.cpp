@@ -43,7 +43,7 @@ constexpr std::array kKeys{
     PT_KEY(model, norm_eps),      PT_KEY(model, rope_theta),       PT_KEY(model, tie_embeddings),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
     PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
-    PT_KEY(parallel, recompute_stages), PT_KEY(train, recompute),
+    PT_KEY(parallel, recompute_stages), PT_KEY(parallel, dp_bucket_mb), PT_KEY(train, recompute),
     PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
     PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
     PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
@@ -388,6 +388,7 @@ void validate_config(const Config& cfg) {
   at_least("parallel.pp", p.pp, 1);
   at_least("parallel.tp", p.tp, 1);
   at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  check(p.dp_bucket_mb > 0, pre, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
   check(m.n_head % p.tp == 0, pre,
         fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", p.tp, m.n_head));
   if (m.arch == "llama") {

@@ -63,8 +63,21 @@ void Embedding::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = layer_util::as<EmbeddingStash>(stash);
   const int N = ctx.B * ctx.T;
   const Tensor dy = layer_util::working_f32(ctx, s.dy);
-  ctx.backend->embedding_scatter(wte_.grad.f32(), dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
+  if (sink_) {  // keep copies: the step's token buffer and the stash go when the step ends
+    Tensor tokens = Tensor::empty(*ctx.pool, {N}, DType::I32), rows = Tensor::empty(*ctx.pool, {N, C_});
+    ctx.backend->copy(tokens.raw(), s.tokens.raw(), tokens.bytes());
+    ctx.backend->copy(rows.raw(), dy.raw(), rows.bytes());
+    sink_->tokens.push_back(std::move(tokens));
+    sink_->rows.push_back(std::move(rows));
+  } else {
+    ctx.backend->embedding_scatter(wte_.grad.f32(), dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
+  }
   if (wpe_) ctx.backend->position_backward(wpe_->grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
+}
+
+void Embedding::scatter_rows(Backend& backend, const Tensor& tokens, const Tensor& rows) const {
+  backend.embedding_scatter(wte_.grad.f32(), rows.f32(), tokens.i32(), row_begin_, row_end_,
+                            static_cast<int>(tokens.numel()), C_);
 }
 
 }  // namespace pipetrain

@@ -2,50 +2,87 @@
 
 #include <algorithm>
 
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+
 namespace pipetrain {
 
 DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages,
-                                         Communicator& dp, Stream& stream)
-    : params_(params), dp_(dp), stream_(stream) {
+                                         Communicator& dp, Backend& backend, MemoryPool& pool,
+                                         int64_t tokens_per_step, size_t bucket_bytes)
+    : params_(params),
+      dp_(dp),
+      backend_(backend),
+      pool_(pool),
+      bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(bucket_bytes / sizeof(float)))) {
   for (const auto& [s, stage] : stages) {
     auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
       auto ps = layers[l]->parameters();
+      if (auto* e = dynamic_cast<Embedding*>(layers[l].get())) {
+        // rows = this rank's slice of the table: dense reduction moves ~2 rows x C per rank,
+        // the exchange (dp - 1) x tokens x C.
+        const Parameter& wte = *ps.front();
+        if (static_cast<int64_t>(dp.size()) * tokens_per_step < wte.shape[0]) {
+          embedding_ = e;
+          e->set_row_sink(&rows_);
+          ps.erase(ps.begin());  // its dense gradient no longer waits for the embedding
+        }
+      }
       layer_params_[{s, static_cast<int>(l)}] = ps;
       for (Parameter* p : ps) users_[p]++;
     }
   }
 }
 
+DataParallelReducer::~DataParallelReducer() {
+  if (embedding_) embedding_->set_row_sink(nullptr);
+}
+
 void DataParallelReducer::begin_step() {
   pending_ = users_;
   inflight_.clear();
-  launched_before_finish_ = 0;
+  rows_.clear();
+  open_lo_ = open_hi_ = -1;
+  buckets_ = 0;
 }
 
-void DataParallelReducer::launch(std::vector<Parameter*> ready) {
-  if (ready.empty()) return;
-  // Adjacent parameters of the flat buffer go out as one message.
-  std::sort(ready.begin(), ready.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-  const Tensor& grads = params_.grads();
-  auto bucket = [&](int64_t lo, int64_t hi) { return dp_.allreduce_sum(grads.view(lo, {hi - lo}), stream_); };
-  int64_t lo = ready[0]->offset, hi = lo;
-  for (Parameter* p : ready) {
-    if (p->offset > (hi + 15) / 16 * 16) {
-      inflight_.push_back(bucket(lo, hi));
-      lo = p->offset;
-    }
-    hi = p->offset + p->numel();
+void DataParallelReducer::launch(int64_t lo, int64_t hi) {
+  for (int64_t a = lo; a < hi; a += bucket_elems_) {  // a parameter larger than a bucket goes in pieces
+    const int64_t b = std::min(hi, a + bucket_elems_);
+    inflight_.push_back(dp_.allreduce_sum(params_.grads().view(a, {b - a}), backend_.stream()));
+    ++buckets_;
   }
-  inflight_.push_back(bucket(lo, hi));
+}
+
+void DataParallelReducer::launch_open() {
+  if (open_lo_ >= 0) launch(open_lo_, open_hi_);
+  open_lo_ = open_hi_ = -1;
+}
+
+// Backward finalises layers last to first, so each newly final parameter usually ends
+// where the open bucket begins (up to the 16-float padding between parameters).
+void DataParallelReducer::add_ready(const Parameter& p) {
+  const int64_t lo = p.offset, hi = p.offset + p.numel();
+  const auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };
+  if (open_lo_ >= 0 && padded(hi) == open_lo_) {
+    open_lo_ = lo;
+  } else if (open_lo_ >= 0 && padded(open_hi_) == lo) {
+    open_hi_ = hi;
+  } else {
+    launch_open();
+    open_lo_ = lo;
+    open_hi_ = hi;
+  }
+  if (open_hi_ - open_lo_ >= bucket_elems_) launch_open();
 }
 
 void DataParallelReducer::layer_final(int stage, int layer) {
   std::vector<Parameter*> ready;
   for (Parameter* p : layer_params_[{stage, layer}])
     if (--pending_[p] == 0) ready.push_back(p);
-  launched_before_finish_ += static_cast<double>(ready.size());
-  launch(std::move(ready));
+  std::sort(ready.begin(), ready.end(), [](auto* a, auto* b) { return a->offset > b->offset; });
+  for (Parameter* p : ready) add_ready(*p);
 }
 
 void DataParallelReducer::poll() {
@@ -59,9 +96,36 @@ void DataParallelReducer::finish() {
       rest.push_back(p);
       n = 0;
     }
-  launch(std::move(rest));
-  for (auto& r : inflight_) r->wait();
+  std::sort(rest.begin(), rest.end(), [](auto* a, auto* b) { return a->offset > b->offset; });
+  for (Parameter* p : rest) add_ready(*p);
+  launch_open();
+  if (!embedding_) {
+    for (auto& r : inflight_) r->wait();
+    inflight_.clear();
+    return;
+  }
+  // Every replica's embedding rows and tokens, gathered while the buckets finish.
+  const int dp = dp_.size();
+  const int64_t k = static_cast<int64_t>(rows_.rows.size());
+  if (k == 0) fail("data parallelism: the embedding kept no rows this step");
+  const int64_t n = rows_.tokens.front().numel();
+  const int64_t c = rows_.rows.front().numel() / n;
+  Tensor my_tokens = Tensor::empty(pool_, {k * n}, DType::I32), my_rows = Tensor::empty(pool_, {k * n * c});
+  for (int64_t i = 0; i < k; ++i) {
+    backend_.copy(my_tokens.i32() + i * n, rows_.tokens[static_cast<size_t>(i)].raw(), static_cast<size_t>(n) * 4);
+    backend_.copy(my_rows.f32() + i * n * c, rows_.rows[static_cast<size_t>(i)].raw(), static_cast<size_t>(n * c) * 4);
+  }
+  rows_.clear();
+  Tensor all_tokens = Tensor::empty(pool_, {dp * k * n}, DType::I32), all_rows = Tensor::empty(pool_, {dp * k * n * c});
+  auto t = dp_.all_gather(my_tokens, all_tokens, backend_.stream());
+  auto r = dp_.all_gather(my_rows, all_rows, backend_.stream());
+  for (auto& q : inflight_) q->wait();
   inflight_.clear();
+  t->wait();
+  r->wait();
+  // The same additions in the same order on every replica: the copies stay identical.
+  for (int64_t i = 0; i < dp * k; ++i)
+    embedding_->scatter_rows(backend_, all_tokens.view(i * n, {n}), all_rows.view(i * n * c, {n, c}));
 }
 
 }  // namespace pipetrain

@@ -87,6 +87,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       pool_(MemoryPool::create(backend)),
       optimizer_(cfg.train),
       mb_size_(cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches)) {
+  if (mb_size_ < 1 || cfg.train.global_batch % (cfg.parallel.dp * cfg.train.microbatches) != 0)
+    fail("train.global_batch = {} is not a multiple of parallel.dp x train.microbatches = {} x {}",
+         cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
@@ -141,7 +144,10 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
     }
   } else if (grid.dp() > 1) {
-    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_.stream());
+    reducer_ = std::make_unique<DataParallelReducer>(
+        params_, mine, comms_->dp(), backend_, *pool_,
+        static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len,
+        static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0));
   }
   if (Communicator* pair = comms_->tied())
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,

@@ -149,6 +149,7 @@ TEST(TiedEmbedding, EveryCopyStaysBitwiseIdentical) {
       cfg.train.steps = 3;
       cfg.train.grad_clip = 0.05;  // the clipped norm must not count the last stage's copy twice
       cfg.parallel.dp = l.dp;
+      cfg.train.microbatches /= l.dp;  // per replica: the same global batch
       cfg.parallel.pp = l.pp;
       cfg.parallel.zero1 = l.zero1;
       cfg.schedule.name = sched;

@@ -34,6 +34,7 @@ TEST(RecomputeOnGrids, BitIdenticalOnEverySchedule) {
     } else {
       c.parallel.tp = 2;
       c.parallel.dp = 2;
+      c.train.microbatches = 4;  // per replica: the same global batch of 8
     }
     const RunResult none = run(c, MPI_COMM_WORLD);
     for (const char* mode : {"selective", "full"}) {

@@ -39,6 +39,7 @@ struct ParallelConfig {
   std::vector<int> layers_per_stage;    // blocks per stage; empty = "auto" (balanced by cost)
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
   std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
+  double dp_bucket_mb = 25;             // most MiB of gradients one dp all-reduce carries
 };
 
 struct ScheduleConfig {

@@ -87,6 +87,7 @@ class Trainer {
     return it == recompute_.end() ? Recompute::None : it->second;
   }
   const ExecutorStats& last_stats() const { return last_stats_; }
+  const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1 without ZeRO-1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
   // order). Collective over the dp communicator under ZeRO-1 (gathers the shards).
