@@ -1,6 +1,7 @@
 // Benchmark: pipeline-parallel training on 2 ranks (one core each) against the
 // single-rank run measured in the same job, and against simulate() fed with the
-// per-action costs measured in the pipelined run itself.
+// per-action costs measured in the pipelined run itself. The layouts take their timed steps
+// in turns, each pipelined step against the single-rank step of the same round.
 //
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
 //                                         [--layers-per-stage 9,3 (default auto)] [--steps 3]
@@ -11,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -29,25 +32,32 @@ namespace {
 
 
 struct Measured {
-  double step_s = 0, exec_s = 0, bubble = 0, sim_makespan = 0, sim_bubble = 0;
+  double step_s = 0, exec_s = 0, bubble = 0, sim_makespan = 0, sim_bubble = 0, vs_single = 0;
 };
 
-// Runs `steps` timed steps (after one warm-up) and measures per-action costs.
-Measured run_pipeline(Config cfg, int steps, int rank) {
-  auto backend = make_cpu_backend();
-  Grid grid(MPI_COMM_WORLD, cfg.parallel);
-  Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len));
-  trainer.train_step(0);
-  trainer.set_trace(true);
-  std::vector<double> step_s, exec_s, bubble, phase[4];
+// One layout's trainer and what its timed steps measured.
+struct Run {
+  Config cfg;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Grid grid;
+  Trainer trainer;
+  std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s;
   std::map<std::pair<int, char>, std::vector<double>> durations;  // (stage, op) -> seconds
-  for (int s = 1; s <= steps; ++s) {
+
+  Run(const Config& c, MPI_Comm comm)
+      : cfg(c), grid(comm, c.parallel), trainer(c, grid, *backend, random_tokens(c.model.vocab_size, c.train.seq_len)) {
+    trainer.train_step(0);  // warm-up
+    trainer.set_trace(true);
+  }
+  double step(int s) {
     const StepMetrics m = trainer.train_step(s);
     double exec = trainer.last_stats().total_s;
-    MPI_Allreduce(MPI_IN_PLACE, &exec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &exec, 1, MPI_DOUBLE, MPI_MAX, grid.world().comm());
     step_s.push_back(m.step_time_s);
     exec_s.push_back(exec);
     bubble.push_back(m.bubble_fraction);
+    compute_s.push_back(trainer.last_stats().compute_s);
+    wait_s.push_back(trainer.last_stats().wait_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     for (const auto& e : trainer.last_stats().events) {
@@ -55,15 +65,21 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
       const auto pos = e.name.find_first_of("FBIW");
       durations[{std::stoi(e.name.substr(0, pos)), e.name[pos]}].push_back(e.dur_s);
     }
+    return m.step_time_s;
   }
-  // Per-stage costs {F, B, I, W}: medians on the owning rank, summed into every rank.
-  const Schedule& sched = trainer.schedule();
-  if (rank == 0) fmt::print("  blocks per stage {}\n", fmt::join(blocks_per_stage(cfg.model, trainer.stage_units()), ","));
+};
+
+// The pipelined run's figures: per-action costs (medians on the owning rank, summed into
+// every rank), simulate() fed with them, and the ratio to the single-rank steps.
+Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
+  const Schedule& sched = r.trainer.schedule();
+  if (rank == 0)
+    fmt::print("  blocks per stage {}\n", fmt::join(blocks_per_stage(r.cfg.model, r.trainer.stage_units()), ","));
   std::vector<double> flat(static_cast<size_t>(sched.num_stages) * 4, 0.0);
   const char ops[4] = {'F', 'B', 'I', 'W'};
   for (int st = 0; st < sched.num_stages; ++st)
     for (int o = 0; o < 4; ++o)
-      if (auto it = durations.find({st, ops[o]}); it != durations.end())
+      if (auto it = r.durations.find({st, ops[o]}); it != r.durations.end())
         flat[static_cast<size_t>(st) * 4 + static_cast<size_t>(o)] = median(it->second);
   MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   Costs costs;
@@ -73,9 +89,14 @@ Measured run_pipeline(Config cfg, int steps, int rank) {
     if (rank == 0)
       fmt::print("  stage {}: F {:.3f} s, B {:.3f} s, I {:.3f} s, W {:.3f} s\n", st, c[0], c[1], c[2], c[3]);
   }
-  bench::print_phases(phase, rank);
+  bench::print_phases(r.phase, rank);
+  double cw[2] = {median(r.compute_s), median(r.wait_s)}, all[4] = {};
+  MPI_Gather(cw, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    for (int q = 0; q < 2; ++q)
+      fmt::print("  rank {}: computing {:.3f} s, waiting {:.3f} s of its program\n", q, all[2 * q], all[2 * q + 1]);
   const SimResult sim = simulate(sched, costs);
-  return {median(step_s), median(exec_s), median(bubble), sim.makespan, sim.bubble_fraction};
+  return {median(r.step_s), median(r.exec_s), median(r.bubble), sim.makespan, sim.bubble_fraction, median(ratios)};
 }
 
 }  // namespace
@@ -107,38 +128,47 @@ int main(int argc, char** argv) {
     cfg.train.microbatches = microbatches;
     cfg.train.steps = steps + 1;
 
-    // Single rank, on every rank at once (same core count and memory traffic as the pipeline).
-    double single_s = 0;
-    {
-      auto backend = make_cpu_backend();
-      Grid self(MPI_COMM_SELF, cfg.parallel);
-      Trainer t(cfg, self, *backend, random_tokens(cfg.model.vocab_size, seq_len));
-      t.train_step(0);
-      std::vector<double> times;
-      for (int s = 1; s <= steps; ++s) times.push_back(t.train_step(s).step_time_s);
-      single_s = median(times);
-      MPI_Allreduce(MPI_IN_PLACE, &single_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      single_s /= size;
+    // Every layout built first, then their timed steps taken in turns (single rank, each
+    // schedule, again): this VM's speed drifts over minutes, and each pipelined step is
+    // compared with the single-rank step of the same round. The single-rank run goes on
+    // every rank at once (same core count and memory traffic as the pipeline).
+    Run single(cfg, MPI_COMM_SELF);
+    Config pcfg = cfg;
+    pcfg.parallel.pp = size;
+    pcfg.parallel.layers_per_stage = split;
+    std::vector<std::unique_ptr<Run>> pipes;
+    const std::vector<std::string> names = {"1f1b", "zb-h1"};
+    for (const auto& name : names) {
+      pcfg.schedule.name = name;
+      pipes.push_back(std::make_unique<Run>(pcfg, MPI_COMM_WORLD));
     }
+    std::vector<std::vector<double>> ratios(names.size());
+    std::vector<double> singles;
+    for (int s = 1; s <= steps; ++s) {
+      double one = single.step(s);
+      MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      one /= size;
+      singles.push_back(one);
+      for (size_t k = 0; k < pipes.size(); ++k) ratios[k].push_back(one / pipes[k]->step(s) / size);
+    }
+    const double single_s = median(singles);
     const double tokens = static_cast<double>(cfg.train.global_batch) * seq_len;
     if (rank == 0)
       fmt::print("GPT-2 {} layers, d_model 768, seq {}, m = {} microbatches of 1 sequence; BLAS {}, 1 thread/rank\n"
                  "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
                  layers, seq_len, microbatches, blas_kernel_name(), single_s, tokens / single_s);
-    cfg.parallel.pp = size;
-    cfg.parallel.layers_per_stage = split;
-    for (const char* name : {"1f1b", "zb-h1"}) {
-      cfg.schedule.name = name;
+    for (size_t k = 0; k < pipes.size(); ++k) {
       if (rank == 0)
-        fmt::print("{} on pp = {} (layers per stage {}):\n", name, size, split.empty() ? "auto" : fmt::format("{}", fmt::join(split, ",")));
-      const Measured m = run_pipeline(cfg, steps, rank);
+        fmt::print("{} on pp = {} (layers per stage {}):\n", names[k], size,
+                   split.empty() ? "auto" : fmt::format("{}", fmt::join(split, ",")));
+      const Measured m = summarise(*pipes[k], ratios[k], rank);
       if (rank == 0) {
         const double ideal = double(microbatches) / (microbatches + size - 1);
         fmt::print("  step {:.3f} s (executor {:.3f} s); simulate() with measured costs {:.3f} s -> measured/simulated {:.3f}\n"
-                   "  bubble measured {:.3f}, simulated {:.3f}; throughput {:.0f} tokens/s = {:.3f} x ({} x single rank); "
-                   "theory m/(m+p-1) = {:.3f}\n",
+                   "  bubble measured {:.3f}, simulated {:.3f}; throughput {:.0f} tokens/s; per round, single-rank step / "
+                   "({} x this step): median {:.3f} (rounds: {:.3f}); theory m/(m+p-1) = {:.3f}\n",
                    m.step_s, m.exec_s, m.sim_makespan, m.exec_s / m.sim_makespan, m.bubble, m.sim_bubble,
-                   tokens / m.step_s, single_s / m.step_s / size, size, ideal);
+                   tokens / m.step_s, size, m.vs_single, fmt::join(ratios[k], ", "), ideal);
       }
     }
   }
