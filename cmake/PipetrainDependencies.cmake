@@ -56,6 +56,13 @@ else()
   message(STATUS "Kokkos: ${PIPETRAIN_KOKKOSCORE_LIB} (headers in ${PIPETRAIN_KOKKOS_INCLUDE_DIR})")
 endif()
 
+# PCRE2 (8-bit): the BPE pre-tokenizer's Unicode letter and number classes.
+find_path(PIPETRAIN_PCRE2_INCLUDE_DIR pcre2.h REQUIRED)
+find_library(PIPETRAIN_PCRE2_LIB pcre2-8 REQUIRED)
+add_library(pipetrain_pcre2 INTERFACE)
+target_include_directories(pipetrain_pcre2 SYSTEM INTERFACE $<BUILD_INTERFACE:${PIPETRAIN_PCRE2_INCLUDE_DIR}>)
+target_link_libraries(pipetrain_pcre2 INTERFACE ${PIPETRAIN_PCRE2_LIB})
+
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 QUIET CONFIG)

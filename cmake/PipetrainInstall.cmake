@@ -28,7 +28,7 @@ install(TARGETS pipetrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # (as pipetrain::pipetrain_hdf5, ...). pipetrain_warnings only appears as a
 # $<LINK_ONLY:> dependency of the static library and adds nothing for consumers.
 set_target_properties(pipetrain_lib PROPERTIES EXPORT_NAME pipetrain)
-install(TARGETS pipetrain_lib pipetrain_hdf5 pipetrain_blas pipetrain_kokkos pipetrain_warnings
+install(TARGETS pipetrain_lib pipetrain_hdf5 pipetrain_blas pipetrain_kokkos pipetrain_pcre2 pipetrain_warnings
   EXPORT pipetrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -103,6 +103,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/inputs/austen.txt
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/inputs/
   DESTINATION ${CMAKE_INSTALL_DATADIR}/pipetrain/inputs
   FILES_MATCHING PATTERN "*.toml" PATTERN "*.csv")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/inputs/tokenizers
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/pipetrain/inputs)
 
 # --- Lmod modulefile ----------------------------------------------------------------------
 # Generated at install time, not configure time, so that it names the prefix actually

@@ -1,19 +1,31 @@
 // `pipetrain data`: add_data_command (declared in pipetrain/app/commands.hpp).
-//   pipetrain data text IN.txt... -o OUT.h5                     byte-level, vocab 256
+//   pipetrain data text IN.txt... -o OUT.h5 [--tokenizer byte|gpt2|F.tiktoken] [--eot]
+//   pipetrain data encode [FILE] [--text S] --tokenizer T      token ids to stdout
+//   pipetrain data decode IDS... --tokenizer T                   text to stdout
 //   pipetrain data llmc SHARD.bin... -o OUT.h5                  llm.c GPT-2 shards
 //   pipetrain data raw FILE... --dtype u16|u32 --vocab N -o OUT.h5 [--tokenizer NAME]
 //   pipetrain data info FILE.h5...                              what a token file holds
 // Runs on rank 0 only when launched with more ranks; errors throw pipetrain::Error.
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/data_convert.hpp"
 #include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/io/tokenizer.hpp"
 
 namespace pipetrain {
 namespace {
@@ -24,12 +36,46 @@ struct DataOptions {
   std::string dtype;
   int64_t vocab = 0;
   std::string tokenizer = "unknown";
+  std::string text_tokenizer = "byte";
+  bool eot = false;
+  std::string text;             // encode --text
+  std::vector<int32_t> ids;     // decode
 };
 
 void print_written(const TokenFileInfo& info) {
   fmt::print("wrote {}: {} tokens, vocab {} ({}), {}\n", info.path, info.num_tokens,
              info.vocab_size, info.tokenizer, info.dtype);
 }
+
+// Streams the text files through the tokenizer, with a progress line on a terminal and
+// the rate at the end.
+void tokenize_files(const DataOptions& o) {
+  const auto tok = make_tokenizer(o.text_tokenizer);
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double shown = -1;
+  const TokenFileInfo info = tokenize_text(o.inputs, o.out, *tok, o.eot, [&](const TextProgress& p) {
+    if (!tty || seconds() - shown < 0.5) return;
+    shown = seconds();
+    fmt::print(stderr, "\r{:.1f} of {:.1f} MiB, {} tokens, {:.0f} tokens/s   ", p.bytes_done / 1048576.0,
+               p.bytes_total / 1048576.0, p.tokens, static_cast<double>(p.tokens) / std::max(shown, 1e-9));
+  });
+  if (tty) fmt::print(stderr, "\n");
+  const double s = seconds();
+  print_written(info);
+  fmt::print("{} tokens in {:.2f} s: {:.0f} tokens/s ({} tokenizer, one core)\n", info.num_tokens, s,
+             static_cast<double>(info.num_tokens) / std::max(s, 1e-9), tok->name());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 
 void print_info(const TokenFileInfo& info) {
   fmt::print("{}: tokens {}, vocab_size {}, tokenizer {}, dtype {}\n", info.path, info.num_tokens,
@@ -49,9 +95,36 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   data->require_subcommand(1);
   auto o = std::make_shared<DataOptions>();
 
-  auto* text = data->add_subcommand("text", "Byte-level tokenize text files (vocab 256)");
+  auto* text = data->add_subcommand("text", "Tokenize text files into a token dataset");
   add_inputs_and_output(text, *o, "Text files, concatenated in order");
-  run_on_rank0(text, runner, [o] { print_written(convert_text(o->inputs, o->out)); });
+  text->add_option("--tokenizer", o->text_tokenizer, "byte (vocab 256), gpt2 (GPT-2's BPE) or a .tiktoken ranks file")
+      ->capture_default_str();
+  text->add_flag("--eot", o->eot, "End-of-text token after each file (gpt2: <|endoftext|>)");
+  run_on_rank0(text, runner, [o] { tokenize_files(*o); });
+
+  auto* encode = data->add_subcommand("encode", "Print the token ids of a text (a file or --text)");
+  encode->add_option("file", o->out, "Text file (UTF-8 for BPE)");
+  encode->add_option("--text", o->text, "The text itself");
+  encode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2 or a .tiktoken ranks file")->capture_default_str();
+  run_on_rank0(encode, runner, [o] {
+    if (o->out.empty() == o->text.empty()) fail("data encode: give a file or --text, not both");
+    const auto tok = make_tokenizer(o->text_tokenizer);
+    std::vector<int32_t> ids;
+    tok->encode(o->out.empty() ? std::string_view(o->text) : std::string_view(read_text(o->out)), ids,
+                o->out.empty() ? "--text" : o->out);
+    fmt::print("{}\n", fmt::join(ids, " "));
+  });
+
+  auto* decode = data->add_subcommand("decode", "Print the text of token ids");
+  decode->add_option("ids", o->ids, "Token ids (read from standard input when none are given)");
+  decode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2 or a .tiktoken ranks file")->capture_default_str();
+  run_on_rank0(decode, runner, [o] {
+    if (o->ids.empty())
+      for (long long id; std::cin >> id;) o->ids.push_back(static_cast<int32_t>(id));
+    if (!std::cin.eof() && o->ids.empty()) fail("data decode: standard input holds something other than token ids");
+    const std::string text = make_tokenizer(o->text_tokenizer)->decode(o->ids);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  });
 
   auto* llmc = data->add_subcommand("llmc", "Import llm.c GPT-2 token shards (.bin)");
   add_inputs_and_output(llmc, *o, "llm.c shards, concatenated in order");

@@ -38,7 +38,8 @@ TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vo
       total_(num_tokens),
       vocab_(vocab_size) {
   if (out_.empty()) fail("no output file given");
-  if (num_tokens < 0) fail("{}: cannot write {} tokens", out_, num_tokens);
+  if (num_tokens < 0 && num_tokens != kTokensNotKnown) fail("{}: cannot write {} tokens", out_, num_tokens);
+  growing_ = num_tokens == kTokensNotKnown;
   if (vocab_size < 1 || vocab_size > (int64_t{1} << 32))
     fail("{}: vocab_size {} out of range (1 .. 2^32)", out_, vocab_size);
   tmp_ = out_ + ".tmp";
@@ -48,11 +49,11 @@ TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vo
   try {
     file_ = Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     if (!file_.valid()) fail("{}: cannot create {} ({})", out_, tmp_, h5io::last_error());
-    const hsize_t dims = static_cast<hsize_t>(num_tokens);
-    Id space(H5Screate_simple(1, &dims, nullptr));
+    const hsize_t dims = growing_ ? 0 : static_cast<hsize_t>(num_tokens), unlimited = H5S_UNLIMITED;
+    Id space(H5Screate_simple(1, &dims, growing_ ? &unlimited : nullptr));
     Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
-    if (num_tokens > 0) {  // chunked so huge files work; contiguous when empty
-      const hsize_t chunk = static_cast<hsize_t>(std::min(num_tokens, kTokenChunk));
+    if (num_tokens > 0 || growing_) {  // chunked so huge files work; contiguous when empty
+      const hsize_t chunk = static_cast<hsize_t>(growing_ ? kTokenChunk : std::min(num_tokens, kTokenChunk));
       H5Pset_chunk(dcpl.get(), 1, &chunk);
     }
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
@@ -84,13 +85,18 @@ void TokenFileWriter::append_impl(std::span<const T> tokens, hid_t mem_type) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) return;
   if (committed_) fail("{}: append after commit", out_);
-  if (n > total_ - written_)
+  if (!growing_ && n > total_ - written_)
     fail("{}: {} more tokens than the {} announced", out_, written_ + n - total_, total_);
   for (int64_t i = 0; i < n; ++i)
     if (static_cast<int64_t>(tokens[static_cast<size_t>(i)]) >= vocab_)
       fail("{}: token {} at position {} is >= vocab_size {}", out_, tokens[static_cast<size_t>(i)],
            written_ + i, vocab_);
   h5io::Quiet quiet;
+  if (growing_) {
+    const hsize_t size = static_cast<hsize_t>(written_ + n);
+    if (H5Dset_extent(dataset_.get(), &size) < 0)
+      fail("{}: cannot grow /{} to {} tokens ({})", tmp_, kTokensDataset, written_ + n, h5io::last_error());
+  }
   Id space(H5Dget_space(dataset_.get()));
   const hsize_t start = static_cast<hsize_t>(written_), cnt = static_cast<hsize_t>(n);
   Id mem(H5Screate_simple(1, &cnt, nullptr));
@@ -112,6 +118,7 @@ void TokenFileWriter::append(std::span<const uint32_t> tokens) {
 
 TokenFileInfo TokenFileWriter::commit() {
   if (committed_) fail("{}: committed twice", out_);
+  if (growing_) total_ = written_;
   if (written_ != total_) fail("{}: wrote {} of {} tokens", out_, written_, total_);
   {
     h5io::Quiet quiet;

@@ -2,18 +2,22 @@
 //
 // Exports (the writer they share is token_writer.hpp):
 //   - convert_text(): byte-level tokenizer (each byte is a token, vocab 256, "byte");
+//   - tokenize_text(): any Tokenizer (io/tokenizer.hpp), streamed in bounded memory, an
+//     optional end-of-text token between files (data_convert_text.cpp);
 //   - convert_llmc(): llm.c GPT-2 token shards (magic 20240520, version 1, uint16);
 //   - convert_raw(): headerless little-endian uint16/uint32 token arrays.
 // Every converter concatenates its inputs in order, checks them completely before
 // writing, and throws pipetrain::Error naming the offending input.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/io/token_writer.hpp"
+#include "pipetrain/io/tokenizer.hpp"
 
 namespace pipetrain {
 
@@ -24,6 +28,20 @@ inline constexpr int64_t kGpt2Vocab = 50257;
 
 // Each byte of the inputs is one token; vocab 256, tokenizer "byte", stored as uint16.
 TokenFileInfo convert_text(const std::vector<std::string>& inputs, const std::string& out);
+
+// How far tokenize_text has come (called after each block of text).
+struct TextProgress {
+  int64_t bytes_done = 0, bytes_total = 0, tokens = 0;
+};
+
+// The inputs' text through `tok`, in order, with tok's end-of-text token after each file
+// when `eot` (an error when the vocabulary has none). Reads blocks of a few MiB and cuts
+// them where encoding in parts gives the same ids (stream_split), so memory stays bounded
+// by the block plus the longest stretch without such a place. The dataset records
+// tok.name() and tok.vocab_size(). Errors name the file (missing, not UTF-8 for BPE).
+TokenFileInfo tokenize_text(const std::vector<std::string>& inputs, const std::string& out, const Tokenizer& tok,
+                            bool eot, const std::function<void(const TextProgress&)>& progress = {},
+                            size_t block_bytes = size_t{4} << 20);
 
 // llm.c shards: 256 little-endian int32 header (magic 20240520, version 1, token count),
 // then that many little-endian uint16 tokens. vocab 50257, tokenizer "gpt2".

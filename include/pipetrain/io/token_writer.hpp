@@ -13,11 +13,13 @@
 namespace pipetrain {
 
 inline constexpr int64_t kTokenChunk = int64_t{1} << 20;  // tokens per HDF5 chunk
+inline constexpr int64_t kTokensNotKnown = -1;             // TokenFileWriter: the count is what gets appended
 
 class TokenFileWriter {
  public:
   // Creates `out + ".tmp"` with a /tokens dataset of exactly `num_tokens` tokens: uint16
-  // when vocab_size <= 65536, else uint32; attributes vocab_size and tokenizer.
+  // when vocab_size <= 65536, else uint32; attributes vocab_size and tokenizer. With
+  // kTokensNotKnown the dataset grows as tokens are appended (a tokenizer's output).
   TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size, std::string tokenizer);
   // Without commit(): closes and deletes the temporary file.
   ~TokenFileWriter();
@@ -39,7 +41,7 @@ class TokenFileWriter {
 
   std::string out_, tmp_, tokenizer_, dtype_;
   int64_t total_ = 0, written_ = 0, vocab_ = 0;
-  bool committed_ = false;
+  bool committed_ = false, growing_ = false;
   h5io::Id file_, dataset_;
 };
 

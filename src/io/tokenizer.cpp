@@ -1,0 +1,74 @@
+// The byte tokenizer, make_tokenizer, bundled_tokenizers_dir and stream_split (see
+// pipetrain/io/tokenizer.hpp); byte-level BPE is in tokenizer_bpe.cpp.
+#include "pipetrain/io/tokenizer.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/io/tokenizer_bpe.hpp"
+
+namespace pipetrain {
+namespace {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::string name() const override { return "byte"; }
+  int64_t vocab_size() const override { return 256; }
+  void encode(std::string_view text, std::vector<int32_t>& out, std::string_view, int64_t) const override {
+    for (unsigned char c : text) out.push_back(c);
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string s;
+    s.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id < 0 || id > 255) fail("byte tokenizer: id {} is not a byte", id);
+      s.push_back(static_cast<char>(id));
+    }
+    return s;
+  }
+  std::optional<int32_t> end_of_text() const override { return std::nullopt; }
+};
+
+bool is_ascii_non_space(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u > 0x20 && u < 0x7f;
+}
+
+}  // namespace
+
+std::string bundled_tokenizers_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("PIPETRAIN_TOKENIZERS"); env && *env) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share/pipetrain/inputs/tokenizers";
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
+#ifdef PIPETRAIN_SOURCE_TOKENIZERS
+  return PIPETRAIN_SOURCE_TOKENIZERS;
+#else
+  fail("no bundled tokenizers found: set PIPETRAIN_TOKENIZERS to the inputs/tokenizers directory");
+#endif
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  if (spec == "gpt2") {
+    const std::string dir = bundled_tokenizers_dir() + "/gpt2";
+    return make_gpt2_bpe(dir + "/encoder.json", dir + "/vocab.bpe");
+  }
+  if (spec.size() > 9 && spec.ends_with(".tiktoken")) return make_tiktoken_bpe(spec);
+  fail("tokenizer '{}': expected byte, gpt2 or the path of a .tiktoken ranks file", spec);
+}
+
+size_t stream_split(std::string_view text) {
+  for (size_t p = text.size() >= 2 ? text.size() - 2 : 0; p > 0; --p)
+    if (text[p] == ' ' && is_ascii_non_space(text[p - 1]) && is_ascii_non_space(text[p + 1])) return p;
+  return 0;
+}
+
+}  // namespace pipetrain

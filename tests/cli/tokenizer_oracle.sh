@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPT-2 tokenizer against OpenAI's tiktoken (npm `tiktoken`, installed into the build
+# folder on first use): identical token ids on the bundled corpus and a Unicode-heavy
+# sample (accents, CJK, emoji, numbers, contractions, runs of every kind of whitespace),
+# decode(encode(x)) == x with both, and `data text --tokenizer gpt2` stores those ids.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}"
+oracle="$(dirname "$PIPETRAIN")/../oracle/tiktoken"
+if [ ! -d "$oracle/node_modules/tiktoken" ]; then
+  command -v npm >/dev/null || { echo "FAIL: npm is needed to install the oracle (npm install tiktoken@1)"; exit 1; }
+  echo "installing the oracle: npm install tiktoken@1 in $oracle"
+  mkdir -p "$oracle"
+  log=$(mktemp)
+  if ! (cd "$oracle" && npm install --no-audit --no-fund --silent tiktoken@1 >"$log" 2>&1); then
+    echo "FAIL: npm install tiktoken@1 failed:"
+    tail -5 "$log"
+    exit 1
+  fi
+  rm -f "$log"
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tmp=$work
+source "$SRC/tests/cli/lib/expect.sh"
+export NODE_PATH="$oracle/node_modules"
+js="$SRC/tests/reference/tiktoken_encode.js"
+samples=("$SRC/inputs/austen.txt" "$SRC/tests/data/unicode_sample.txt")
+for f in "${samples[@]}"; do
+  name=$(basename "$f")
+  node "$js" "$f" >"$work/$name.tiktoken"
+  "$PIPETRAIN" data encode "$f" --tokenizer gpt2 >"$work/$name.pipetrain"
+  if ! cmp -s "$work/$name.tiktoken" "$work/$name.pipetrain"; then
+    echo "FAIL: $name: pipetrain's gpt2 ids differ from tiktoken's"
+    /usr/bin/env python3 - "$work/$name.tiktoken" "$work/$name.pipetrain" <<'PY' || true
+import sys
+a, b = (open(p).read().split() for p in sys.argv[1:3])
+i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+print(f"  {len(a)} vs {len(b)} ids; first difference at id {i}: tiktoken {a[max(0,i-3):i+4]} pipetrain {b[max(0,i-3):i+4]}")
+PY
+    exit 1
+  fi
+  "$PIPETRAIN" data decode --tokenizer gpt2 <"$work/$name.pipetrain" >"$work/$name.back"
+  cmp -s "$work/$name.back" "$f" || { echo "FAIL: $name: pipetrain's decode(encode(text)) differs from the text"; exit 1; }
+  echo "ok: $name: $(wc -w <"$work/$name.pipetrain") ids identical to tiktoken's; decode(encode(x)) == x"
+done
+node "$js" --decode "${samples[@]}"
+echo "ok: tiktoken's decode(encode(x)) == x on both"
+
+# The dataset holds the same ids, with an end-of-text token (50256) after each file.
+"$PIPETRAIN" data text "${samples[@]}" -o "$work/t.h5" --tokenizer gpt2 --eot >"$work/text.out"
+grep -q "tokenizer" "$work/text.out" || { echo "FAIL: data text printed no summary"; cat "$work/text.out"; exit 1; }
+h5dump -d /tokens -y -w 0 "$work/t.h5" | tr -cs '0-9' ' ' | tr ' ' '\n' | sed '/^$/d' >"$work/t.ids"
+{ tr ' ' '\n' <"$work/austen.txt.tiktoken"; echo 50256; tr ' ' '\n' <"$work/unicode_sample.txt.tiktoken"; echo 50256; } \
+  | sed '/^$/d' >"$work/expected.ids"
+# h5dump's header numbers come first: compare the tail that holds the data.
+n=$(wc -l <"$work/expected.ids")
+tail -n "$n" "$work/t.ids" | cmp -s - "$work/expected.ids" || { echo "FAIL: data text --tokenizer gpt2 stored other ids"; exit 1; }
+"$PIPETRAIN" data info "$work/t.h5" | grep -q "tokenizer gpt2" || { echo "FAIL: the dataset does not record tokenizer gpt2"; exit 1; }
+echo "ok: data text --tokenizer gpt2 --eot stores tiktoken's ids and records the tokenizer"
+
+# Bad input: one line naming the file.
+printf 'ok \xff\xfe bad' >"$work/bad.txt"
+expect_failure "not valid UTF-8" "$PIPETRAIN" data text "$work/bad.txt" -o "$work/bad.h5" --tokenizer gpt2
+[ ! -e "$work/bad.h5" ] && [ ! -e "$work/bad.h5.tmp" ] || { echo "FAIL: a failed tokenization left a file behind"; exit 1; }
+expect_failure "expected byte, gpt2 or the path" "$PIPETRAIN" data text "${samples[1]}" -o "$work/x.h5" --tokenizer nope
+expect_failure "no end-of-text token" "$PIPETRAIN" data text "${samples[1]}" -o "$work/x.h5" --eot
+echo "ok: bad input fails with one line naming it"
