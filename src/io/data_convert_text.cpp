@@ -29,7 +29,10 @@ TokenFileInfo tokenize_text(const std::vector<std::string>& inputs, const std::s
     if (!std::filesystem::is_regular_file(path, ec)) fail("{}: no such file", path);
     p.bytes_total += static_cast<int64_t>(std::filesystem::file_size(path, ec));
   }
-  TokenFileWriter w(out, kTokensNotKnown, tok.vocab_size(), tok.name());
+  // A dataset of a known size when the tokenizer's count follows from the bytes; else one
+  // that grows as the ids come.
+  const std::optional<int64_t> known = tok.count_for(p.bytes_total);
+  TokenFileWriter w(out, known ? *known : kTokensNotKnown, tok.vocab_size(), tok.name());
   std::vector<int32_t> ids;
   std::vector<uint32_t> scratch;
   std::string text, block(std::max<size_t>(block_bytes, 1), '\0');

@@ -30,6 +30,7 @@ class ByteTokenizer : public Tokenizer {
     return s;
   }
   std::optional<int32_t> end_of_text() const override { return std::nullopt; }
+  std::optional<int64_t> count_for(int64_t bytes) const override { return bytes; }
 };
 
 bool is_ascii_non_space(char c) {

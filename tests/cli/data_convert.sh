@@ -37,7 +37,8 @@ printf 'hello, pipetrain\n' > "$tmp/a.txt"  # 17 bytes
 printf 'second file' > "$tmp/b.txt"        # 11 bytes
 out=$(pt data text "$tmp/a.txt" "$tmp/b.txt" -o "$tmp/text.h5")
 echo "$out"
-[[ "$out" == "wrote $tmp/text.h5: 28 tokens, vocab 256 (byte), uint16" ]] || die "text summary: $out"
+[[ "$(head -1 <<<"$out")" == "wrote $tmp/text.h5: 28 tokens, vocab 256 (byte), uint16" ]] || die "text summary: $out"
+[[ "$(tail -1 <<<"$out")" == "28 tokens in "*" tokens/s (byte tokenizer, one core)" ]] || die "text rate: $out"
 [[ ! -e "$tmp/text.h5.tmp" ]] || die "temporary file left behind"
 
 info=$(pt data info "$tmp/text.h5")
@@ -94,7 +95,7 @@ if [[ -n "${MPIEXEC:-}" ]] && command -v "$MPIEXEC" > /dev/null; then
   out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         OMPI_MCA_rmaps_base_oversubscribe=1 \
         timeout 120 "$MPIEXEC" -n 2 "$PIPETRAIN" data text "$tmp/a.txt" -o "$tmp/mpi.h5")
-  [[ "$out" == "wrote $tmp/mpi.h5: 17 tokens, vocab 256 (byte), uint16" ]] ||
+  [[ "$(head -1 <<<"$out")" == "wrote $tmp/mpi.h5: 17 tokens, vocab 256 (byte), uint16" && $(wc -l <<<"$out") -eq 2 ]] ||
     die "2-rank summary: $out"
 fi
 

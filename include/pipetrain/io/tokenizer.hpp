@@ -40,6 +40,8 @@ class Tokenizer {
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The document separator (GPT-2's <|endoftext|>, 50256), if the vocabulary has one.
   virtual std::optional<int32_t> end_of_text() const = 0;
+  // How many ids `bytes` bytes of text give, when that follows from the size alone.
+  virtual std::optional<int64_t> count_for(int64_t) const { return std::nullopt; }
 };
 
 // Throws pipetrain::Error naming the spec or the file (unknown name, missing or malformed
