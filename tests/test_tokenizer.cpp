@@ -49,7 +49,7 @@ class TokenizerFiles : public ::testing::Test {
  protected:
   void SetUp() override {
     static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / ("pipetrain_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    dir_ = fs::temp_directory_path() / fmt::format("pipetrain_tok_{}_{}", ::getpid(), counter++);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -2,6 +2,7 @@
 //   pipetrain data text IN.txt... -o OUT.h5 [--tokenizer byte|gpt2|F.tiktoken] [--eot]
 //   pipetrain data encode [FILE] [--text S] --tokenizer T      token ids to stdout
 //   pipetrain data decode IDS... --tokenizer T                   text to stdout
+//   pipetrain data megatron PREFIX -o OUT.h5 [--vocab N]          Megatron .bin/.idx
 //   pipetrain data llmc SHARD.bin... -o OUT.h5                  llm.c GPT-2 shards
 //   pipetrain data raw FILE... --dtype u16|u32 --vocab N -o OUT.h5 [--tokenizer NAME]
 //   pipetrain data info FILE.h5...                              what a token file holds
@@ -139,6 +140,13 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   run_on_rank0(raw, runner, [o] {
     print_written(convert_raw(o->inputs, o->out, o->dtype, o->vocab, o->tokenizer));
   });
+
+  auto* megatron = data->add_subcommand("megatron", "Convert a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx)");
+  megatron->add_option("prefix", o->text, "The dataset's prefix (without .bin / .idx)")->required();
+  megatron->add_option("-o,--output", o->out, "Token file to write (HDF5)")->required();
+  megatron->add_option("--vocab", o->vocab, "Vocabulary size (default: the largest token + 1)");
+  megatron->add_option("--tokenizer", o->tokenizer, "Tokenizer name to record")->capture_default_str();
+  run_on_rank0(megatron, runner, [o] { print_written(convert_megatron(o->text, o->out, o->vocab, o->tokenizer)); });
 
   auto* info = data->add_subcommand("info", "Print what token files hold");
   info->add_option("files", o->inputs, "Token files (.h5)")->required();

@@ -74,13 +74,14 @@ int run_train(const TrainOptions& opt) {
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
   WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
 
-  TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size);
+  TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size, cfg.data.respect_documents);
   BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);
   // Validation data (optional): a fixed set, the first eval_batches global batches.
   std::unique_ptr<TokenDataset> val;
   std::unique_ptr<BatchSampler> val_sampler;
   if (!cfg.data.val.empty()) {
-    val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size);
+    val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size,
+                                         cfg.data.respect_documents);
     val_sampler = std::make_unique<BatchSampler>(*val, "sequential", cfg.train.seed);
   }
   auto backend = make_backend(cfg);

@@ -51,7 +51,7 @@ constexpr std::array kKeys{
     PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
     PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
     PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),     PT_KEY(train, precision),
-    PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),
+    PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),       PT_KEY(data, respect_documents),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),

@@ -108,7 +108,8 @@ TokenFileInfo inspect_token_file(const std::string& path) {
   return open_token_file(path).info;
 }
 
-TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab)
+TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab,
+                           bool respect_documents)
     : paths_(files), seq_len_(seq_len), model_vocab_(model_vocab) {
   if (files.empty()) fail("no token files given");
   if (seq_len < 1) fail("seq_len must be at least 1, got {}", seq_len);
@@ -117,6 +118,21 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
   std::string tokenizer_from;  // the first file with a tokenizer attribute
   files_.reserve(files.size());
   for (const auto& path : files) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && MegatronDataset::exists(path)) {
+      File f;
+      f.path = path;
+      f.megatron = std::make_unique<MegatronDataset>(path);
+      f.first = total_;
+      f.count = f.megatron->num_tokens();
+      total_ += f.count;
+      files_.push_back(std::move(f));
+      continue;
+    }
+    if (respect_documents)
+      fail("{}: data.respect_documents needs each source's documents; HDF5 token files have none (Megatron "
+           "datasets do)",
+           path);
     OpenedFile o = open_token_file(path);
     if (o.info.vocab_size > model_vocab)
       fail("{}: vocab_size {} exceeds model.vocab_size {}", path, o.info.vocab_size, model_vocab);
@@ -146,6 +162,16 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
     fail("{}: {} tokens, need at least seq_len+1 = {}", names, total_, seq_len + 1);
   }
   windows_ = (total_ - 1) / seq_len;
+  if (respect_documents) {
+    for (const File& f : files_) {
+      const auto& docs = f.megatron->document_starts();
+      for (size_t d = 0; d + 1 < docs.size(); ++d)
+        for (int64_t s = docs[d]; s + seq_len < docs[d + 1]; s += seq_len) starts_.push_back(f.first + s);
+    }
+    if (starts_.empty())
+      fail("{}: no document holds seq_len+1 = {} tokens (data.respect_documents = true)", files[0], seq_len + 1);
+    windows_ = static_cast<int64_t>(starts_.size());
+  }
 }
 
 TokenDataset::~TokenDataset() = default;
@@ -153,7 +179,7 @@ TokenDataset::~TokenDataset() = default;
 void TokenDataset::read_window(int64_t w, int32_t* out) const {
   if (w < 0 || w >= windows_)
     fail("window {} out of range: the dataset has {} windows", w, windows_);
-  read_tokens(w * seq_len_, int64_t{seq_len_} + 1, out);
+  read_tokens(window_start(w), int64_t{seq_len_} + 1, out);
 }
 
 void TokenDataset::read_tokens(int64_t first, int64_t count, int32_t* out) const {
@@ -171,10 +197,18 @@ void TokenDataset::read_tokens(int64_t first, int64_t count, int32_t* out) const
     const int64_t off = first + done - f.first;
     const int64_t n = std::min(count - done, f.count - off);
     if (n <= 0) continue;
+    int32_t* dst = out + done;
+    if (f.megatron) {
+      f.megatron->read(off, n, dst);
+      for (int64_t i = 0; i < n; ++i)
+        if (dst[i] >= model_vocab_)
+          fail("{}: token {} at index {} is >= model.vocab_size {}", f.path, dst[i], off + i, model_vocab_);
+      done += n;
+      continue;
+    }
     Id space(H5Dget_space(f.dataset.get()));
     const hsize_t start = static_cast<hsize_t>(off), cnt = static_cast<hsize_t>(n);
     Id mem(H5Screate_simple(1, &cnt, nullptr));
-    int32_t* dst = out + done;
     // HDF5 widens uint16 to uint32 on the way; int32 and uint32 share the bit layout.
     if (!space.valid() || !mem.valid() ||
         H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr) < 0 ||

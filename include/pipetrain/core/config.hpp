@@ -76,6 +76,7 @@ struct DataConfig {
   std::vector<std::string> train;
   std::vector<std::string> val;
   std::string sampling = "sequential";  // sequential | shuffle
+  bool respect_documents = false;       // windows inside documents only (Megatron datasets)
 };
 
 struct CheckpointConfig {

@@ -5,7 +5,8 @@
 //   - tokenize_text(): any Tokenizer (io/tokenizer.hpp), streamed in bounded memory, an
 //     optional end-of-text token between files (data_convert_text.cpp);
 //   - convert_llmc(): llm.c GPT-2 token shards (magic 20240520, version 1, uint16);
-//   - convert_raw(): headerless little-endian uint16/uint32 token arrays.
+//   - convert_raw(): headerless little-endian uint16/uint32 token arrays;
+//   - convert_megatron(): Megatron-LM indexed datasets (PREFIX.bin + PREFIX.idx).
 // Every converter concatenates its inputs in order, checks them completely before
 // writing, and throws pipetrain::Error naming the offending input.
 #pragma once
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/io/megatron_dataset.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/io/token_writer.hpp"
 #include "pipetrain/io/tokenizer.hpp"
@@ -46,6 +48,11 @@ TokenFileInfo tokenize_text(const std::vector<std::string>& inputs, const std::s
 // llm.c shards: 256 little-endian int32 header (magic 20240520, version 1, token count),
 // then that many little-endian uint16 tokens. vocab 50257, tokenizer "gpt2".
 TokenFileInfo convert_llmc(const std::vector<std::string>& shards, const std::string& out);
+
+// A Megatron-LM indexed dataset (io/megatron_dataset.hpp). vocab_size 0: the largest
+// token + 1. The documents are not kept (HDF5 token files have none).
+TokenFileInfo convert_megatron(const std::string& prefix, const std::string& out, int64_t vocab_size = 0,
+                               const std::string& tokenizer = "unknown");
 
 // Headerless little-endian arrays; dtype "u16" or "u32"; every token must be < vocab_size.
 TokenFileInfo convert_raw(const std::vector<std::string>& inputs, const std::string& out,

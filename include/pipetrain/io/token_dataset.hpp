@@ -12,11 +12,13 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pipetrain/io/h5io.hpp"
+#include "pipetrain/io/megatron_dataset.hpp"
 
 namespace pipetrain {
 
@@ -37,15 +39,20 @@ struct TokenFileInfo {
 // the file (no such file, not an HDF5 file, no /tokens, wrong rank or type).
 TokenFileInfo inspect_token_file(const std::string& path);
 
-// A list of token files read as one stream (file 0's tokens, then file 1's, ...).
-// Every file stays open for the object's life. Not thread-safe.
+// A list of token files read as one stream (file 0's tokens, then file 1's, ...). A
+// path that is not a file but has PREFIX.idx beside it is a Megatron indexed dataset
+// (io/megatron_dataset.hpp), memory-mapped. Every file stays open for the object's
+// life. Not thread-safe.
 class TokenDataset {
  public:
   // Opens every file, checks /tokens exists and is 1-D uint16/uint32, reads attributes.
   // model_vocab: tokens must be < model_vocab (error if a file's vocab_size exceeds it).
   // seq_len: a window is seq_len+1 tokens; window w starts at token w*seq_len;
   // n = floor((N-1)/seq_len) windows (N = total tokens over all files).
-  TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab);
+  // respect_documents: windows lie inside documents only (each document of L tokens
+  // gives floor((L-1)/seq_len) windows from its start); every source must know its
+  // documents (Megatron datasets do; HDF5 token files do not).
+  TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents = false);
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -59,6 +66,7 @@ class TokenDataset {
   const std::string& tokenizer() const { return tokenizer_; }
   const std::vector<std::string>& files() const { return paths_; }
 
+  int64_t window_start(int64_t w) const { return starts_.empty() ? w * seq_len_ : starts_[static_cast<size_t>(w)]; }
   // Reads window w's seq_len+1 tokens (may span a file boundary) as int32 into out.
   // Throws pipetrain::Error naming file and position if any token >= model_vocab.
   void read_window(int64_t w, int32_t* out) const;
@@ -69,6 +77,7 @@ class TokenDataset {
   struct File {
     std::string path;
     h5io::Id file, dataset;
+    std::unique_ptr<MegatronDataset> megatron;  // set for a Megatron source
     int64_t first = 0;  // index of this file's token 0 in the stream
     int64_t count = 0;
   };
@@ -80,6 +89,7 @@ class TokenDataset {
   std::string tokenizer_;
   int64_t total_ = 0;
   int64_t windows_ = 0;
+  std::vector<int64_t> starts_;  // respect_documents: each window's first token
 };
 
 }  // namespace pipetrain
