@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "pipetrain/core/error.hpp"
+#include "test_files.hpp"
 #include "pipetrain/io/data_convert.hpp"
 #include "pipetrain/io/megatron_dataset.hpp"
 #include "pipetrain/io/token_dataset.hpp"
@@ -54,25 +55,10 @@ struct Writer {
   }
 };
 
-class MegatronTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / fmt::format("pipetrain_mmidx_{}_{}", ::getpid(), counter++);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+using MegatronTest = testing::TempDirTest;
 
 void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error mentioning " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  testing::expect_one_line_error(f, {needle});
 }
 
 const std::vector<std::vector<int64_t>> kDocs = {{1, 2, 3, 4, 5, 6, 7}, {8, 9}, {10, 11, 12, 13, 14, 15, 16, 17, 18}};

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "pipetrain/core/error.hpp"
+#include "test_files.hpp"
 #include "pipetrain/io/data_convert.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/io/tokenizer.hpp"
@@ -45,29 +46,10 @@ std::string read(const std::string& path) {
 
 std::string sample() { return read(std::string(PIPETRAIN_SOURCE_DIR) + "/tests/data/unicode_sample.txt"); }
 
-class TokenizerFiles : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / fmt::format("pipetrain_tok_{}_{}", ::getpid(), counter++);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary) << text;
-    return path(name);
-  }
-  fs::path dir_;
-};
+using TokenizerFiles = testing::TempDirTest;
 
 void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error mentioning " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  testing::expect_one_line_error(f, {needle});
 }
 
 TEST(Gpt2Tokenizer, KnownIdsVocabularyAndEndOfText) {
