@@ -183,7 +183,7 @@ TEST(ConfigTest, ToTomlRoundTripsExactly) {
   c.train.decay_2d_only = false;
   c.train.grad_clip = 1e20;
   c.train.seed = 123456789012345ULL;
-  c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle"};
+  c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle", true, {}};
   c.checkpoint = {"/tmp/ck", 7, 1};
   c.log = {3, "metrics.jsonl", "", "runs/a", 1.5e14, false};
   c.comm.p2p = "mpi";
@@ -198,6 +198,23 @@ TEST(ConfigTest, ToTomlRoundTripsExactly) {
   // Defaults (plus the one required key) round-trip too.
   const Config d = parse(kMinimal);
   expect_same(parse(to_toml(d)), d);
+}
+
+TEST(ConfigTest, BlendsParseRoundTripAndRejectBadWeights) {
+  Config c = parse(kMinimal, {"data.train=[{path = \"a.h5\", weight = 0.7}, {path = \"web\", weight = 3}]"});
+  EXPECT_EQ(c.data.train, (std::vector<std::string>{"a.h5", "web"}));
+  EXPECT_EQ(c.data.train_weights, (std::vector<double>{0.7, 3.0}));
+  const std::string text = to_toml(c);
+  EXPECT_HAS(text, "path = \"a.h5\"");
+  expect_same(parse(text), c);
+  EXPECT_EQ(parse(text).data.train_weights, c.data.train_weights);
+  // Plain lists stay plain.
+  EXPECT_TRUE(parse(kMinimal, {"data.train=[\"a.h5\", \"b.h5\"]"}).data.train_weights.empty());
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path = \"a.h5\", weight = 0}]"}), "data.train[0].weight (0.0): blend weights must be positive");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path = \"a.h5\", weight = -1}]"}), "blend weights must be positive");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path = \"a.h5\"}]"}), "data.train[0].weight: a blend entry needs a weight");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path = \"a.h5\", weight = 1, w = 2}]"}), "data.train[0].w: unknown key");
+  EXPECT_HAS(error_of(kMinimal, {"data.train=[{path = \"a.h5\", weight = 1}, \"b.h5\"]"}), "data.train[1]");
 }
 
 TEST(ConfigTest, LoadConfigReadsAFile) {
@@ -304,8 +321,8 @@ TEST(ConfigTestError, WrongType) {
   EXPECT_EQ(error_of(kMinimal + "[train]\nlr = \"abc\"\n"), "x.toml: train.lr: expected a number, got string \"abc\"");
   EXPECT_HAS(error_of(kMinimal + "[train]\ndecay_2d_only = 1\n"), "train.decay_2d_only: expected a boolean");
   EXPECT_HAS(error_of(kMinimal + "[schedule]\nname = 3\n"), "schedule.name: expected a string, got integer 3");
-  EXPECT_HAS(error_of("[data]\ntrain = 3\n"), "data.train: expected a string or an array of strings");
-  EXPECT_HAS(error_of("[data]\ntrain = [\"a\", 3]\n"), "data.train[1]: expected a string, got integer 3");
+  EXPECT_HAS(error_of("[data]\ntrain = 3\n"), "data.train: expected a string, an array of strings or an array of { path, weight }");
+  EXPECT_HAS(error_of("[data]\ntrain = [\"a\", 3]\n"), "data.train[1]: expected a string like the entries before it, got integer 3");
   EXPECT_HAS(error_of("model = 3\n" + kMinimal), "model: expected a table, got integer 3");
   EXPECT_HAS(error_of(kMinimal + "[train]\nseed = -1\n"), "train.seed: expected a non-negative integer");
   EXPECT_HAS(error_of(kMinimal + "[train]\nsteps = 10000000000\n"), "train.steps: integer 10000000000 is out of range");

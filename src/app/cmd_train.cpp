@@ -20,6 +20,7 @@
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/io/batch_sampler.hpp"
+#include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/training_loop.hpp"
@@ -74,8 +75,19 @@ int run_train(const TrainOptions& opt) {
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
   WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
 
-  TokenDataset data(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size, cfg.data.respect_documents);
-  BatchSampler sampler(data, cfg.data.sampling, cfg.train.seed);
+  // The training stream: the files read as one, or a blend of weighted sources.
+  std::unique_ptr<TokenDataset> data;
+  std::unique_ptr<BatchSampler> sampler;
+  std::unique_ptr<BlendedSampler> blend;
+  if (cfg.data.train_weights.empty()) {
+    data = std::make_unique<TokenDataset>(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size,
+                                          cfg.data.respect_documents);
+    sampler = std::make_unique<BatchSampler>(*data, cfg.data.sampling, cfg.train.seed);
+  } else {
+    blend = std::make_unique<BlendedSampler>(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len,
+                                             cfg.model.vocab_size, cfg.data.respect_documents, cfg.data.sampling,
+                                             cfg.train.seed);
+  }
   // Validation data (optional): a fixed set, the first eval_batches global batches.
   std::unique_ptr<TokenDataset> val;
   std::unique_ptr<BatchSampler> val_sampler;
@@ -86,7 +98,10 @@ int run_train(const TrainOptions& opt) {
   }
   auto backend = make_backend(cfg);
   Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    sampler.load(first, count, in, tgt);
+    if (blend)
+      blend->load(first, count, in, tgt);
+    else
+      sampler->load(first, count, in, tgt);
   });
 
   RunLog log(cfg, !opt.resume.empty(), rank);
@@ -127,14 +142,34 @@ int run_train(const TrainOptions& opt) {
                              cfg.model.ffn(), cfg.model.tie_embeddings ? "tied" : "untied", human(nparams))
                : fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters", cfg.source,
                              cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
-  log.line(fmt::format("  data {} tokens ({} windows of {}), {} sampling; {} tokens/step "
+  std::string data_summary;
+  if (blend) {
+    int64_t tokens = 0, windows = 0;
+    for (int k = 0; k < blend->num_sources(); ++k)
+      tokens += blend->dataset(k).num_tokens(), windows += blend->dataset(k).num_windows();
+    data_summary = fmt::format("a blend of {} sources, {} tokens ({} windows of {})", blend->num_sources(),
+                               human(static_cast<double>(tokens)), windows, cfg.train.seq_len);
+  } else {
+    data_summary = fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(data->num_tokens())),
+                               data->num_windows(), cfg.train.seq_len);
+  }
+  log.line(fmt::format("  data {}, {} sampling; {} tokens/step "
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
-                       human(static_cast<double>(data.num_tokens())), data.num_windows(), cfg.train.seq_len,
-                       cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
+                       data_summary, cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
                        cfg.train.microbatches, cfg.train.seq_len,
                        cfg.runtime.device == "cpu" ? backend->name()
                                                    : backend->name() + " (transfers: " + trainer.comms_summary() + ")",
                        cfg.train.precision));
+  if (blend) {  // what each source gives over this run's steps
+    const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;
+    const std::vector<int64_t> n = blend->counts(samples);
+    for (int k = 0; k < blend->num_sources(); ++k)
+      log.line(fmt::format("  source {}: {} (weight {:.3f}): {} windows; {} of the run's {} samples ({:.2f} epochs)", k,
+                           cfg.data.train[static_cast<size_t>(k)], blend->weight(k),
+                           blend->dataset(k).num_windows(), n[static_cast<size_t>(k)], samples,
+                           static_cast<double>(n[static_cast<size_t>(k)]) /
+                               static_cast<double>(blend->dataset(k).num_windows())));
+  }
   log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
                        "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,

@@ -26,7 +26,7 @@ namespace pipetrain {
 namespace {
 
 using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                         std::vector<int>*>;
+                         std::vector<int>*, DataConfig*>;  // DataConfig*: data.train (paths, or a blend)
 
 struct KeyDesc {
   std::string_view section, name;
@@ -51,7 +51,7 @@ constexpr std::array kKeys{
     PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
     PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
     PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),     PT_KEY(train, precision),
-    PT_KEY(data, train),          PT_KEY(data, val),               PT_KEY(data, sampling),       PT_KEY(data, respect_documents),
+    KeyDesc{"data", "train", [](Config& c) -> Ref { return &c.data; }},          PT_KEY(data, val),               PT_KEY(data, sampling),       PT_KEY(data, respect_documents),
     PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
     PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),
@@ -215,6 +215,39 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
               ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", *a->get(i), key);
             field->push_back(static_cast<int>(e->get()));
           }
+        } else if constexpr (std::is_same_v<T, DataConfig>) {
+          // data.train: a path, an array of paths, or a blend: an array of {path, weight}.
+          field->train.clear();
+          field->train_weights.clear();
+          const auto* a = n.as_array();
+          if (const auto* s = n.as_string()) {
+            field->train.push_back(s->get());
+            return;
+          }
+          if (!a) ctx.type_error(key, "a string, an array of strings or an array of { path, weight }", n);
+          for (size_t i = 0; i < a->size(); ++i) {
+            const std::string at = fmt::format("{}[{}]", key, i);
+            const toml::node& e = *a->get(i);
+            if (const auto* str = e.as_string()) {
+              if (!field->train_weights.empty()) ctx.type_error(at, "{ path, weight } like the entries before it", e, key);
+              field->train.push_back(str->get());
+              continue;
+            }
+            const auto* t = e.as_table();
+            if (!t || (i > 0 && field->train_weights.empty()))
+              ctx.type_error(at, i > 0 && field->train_weights.empty() ? "a string like the entries before it" : "a string or { path, weight }", e, key);
+            for (const auto& [k, v] : *t)
+              if (k.str() != "path" && k.str() != "weight")
+                fail("{}{}.{}: unknown key (a blend entry has path and weight){}", prefix(ctx.source), at, k.str(), ctx.note(key));
+            const auto* path = t->get("path");
+            const auto* weight = t->get("weight");
+            if (!path || !path->is_string()) fail("{}{}.path: a blend entry needs a path (a string){}", prefix(ctx.source), at, ctx.note(key));
+            if (!weight || !(weight->is_number()))
+              fail("{}{}.weight: a blend entry needs a weight (a number){}", prefix(ctx.source), at, ctx.note(key));
+            field->train.push_back(path->as_string()->get());
+            field->train_weights.push_back(weight->is_integer() ? static_cast<double>(weight->as_integer()->get())
+                                                                : weight->as_floating_point()->get());
+          }
         } else {
           field->clear();
           if (const auto* s = n.as_string()) {
@@ -283,8 +316,8 @@ void apply_override(toml::table& doc, const std::string& text, Ctx& ctx) {
   Config scratch;
   const Ref ref = desc->ref(scratch);
   if (value && std::holds_alternative<std::string*>(ref) && !value->is_string()) value = nullptr;
-  if (value && std::holds_alternative<std::vector<std::string>*>(ref) && !value->is_string() &&
-      !value->is_array())
+  if (value && (std::holds_alternative<std::vector<std::string>*>(ref) || std::holds_alternative<DataConfig*>(ref)) &&
+      !value->is_string() && !value->is_array())
     value = nullptr;
 
   toml::node* sec = doc.get(section);
@@ -470,6 +503,10 @@ void validate_config(const Config& cfg) {
   const auto& d = cfg.data;
   check(t.eval_every == 0 || !d.val.empty(), pre, "train.eval_every is set but data.val names no validation dataset");
   check(!d.train.empty(), pre, "data.train: no training dataset given");
+  check(d.train_weights.empty() || d.train_weights.size() == d.train.size(), pre, "data.train: one weight per source");
+  for (size_t i = 0; i < d.train_weights.size(); ++i)
+    check(d.train_weights[i] > 0 && std::isfinite(d.train_weights[i]), pre,
+          fmt::format("data.train[{}].weight ({}): blend weights must be positive", i, format_double(d.train_weights[i])));
   for (const auto* list : {&d.train, &d.val})
     for (size_t i = 0; i < list->size(); ++i)
       check(!(*list)[i].empty(), pre,
@@ -510,7 +547,17 @@ std::string to_toml(const Config& cfg) {
               return;
             }
           }
-          if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
+          if constexpr (std::is_same_v<T, DataConfig>) {
+            toml::array a;
+            for (size_t i = 0; i < field->train.size(); ++i) {
+              if (field->train_weights.empty()) {
+                a.push_back(field->train[i]);
+              } else {
+                a.push_back(toml::table{{"path", field->train[i]}, {"weight", field->train_weights[i]}});
+              }
+            }
+            section->insert_or_assign(name, std::move(a));
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
             toml::array a;
             for (const auto& x : *field) {
               if constexpr (std::is_same_v<T, std::vector<int>>) a.push_back(static_cast<int64_t>(x));

@@ -77,6 +77,9 @@ struct DataConfig {
   std::vector<std::string> val;
   std::string sampling = "sequential";  // sequential | shuffle
   bool respect_documents = false;       // windows inside documents only (Megatron datasets)
+  // A blend (data.train = [{ path = "...", weight = w }, ...]): one weight per train path;
+  // empty: the paths are read as one stream.
+  std::vector<double> train_weights;
 };
 
 struct CheckpointConfig {
