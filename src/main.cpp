@@ -32,6 +32,7 @@ int run(int argc, char** argv) {
   pipetrain::add_schedule_command(app, runner);
   pipetrain::add_ckpt_command(app, runner);
   pipetrain::add_report_command(app, runner);
+  pipetrain::add_generate_command(app, runner);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -104,6 +104,7 @@ int run_train(const TrainOptions& opt) {
       sampler->load(first, count, in, tgt);
   });
 
+  trainer.set_tokenizer(blend ? blend->dataset(0).tokenizer() : data->tokenizer());
   RunLog log(cfg, !opt.resume.empty(), rank);
   const int64_t nparams = trainer.model_params();
   const Schedule& sched = trainer.schedule();

@@ -219,6 +219,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
     write_attr(root, "grid_tp", H5T_NATIVE_INT, grid[2]);
     write_attr(root, "zero1", H5T_NATIVE_INT, static_cast<int>(meta.zero1));
     write_string_attr(root, "schedule", meta.schedule);
+    if (!meta.tokenizer.empty()) write_string_attr(root, "tokenizer", meta.tokenizer);
     write_string_attr(root, "config", meta.config_toml);
 
     Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
@@ -290,6 +291,7 @@ CheckpointMeta read_meta(const std::string& path) {
   m.zero1 = read_attr<int>(file.get(), "zero1", H5T_NATIVE_INT, path) != 0;
   m.schedule = read_string_attr(file.get(), "schedule", path);
   m.config_toml = read_string_attr(file.get(), "config", path);
+  if (H5Aexists(file.get(), "tokenizer") > 0) m.tokenizer = read_string_attr(file.get(), "tokenizer", path);
   if (m.step < 0 || m.tokens_seen < 0 || m.samples_seen < 0 || m.dp < 1 || m.pp < 1 || m.tp < 1)
     fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {} x {} x {})", path, m.step, m.samples_seen,
          m.tokens_seen, m.dp, m.pp, m.tp);

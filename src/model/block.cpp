@@ -4,6 +4,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/model/block.hpp"
+#include "pipetrain/model/kv_cache.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
@@ -89,7 +90,14 @@ Tensor Block::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique
   ln1 = {};  // f32 working tensors go as soon as they are used: the stash is what stays
   s->qkv = store(ctx, qkv);
   Tensor atty = Tensor::empty(pool, {N, Cl});
-  s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage);
+  if (ctx.kv) {  // generation: the new keys and values join the cache; the queries attend over it
+    const int pos = ctx.kv->length();
+    ctx.kv->store(be, index_, qkv.f32() + Cl, qkv.f32() + 2 * Cl, 3 * Cl, N);
+    be.attention_decode(atty.f32(), qkv.f32(), 3 * Cl, ctx.kv->keys(index_), ctx.kv->values(index_),
+                        ctx.kv->width(), N, pos, NH_, NH_, Cl / NH_);
+  } else {
+    s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage);
+  }
   qkv = {};
   s->atty = store(ctx, atty);
   const Tensor res2 = Tensor::empty(pool, {N, C});

@@ -1,6 +1,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/embedding.hpp"
+#include "pipetrain/model/kv_cache.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
 
@@ -39,7 +40,8 @@ Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParal
       max_seq_len_(cfg.max_seq_len) {}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {
-  if (ctx.T > max_seq_len_) fail("sequence length {} exceeds model.max_seq_len {}", ctx.T, max_seq_len_);
+  const int pos = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones
+  if (pos + ctx.T > max_seq_len_) fail("sequence length {} exceeds model.max_seq_len {}", pos + ctx.T, max_seq_len_);
   const int N = ctx.B * ctx.T;
   Tensor out = Tensor::empty(*ctx.pool, {N, C_});
   // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
@@ -47,7 +49,9 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), layer_util::compute_weight(wte_).f32(), row_begin_,
                                 row_end_, N, C_);
   layer_util::tp_allreduce(ctx, out);
-  if (wpe_) ctx.backend->position_add(out.f32(), layer_util::compute_weight(*wpe_).f32(), ctx.B, ctx.T, C_);
+  if (wpe_)
+    ctx.backend->position_add(out.f32(), layer_util::compute_weight(*wpe_).f32() + static_cast<int64_t>(pos) * C_,
+                              ctx.B, ctx.T, C_);
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
   stash = std::move(s);

@@ -1,5 +1,6 @@
 // Llama block: forward, the two backward halves, and selective recomputation.
 #include "pipetrain/model/llama_block.hpp"
+#include "pipetrain/model/kv_cache.hpp"
 
 #include <cmath>
 
@@ -67,8 +68,9 @@ LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& p, Ten
 
 void LlamaBlock::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {
   const int ld = (NHl_ + 2 * NKVl_) * hs_;
-  ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse);
-  ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse);
+  const int pos0 = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones
+  ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse, pos0);
+  ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse, pos0);
 }
 
 Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
@@ -87,7 +89,14 @@ Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::u
   rotate(ctx, qkv, false);
   s->qkv = store(ctx, qkv);
   Tensor atty = f32_like(ctx, N, Cq);
-  s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage);
+  if (ctx.kv) {  // generation: the new keys and values join the cache; the queries attend over it
+    const int pos = ctx.kv->length();
+    ctx.kv->store(be, index_, qkv.f32() + Cq, qkv.f32() + Cq + NKVl_ * hs_, R, N);
+    be.attention_decode(atty.f32(), qkv.f32(), R, ctx.kv->keys(index_), ctx.kv->values(index_), ctx.kv->width(), N,
+                        pos, NHl_, NKVl_, hs_);
+  } else {
+    s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage);
+  }
   qkv = {};
   s->atty = store(ctx, atty);
   atty = {};

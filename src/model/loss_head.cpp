@@ -69,6 +69,10 @@ Tensor LossHead::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   // Logits and the loss in f32; the logits' gradient is kept in the stored form.
   const Tensor dlogits = Tensor::empty(pool, {N, Vl_});
   linear_forward(ctx, dlogits, s->lnf, wte_, nullptr);
+  if (ctx.logits) {  // generation: the logits themselves
+    out = std::move(s);
+    return dlogits;
+  }
   Tensor losses = Tensor::empty(pool, {N});
   if (ctx.tp && ctx.tp->size() > 1)
     parallel_crossentropy(ctx, losses.f32(), dlogits.f32(), N, Vl_, col_begin_, V_);

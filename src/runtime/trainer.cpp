@@ -168,6 +168,12 @@ bool Trainer::counts_in_norm(const Parameter& p) const {
 
 Trainer::~Trainer() = default;
 
+ModelStage& Trainer::stage(int s) const {
+  const auto it = stages_.find(s);
+  if (it == stages_.end()) fail("stage {} is not on this rank", s);
+  return *it->second;
+}
+
 int64_t Trainer::tokens_per_step() const {
   return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len;
 }

@@ -112,6 +112,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.tp = grid_.tp();
   meta.zero1 = grad_shard_.defined();
   meta.schedule = schedule_.name;
+  meta.tokenizer = tokenizer_;
   // Written straight from the live buffers: ZeRO-1 ranks write their moment shards, so
   // a save allocates nothing.
   std::vector<CheckpointTensor> tensors = checkpoint_tensors(true);

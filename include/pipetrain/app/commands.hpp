@@ -23,6 +23,8 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner);
 // `pipetrain ckpt inspect|verify|import-llmc|export-llmc ...`
 void add_ckpt_command(CLI::App& app, CommandRunner& runner);
 void add_report_command(CLI::App& app, CommandRunner& runner);
+// `pipetrain generate CKPT [--prompt TEXT] [--tokens N] [--greedy] ...`
+void add_generate_command(CLI::App& app, CommandRunner& runner);
 
 // `pipetrain --version` text: version, git revision, compiler, backends, MPI, HDF5.
 std::string version_text();

@@ -108,6 +108,12 @@ class Backend : public DeviceAllocator {
   // is the precision activations are stashed in (bf16: the stash may be bf16).
   virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C,
                                                             int NH, int NKV, MemoryPool& pool, DType storage) = 0;
+  // Generation with a key/value cache: new query i (of n, at position pos + i) attends,
+  // causally, to the cached keys and values [0, pos + i]. q: n rows of ldq floats, head h
+  // at column h * hs; k, v: rows of ldkv floats, NKV heads (query head h reads key/value
+  // head h / (NH / NKV)); out: n rows of NH * hs. Scale 1/sqrt(hs), as attention_forward.
+  virtual void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
+                                int pos, int NH, int NKV, int hs) = 0;
   // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
                                   int T, int C, int NH, int NKV, MemoryPool& pool) = 0;
@@ -126,7 +132,9 @@ class Backend : public DeviceAllocator {
   // heads * head_size channels, head by head, have their channel pairs (2i, 2i+1)
   // rotated by t * theta^(-2i / head_size) (Meta's Llama convention); inverse rotates
   // back (the backward of the rotation).
-  virtual void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) = 0;
+  // pos0: the position of row t = 0 (generation's cached prefix; 0 in training).
+  virtual void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
+                    int pos0 = 0) = 0;
   // out = silu(g) * u elementwise; backward: dg = dout u silu'(g), du = dout silu(g)
   // (overwrite; dg or du may alias dout).
   virtual void swiglu_forward(float* out, const float* g, const float* u, size_t n) = 0;

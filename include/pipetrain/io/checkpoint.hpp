@@ -37,6 +37,7 @@ struct CheckpointMeta {
   int dp = 1, pp = 1, tp = 1;
   bool zero1 = false;
   std::string schedule;
+  std::string tokenizer;  // the training data's tokenizer ("" when unknown; optional attribute)
 };
 
 // One tensor as this rank sees it. `data` is this rank's shard (local layout) to write

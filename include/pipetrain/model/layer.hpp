@@ -16,6 +16,8 @@
 
 namespace pipetrain {
 
+class KvCache;
+
 class Backend;
 class Communicator;
 
@@ -47,6 +49,11 @@ struct MicrobatchContext {
   // see precision.hpp). Layer inputs and outputs have this dtype; losses are f32.
   DType storage = DType::F32;
   Recompute recompute = Recompute::None;  // this stage's mode
+  // Generation: blocks use and extend this key/value cache (the tokens of this context
+  // sit at positions kv->length() onwards), and the head returns the logits (N, padded
+  // vocabulary) instead of losses when `logits` is set.
+  KvCache* kv = nullptr;
+  bool logits = false;
 };
 
 struct Stash {

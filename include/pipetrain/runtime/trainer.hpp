@@ -100,6 +100,10 @@ class Trainer {
   // from. weights_only: parameters only (a new run initialised from a checkpoint).
   int64_t load_checkpoint(const std::string& path, bool weights_only);
   void set_trace(bool on) { trace_ = on; }
+  // The training data's tokenizer, recorded in checkpoints (for `pipetrain generate`).
+  void set_tokenizer(std::string name) { tokenizer_ = std::move(name); }
+  // The model stage `s`, when this rank holds it (generation runs every stage on one rank).
+  ModelStage& stage(int s) const;
 
  private:
   void reduce_gradients();
@@ -140,6 +144,7 @@ class Trainer {
   UnitCosts unit_costs_;
   ExecutorStats last_stats_;
   bool trace_ = false;
+  std::string tokenizer_;
 };
 
 }  // namespace pipetrain

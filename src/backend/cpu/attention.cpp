@@ -9,6 +9,7 @@
 // the block is never computed. The row-wise softmax (and its backward) runs as
 // a Kokkos kernel over the rows of a block.
 #include <cmath>
+#include <vector>
 
 #include "cpu_kernels.hpp"
 
@@ -88,6 +89,24 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
              C);
       }
     }
+  }
+}
+
+// The same products and softmax for n new queries against a cache of pos + n keys.
+void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n, int pos,
+                      int NH, int NKV, int hs) {
+  const int group = NH / NKV, L = pos + n, C = NH * hs;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> scores(static_cast<size_t>(n) * L);
+  float* s = scores.data();
+  for (int h = 0; h < NH; ++h) {
+    const float* kh = k + (h / group) * hs;
+    const float* vh = v + (h / group) * hs;
+    gemm(false, true, n, L, hs, scale, q + h * hs, ldq, kh, ldkv, 0.0f, s, L);  // S = scale Q K^T  (n x L)
+    Kokkos::parallel_for("pipetrain::attention_decode_softmax", HostRange(0, n), [=](const int64_t i) {
+      causal_softmax_row(s + i * L, pos + static_cast<int>(i) + 1, L);
+    });
+    gemm(false, false, n, hs, L, 1.0f, s, L, vh, ldkv, 0.0f, out + h * hs, C);  // out = P V  (n x hs)
   }
 }
 

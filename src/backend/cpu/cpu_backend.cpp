@@ -99,6 +99,11 @@ class CpuBackend final : public Backend {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
   };
+  void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
+                        int pos, int NH, int NKV, int hs) override {
+    if (NKV < 1 || NH % NKV != 0) fail("attention_decode: {} query heads do not group over {} key/value heads", NH, NKV);
+    cpu::attention_decode(out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
+  }
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
                                                     int NKV, MemoryPool& pool, DType storage) override {
     check_heads("attention_forward", C, NH, NKV);
@@ -142,9 +147,9 @@ class CpuBackend final : public Backend {
                                int C) override {
     cpu::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C);
   }
-  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) override {
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) override {
     if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
-    cpu::rope(x, B, T, ld, heads, head_size, theta, inverse);
+    cpu::rope(x, B, T, ld, heads, head_size, theta, inverse, pos0);
   }
   void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
     cpu::swiglu_forward(out, g, u, n);

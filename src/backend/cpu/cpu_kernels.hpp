@@ -172,6 +172,8 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
 // against keys 0 .. end of block i (the causal upper triangle is skipped).
 inline constexpr int kAttnBlock = 64;
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV);
+void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n, int pos,
+                      int NH, int NKV, int hs);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH, int NKV);
 
@@ -180,7 +182,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);
-void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse);
+void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0 = 0);
 void swiglu_forward(float* out, const float* g, const float* u, size_t n);
 void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u, size_t n);
 

@@ -9,12 +9,12 @@
 
 namespace pipetrain::cpu {
 
-void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) {
+void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) {
   const int half = head_size / 2;
   std::vector<float> cs(static_cast<size_t>(T) * half * 2);
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < half; ++i) {
-      const double angle = t * std::pow(static_cast<double>(theta), -2.0 * i / head_size);
+      const double angle = (pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * i / head_size);
       cs[(static_cast<size_t>(t) * half + i) * 2] = static_cast<float>(std::cos(angle));
       cs[(static_cast<size_t>(t) * half + i) * 2 + 1] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
     }

@@ -125,6 +125,48 @@ void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv,
   }
 }
 
+namespace {
+// One block per (new query i, head h): scores over the L = pos + i + 1 keys it sees in
+// shared memory, the block's max and sum, then each thread one or more output channels.
+__global__ void attention_decode_kernel(float* out, const float* q, int ldq, const float* k, const float* v,
+                                        int ldkv, int pos, int NH, int NKV, int hs, float scale) {
+  extern __shared__ float p[];
+  const int i = blockIdx.x, h = blockIdx.y, g = h / (NH / NKV), L = pos + i + 1;
+  const float* qi = q + static_cast<long>(i) * ldq + h * hs;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    const float* kj = k + static_cast<long>(j) * ldkv + g * hs;
+    float s = 0.0f;
+    for (int d = 0; d < hs; ++d) s += qi[d] * kj[d];
+    p[j] = s * scale;
+    m = fmaxf(m, p[j]);
+  }
+  m = block_max(m);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    p[j] = expf(p[j] - m);
+    sum += p[j];
+  }
+  sum = block_sum(sum);
+  __syncthreads();
+  const float inv = 1.0f / sum;
+  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < L; ++j) acc += p[j] * v[static_cast<long>(j) * ldkv + g * hs + d];
+    out[static_cast<long>(i) * NH * hs + h * hs + d] = acc * inv;
+  }
+}
+}  // namespace
+
+void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const float* k, const float* v, int ldkv,
+                      int n, int pos, int NH, int NKV, int hs) {
+  if (n <= 0) return;
+  const size_t shared = static_cast<size_t>(pos + n) * sizeof(float);  // the caller checks it fits in 48 KiB
+  attention_decode_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), 128, shared, ctx.stream>>>(
+      out, q, ldq, k, v, ldkv, pos, NH, NKV, hs, 1.0f / sqrtf(static_cast<float>(hs)));
+  check_launch("attention_decode");
+}
+
 void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;

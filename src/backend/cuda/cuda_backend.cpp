@@ -244,6 +244,13 @@ class CudaBackend final : public Backend {
       fail("{}: grouped-query attention on the GPU needs a head size <= {}, got {}", kernel, cuda::kMaxFlashHead,
            C / NH);
   }
+  void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
+                        int pos, int NH, int NKV, int hs) override {
+    if (NKV < 1 || NH % NKV != 0) fail("attention_decode: {} query heads do not group over {} key/value heads", NH, NKV);
+    if ((pos + n) * sizeof(float) > 48 * 1024)
+      fail("attention_decode: {} cached tokens exceed the 48 KiB of shared memory a block's scores use", pos + n);
+    cuda::attention_decode(ctx(), out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
+  }
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
                                                     int NKV, MemoryPool& pool, DType /*storage*/) override {
     check_heads("attention_forward", C, NH, NKV);
@@ -287,9 +294,9 @@ class CudaBackend final : public Backend {
                                int C) override {
     cuda::rmsnorm_backward_weight(ctx(), dweight, dout, inp, rstd, N, C);
   }
-  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) override {
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) override {
     if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
-    cuda::rope(ctx(), x, B, T, ld, heads, head_size, theta, inverse);
+    cuda::rope(ctx(), x, B, T, ld, heads, head_size, theta, inverse, pos0);
   }
   void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
     cuda::swiglu_forward(ctx(), out, g, u, n);

@@ -141,7 +141,10 @@ void rmsnorm_backward_input(const Ctx& ctx, float* dinp, const float* dout, cons
                             const float* rstd, int N, int C);
 void rmsnorm_backward_weight(const Ctx& ctx, float* dweight, const float* dout, const float* inp, const float* rstd,
                              int N, int C);
-void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse);
+void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const float* k, const float* v, int ldkv,
+                      int n, int pos, int NH, int NKV, int hs);
+void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
+          int pos0);
 void swiglu_forward(const Ctx& ctx, float* out, const float* g, const float* u, size_t n);
 void swiglu_backward(const Ctx& ctx, float* dg, float* du, const float* dout, const float* g, const float* u,
                      size_t n);

@@ -60,7 +60,8 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* __re
   }
 }
 
-__global__ void rope_kernel(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) {
+__global__ void rope_kernel(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
+                            int pos0) {
   const int half = head_size / 2;
   const size_t pairs = static_cast<size_t>(B) * T * heads * half;
   for (size_t p = grid_index(); p < pairs; p += grid_stride()) {
@@ -69,7 +70,7 @@ __global__ void rope_kernel(float* x, int B, int T, int ld, int heads, int head_
     const int h = static_cast<int>(rest % heads);
     const size_t row = rest / heads;
     const int t = static_cast<int>(row % T);
-    const double angle = t * pow(static_cast<double>(theta), -2.0 * i / head_size);
+    const double angle = (pos0 + t) * pow(static_cast<double>(theta), -2.0 * i / head_size);
     const float co = static_cast<float>(cos(angle)), si = static_cast<float>(inverse ? -sin(angle) : sin(angle));
     float* q = x + row * ld + h * head_size + 2 * i;
     const float a = q[0], b = q[1];
@@ -120,10 +121,12 @@ void rmsnorm_backward_weight(const Ctx& ctx, float* dweight, const float* dout, 
   check_launch("rmsnorm_backward_weight");
 }
 
-void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse) {
+void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
+          int pos0) {
   const size_t pairs = static_cast<size_t>(B) * T * heads * (head_size / 2);
   if (pairs == 0) return;
-  rope_kernel<<<grid_for(pairs, 256, ctx), 256, 0, ctx.stream>>>(x, B, T, ld, heads, head_size, theta, inverse);
+  rope_kernel<<<grid_for(pairs, 256, ctx), 256, 0, ctx.stream>>>(x, B, T, ld, heads, head_size, theta, inverse,
+                                                                  pos0);
   check_launch("rope");
 }
 
