@@ -2,7 +2,7 @@
 # Train on a workstation (or inside an interactive allocation) with plain mpirun.
 #
 #   jobscripts/workstation.sh CONFIG [NRANKS] [pipetrain train options...]
-#   jobscripts/workstation.sh inputs/shakespeare-char.toml 2 --set parallel.pp=2
+#   jobscripts/workstation.sh inputs/austen-char.toml 2 --set parallel.pp=2
 #   RESUME=auto jobscripts/workstation.sh inputs/pipeline-4rank.toml     # continue a run
 #
 # Variables (arguments win over the environment):

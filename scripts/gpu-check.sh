@@ -39,7 +39,7 @@ fi
 # The demo's data, a few MB of text.
 head -c 2000000 inputs/austen.txt >"$out/corpus.txt"
 "$PT" data text "$out/corpus.txt" -o "$out/corpus.h5" >/dev/null
-demo=(train inputs/shakespeare-char.toml --set data.train="$out/corpus.h5" --set log.every=100
+demo=(train inputs/austen-char.toml --set data.train="$out/corpus.h5" --set log.every=100
       --set train.lr_schedule=constant --set train.warmup_steps=0)
 
 # 2. compute-sanitizer memcheck on a 3-step GPU run.

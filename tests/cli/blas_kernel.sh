@@ -32,7 +32,7 @@ expect_contains "$out" "(corrected from Prescott on this" "correction"
 head -c 50000 "$SRC/inputs/austen.txt" >c.txt
 "$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
 OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best timeout 120 "$MPIEXEC" -np 2 \
-  -x OPENBLAS_CORETYPE -x PIPETRAIN_BLAS_KERNEL "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+  -x OPENBLAS_CORETYPE -x PIPETRAIN_BLAS_KERNEL "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
   --set data.train=c.h5 --set model.n_layer=2 --set model.d_model=32 --set train.seq_len=16 \
   --set model.max_seq_len=16 --set train.steps=2 --set parallel.pp=2 --set log.progress=false >train.out
 expect_contains "$(cat train.out)" "(corrected from Prescott on this" "train header"

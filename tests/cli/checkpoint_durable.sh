@@ -11,7 +11,7 @@ cd "$tmp"
 head -c 50000 "$SRC/inputs/austen.txt" >c.txt
 "$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
 strace -f -qq -e trace=openat,open,fsync,fdatasync,rename,renameat,renameat2,close -o trace.txt \
-  "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" --set data.train=c.h5 --set model.n_layer=1 \
+  "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --set data.train=c.h5 --set model.n_layer=1 \
   --set model.d_model=32 --set train.seq_len=16 --set model.max_seq_len=16 --set train.steps=2 \
   --set checkpoint.dir=ck --set checkpoint.every=2 >/dev/null
 test -f ck/step_00000002.h5

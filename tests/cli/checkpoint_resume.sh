@@ -10,7 +10,7 @@ cd "$tmp"
 source "$SRC/tests/cli/lib/expect.sh"
 head -c 200000 "$SRC/inputs/austen.txt" >corpus.txt
 "$PIPETRAIN" data text corpus.txt -o corpus.h5 >/dev/null
-cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=corpus.h5 --set train.steps=6
+cfg=(train "$SRC/inputs/austen-char.toml" --set data.train=corpus.h5 --set train.steps=6
      --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32
      --set train.microbatches=2 --set train.global_batch=8 --set log.every=100)
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }

@@ -88,14 +88,14 @@ import struct, sys
 open(sys.argv[1], "wb").write(struct.pack("<4000H", *[(i * 7 + i // 13) % 50 for i in range(4000)]))
 PY
 pt data raw "$tmp/tokens.bin" --dtype u16 --vocab 50 -o "$tmp/tokens.h5"
-timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" --init "$tmp/model.h5" \
+timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --init "$tmp/model.h5" \
   --set data.train="$tmp/tokens.h5" --set model.n_layer=2 --set model.n_head=2 --set model.d_model=8 \
   --set model.vocab_size=50 --set model.max_seq_len=16 --set train.seq_len=16 --set train.steps=2 \
   --set train.warmup_steps=0 --set log.every=1 --set checkpoint.dir="$tmp/ckpts" | tee "$tmp/train.txt"
 grep -q "initialised the weights from $tmp/model.h5" "$tmp/train.txt" || die "train --init did not load"
 grep -q "step     1/2" "$tmp/train.txt" || die "train did not run 2 steps"
 # A model of another shape does not load it: the error names the dataset.
-expect_failure "params/wte" timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+expect_failure "params/wte" timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
   --init "$tmp/model.h5" --set data.train="$tmp/tokens.h5" --set model.n_layer=2 --set model.n_head=2 \
   --set model.d_model=16 --set model.vocab_size=50 --set model.max_seq_len=16 --set train.seq_len=16 \
   --set train.steps=1

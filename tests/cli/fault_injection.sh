@@ -13,7 +13,7 @@ head -c 100000 "$SRC/inputs/austen.txt" >c.txt
 "$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
 # Two steps of 2 microbatches, validation after each step, a checkpoint after step 1;
 # the watchdog ends true hangs after 3 s.
-cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=c.h5 --set data.val=c.h5 --set model.n_layer=2
+cfg=(train "$SRC/inputs/austen-char.toml" --set data.train=c.h5 --set data.val=c.h5 --set model.n_layer=2
      --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32 --set train.steps=2
      --set train.global_batch=8 --set train.microbatches=2 --set train.eval_every=1 --set train.eval_batches=1
      --set checkpoint.dir=ck --set checkpoint.every=1 --set log.every=1 --set runtime.timeout_s=3)

@@ -13,7 +13,7 @@ source "$SRC/tests/cli/lib/expect.sh"
 passage='It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. '
 for _ in $(seq 300); do printf '%s' "$passage"; done >"$tmp/passage.txt"
 "$PIPETRAIN" data text "$tmp/passage.txt" -o "$tmp/p.h5" >/dev/null
-timeout 600 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" --set data.train="$tmp/p.h5" --set train.steps=400 \
+timeout 600 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --set data.train="$tmp/p.h5" --set train.steps=400 \
   --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=64 --set model.max_seq_len=256 \
   --set train.warmup_steps=10 --set train.min_lr=2e-3 --set log.every=100 --set log.progress=false \
   --set checkpoint.dir="$tmp/ck" --set checkpoint.every=400 | tail -2

@@ -70,7 +70,7 @@ names.remove("model.norm.weight")  # the index forgets one tensor
 json.dump({"weight_map": {k: "part-1.safetensors" for k in names}}, open(sys.argv[2], "w"))
 PY
 check_failure missing_tensor one "missing tensor model.norm.weight" -- "$PIPETRAIN" ckpt import-hf sharded -o x.h5
-pt train "$SRC/inputs/shakespeare-char.toml" --set data.train=corpus.h5 --set model.n_layer=1 --set train.steps=1 \
+pt train "$SRC/inputs/austen-char.toml" --set data.train=corpus.h5 --set model.n_layer=1 --set train.steps=1 \
   --set checkpoint.dir=g --set checkpoint.every=1 --set log.progress=false >/dev/null
 check_failure gpt2_export one "model.arch = \"gpt2\": only Llama checkpoints export" \
   -- "$PIPETRAIN" ckpt export-hf g/step_00000001.h5 -o y

@@ -36,7 +36,7 @@ for f in "$libdir/libpipetrain.a" "$libdir/cmake/pipetrain/pipetrainConfigVersio
          include/pipetrain/core/config.hpp include/pipetrain/schedule/registry.hpp \
          share/doc/pipetrain/README.md share/pipetrain/jobscripts/workstation.sh \
          share/pipetrain/jobscripts/slurm-single-node.sbatch share/pipetrain/jobscripts/lib/pipetrain_job.sh \
-         share/pipetrain/inputs/shakespeare-char.toml; do
+         share/pipetrain/inputs/austen-char.toml; do
   [ -f "$prefix/$f" ] || die "$f not installed"
 done
 # Every public header of the source tree is installed.
@@ -49,9 +49,9 @@ grep -q "pipetrain::pipetrain" "$prefix/$libdir/cmake/pipetrain/pipetrainTargets
 echo "== installed job scripts find the installed pipetrain"
 out=$(cd "$tmp" && env -u PIPETRAIN PATH=/usr/bin:/bin MPIEXEC="${MPIEXEC:-mpirun}" PIPETRAIN_DRY_RUN=1 \
       timeout 60 bash "$prefix/share/pipetrain/jobscripts/workstation.sh" \
-      "$prefix/share/pipetrain/inputs/shakespeare-char.toml" 2>&1) || die "installed workstation.sh: $out"
+      "$prefix/share/pipetrain/inputs/austen-char.toml" 2>&1) || die "installed workstation.sh: $out"
 if ! PATH=/usr/bin:/bin command -v pipetrain >/dev/null; then
-  grep -qF "$prefix/bin/pipetrain train $prefix/share/pipetrain/inputs/shakespeare-char.toml" <<<"$out" ||
+  grep -qF "$prefix/bin/pipetrain train $prefix/share/pipetrain/inputs/austen-char.toml" <<<"$out" ||
     die "installed workstation.sh does not run $prefix/bin/pipetrain: $out"
 fi
 echo "   $out"

@@ -95,7 +95,7 @@ done
 cd "$tmp"
 head -c 150000 "$SRC/inputs/austen.txt" >corpus.txt
 timeout 120 "$PIPETRAIN" data text corpus.txt -o corpus.h5 >/dev/null
-config=$SRC/inputs/shakespeare-char.toml
+config=$SRC/inputs/austen-char.toml
 tiny=(--set data.train=corpus.h5 --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=32
       --set model.max_seq_len=32 --set train.global_batch=8 --set train.microbatches=2 --set log.every=1)
 

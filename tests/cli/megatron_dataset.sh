@@ -33,7 +33,7 @@ PY
 }
 
 train() {  # DATA [extra --set]...: 3 steps of a tiny model; prints the step losses
-  timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" --set data.train="$1" --set train.steps=3 \
+  timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --set data.train="$1" --set train.steps=3 \
     --set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set train.seq_len=32 \
     --set model.max_seq_len=32 --set log.every=1 --set log.progress=false "${@:2}" | grep -o "loss [0-9.]*"
 }

@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 head -c 200000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
 timeout 120 "$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5"
-timeout 600 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+timeout 600 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
   --set data.train="$tmp/corpus.h5" --set data.val="$tmp/corpus.h5" --set train.eval_every=4 \
   --set parallel.pp=2 --set model.n_layer=2 --set model.d_model=64 --set train.seq_len=32 \
   --set model.max_seq_len=32 --set train.steps=8 --set log.every=4 --set log.peak_flops=1e11 \

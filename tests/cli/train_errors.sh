@@ -5,7 +5,7 @@ set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cfg="$SRC/inputs/shakespeare-char.toml"
+cfg="$SRC/inputs/austen-char.toml"
 source "$(dirname "$0")/lib/expect.sh"
 # check NAME NEEDLE CMD...: CMD exits non-zero with a "pipetrain: error" line and NEEDLE.
 check() { check_failure "$1" ranks "$2" -- "${@:3}" || true; }

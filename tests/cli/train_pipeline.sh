@@ -12,17 +12,17 @@ common=(--set data.train="$tmp/corpus.h5" --set train.steps=6 --set model.d_mode
         --set train.global_batch=8 --set log.every=100 --set data.val="$tmp/corpus.h5"
         --set train.eval_every=3 --set train.eval_batches=2)
 
-timeout 300 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --metrics "$tmp/single.jsonl" >/dev/null
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --set parallel.pp=2 --metrics "$tmp/pp2.jsonl" --trace "$tmp/trace" >/dev/null
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --set parallel.pp=2 --set parallel.virtual_stages=2 --set schedule.name=zbv \
   --metrics "$tmp/zbv.jsonl" >/dev/null
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --set parallel.dp=2 --set train.microbatches=2 --metrics "$tmp/dp2.jsonl" >/dev/null
 
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" "${common[@]}" \
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --set parallel.tp=2 --metrics "$tmp/tp2.jsonl" >/dev/null
 
 python3 - "$tmp" <<'PY'

@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 head -c 300000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
 timeout 120 "$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5"
 
-timeout 600 "$PIPETRAIN" train "$SRC/inputs/shakespeare-char.toml" \
+timeout 600 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
   --set data.train="$tmp/corpus.h5" --set train.steps=80 --set model.n_layer=2 \
   --set model.d_model=64 --set train.seq_len=64 --set model.max_seq_len=64 \
   --set train.warmup_steps=5 --set log.every=20 --metrics "$tmp/metrics.jsonl" | tee "$tmp/out.txt"

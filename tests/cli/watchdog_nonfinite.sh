@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 head -c 100000 "$SRC/inputs/austen.txt" >c.txt
 "$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
-cfg=(train "$SRC/inputs/shakespeare-char.toml" --set data.train=c.h5 --set model.n_layer=2 --set model.d_model=64
+cfg=(train "$SRC/inputs/austen-char.toml" --set data.train=c.h5 --set model.n_layer=2 --set model.d_model=64
      --set train.seq_len=32 --set model.max_seq_len=32 --set train.steps=5 --set log.every=1)
 
 echo "== rank 1 stops making progress: the watchdog reports and the job ends non-zero"
