@@ -52,11 +52,14 @@ void print_written(const TokenFileInfo& info) {
 // the rate at the end.
 void tokenize_files(const DataOptions& o) {
   const auto tok = make_tokenizer(o.text_tokenizer);
-  const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   double shown = -1;
-  const TokenFileInfo info = tokenize_text(o.inputs, o.out, *tok, o.eot, [&](const TextProgress& p) {
+  int ranks = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool tty = isatty(fileno(stderr)) && rank == 0;
+  const TokenFileInfo info = tokenize_text_parallel(MPI_COMM_WORLD, o.inputs, o.out, *tok, o.eot, [&](const TextProgress& p) {
     if (!tty || seconds() - shown < 0.5) return;
     shown = seconds();
     fmt::print(stderr, "\r{:.1f} of {:.1f} MiB, {} tokens, {:.0f} tokens/s   ", p.bytes_done / 1048576.0,
@@ -64,9 +67,11 @@ void tokenize_files(const DataOptions& o) {
   });
   if (tty) fmt::print(stderr, "\n");
   const double s = seconds();
+  if (rank != 0) return;
   print_written(info);
-  fmt::print("{} tokens in {:.2f} s: {:.0f} tokens/s ({} tokenizer, one core)\n", info.num_tokens, s,
-             static_cast<double>(info.num_tokens) / std::max(s, 1e-9), tok->name());
+  fmt::print("{} tokens in {:.2f} s: {:.0f} tokens/s ({} tokenizer, {})\n", info.num_tokens, s,
+             static_cast<double>(info.num_tokens) / std::max(s, 1e-9), tok->name(),
+             ranks == 1 ? std::string("one core") : fmt::format("{} ranks", ranks));
 }
 
 std::string read_text(const std::string& path) {
@@ -101,7 +106,12 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   text->add_option("--tokenizer", o->text_tokenizer, "byte (vocab 256), gpt2 (GPT-2's BPE) or a .tiktoken ranks file")
       ->capture_default_str();
   text->add_flag("--eot", o->eot, "End-of-text token after each file (gpt2: <|endoftext|>)");
-  run_on_rank0(text, runner, [o] { tokenize_files(*o); });
+  text->callback([&runner, o] {  // every rank: each tokenizes its slice
+    runner = [o] {
+      tokenize_files(*o);
+      return 0;
+    };
+  });
 
   auto* encode = data->add_subcommand("encode", "Print the token ids of a text (a file or --text)");
   encode->add_option("file", o->out, "Text file (UTF-8 for BPE)");

@@ -27,19 +27,10 @@ void check(herr_t rc, const std::string& what) {
   if (rc < 0) fail("{}: {}", what, h5io::last_error());
 }
 
-Id mpio_fapl(MPI_Comm comm) {
-  Id fapl = checked(H5Pcreate(H5P_FILE_ACCESS), "file access list");
-  check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "MPI-IO file driver");
-  return fapl;
-}
-
 // Writes of filtered (checksummed) datasets must be collective in parallel HDF5; reads
 // need not be, and independent reads let each rank fetch and verify only its chunks.
-Id transfer_list(H5FD_mpio_xfer_t mode) {
-  Id dxpl = checked(H5Pcreate(H5P_DATASET_XFER), "transfer list");
-  check(H5Pset_dxpl_mpio(dxpl.get(), mode), "MPI-IO transfer mode");
-  return dxpl;
-}
+using h5io::mpio_fapl;
+using h5io::transfer_list;
 
 template <typename T>
 void write_attr(hid_t obj, const char* name, hid_t type, const T& value) {

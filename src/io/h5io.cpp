@@ -119,4 +119,17 @@ std::optional<std::string> read_string_attr(hid_t obj, const char* name, const s
   return out;
 }
 
+Id mpio_fapl(MPI_Comm comm) {
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (!fapl.valid() || H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL) < 0)
+    fail("MPI-IO file driver: {}", last_error());
+  return fapl;
+}
+
+Id transfer_list(H5FD_mpio_xfer_t mode) {
+  Id dxpl(H5Pcreate(H5P_DATASET_XFER));
+  if (!dxpl.valid() || H5Pset_dxpl_mpio(dxpl.get(), mode) < 0) fail("MPI-IO transfer mode: {}", last_error());
+  return dxpl;
+}
+
 }  // namespace pipetrain::h5io

@@ -33,10 +33,17 @@ void write_attributes(hid_t obj, int64_t vocab, const std::string& tokenizer,
 
 TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size,
                                  std::string tokenizer)
+    : TokenFileWriter(std::move(out), num_tokens, vocab_size, std::move(tokenizer), MPI_COMM_NULL) {}
+
+TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vocab_size, std::string tokenizer,
+                                 MPI_Comm comm)
     : out_(std::move(out)),
       tokenizer_(std::move(tokenizer)),
       total_(num_tokens),
-      vocab_(vocab_size) {
+      vocab_(vocab_size),
+      comm_(comm) {
+  if (comm_ != MPI_COMM_NULL && num_tokens == kTokensNotKnown)
+    fail("{}: a collective write needs the token count up front", out_);
   if (out_.empty()) fail("no output file given");
   if (num_tokens < 0 && num_tokens != kTokensNotKnown) fail("{}: cannot write {} tokens", out_, num_tokens);
   growing_ = num_tokens == kTokensNotKnown;
@@ -47,7 +54,8 @@ TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vo
   dtype_ = narrow ? "uint16" : "uint32";
   h5io::Quiet quiet;
   try {
-    file_ = Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    Id fapl = comm_ != MPI_COMM_NULL ? h5io::mpio_fapl(comm_) : Id(H5Pcreate(H5P_FILE_ACCESS));
+    file_ = Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
     if (!file_.valid()) fail("{}: cannot create {} ({})", out_, tmp_, h5io::last_error());
     const hsize_t dims = growing_ ? 0 : static_cast<hsize_t>(num_tokens), unlimited = H5S_UNLIMITED;
     Id space(H5Screate_simple(1, &dims, growing_ ? &unlimited : nullptr));
@@ -72,12 +80,39 @@ TokenFileWriter::~TokenFileWriter() {
   if (!committed_) discard();
 }
 
+// Collectively, an error on one rank ends the job (fail-fast): closing the file would wait
+// for the others, so only the temporary file goes.
 void TokenFileWriter::discard() {
   h5io::Quiet quiet;
-  dataset_.reset();
-  file_.reset();
+  if (comm_ == MPI_COMM_NULL) {
+    dataset_.reset();
+    file_.reset();
+  }
   std::error_code ec;
   std::filesystem::remove(tmp_, ec);
+}
+
+void TokenFileWriter::write_part(int64_t first, std::span<const uint32_t> tokens) {
+  if (comm_ == MPI_COMM_NULL) fail("{}: write_part needs a collective writer", out_);
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (first < 0 || first > total_ - n) fail("{}: tokens [{}, {}) lie outside the {} announced", out_, first, first + n, total_);
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<int64_t>(tokens[static_cast<size_t>(i)]) >= vocab_)
+      fail("{}: token {} at position {} is >= vocab_size {}", out_, tokens[static_cast<size_t>(i)], first + i, vocab_);
+  h5io::Quiet quiet;
+  Id space(H5Dget_space(dataset_.get()));
+  const hsize_t start = static_cast<hsize_t>(first), cnt = static_cast<hsize_t>(n);
+  Id mem(H5Screate_simple(1, &cnt, nullptr));
+  if (n == 0) {
+    H5Sselect_none(space.get());
+    H5Sselect_none(mem.get());
+  } else {
+    H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr);
+  }
+  const Id dxpl = h5io::transfer_list(H5FD_MPIO_COLLECTIVE);
+  if (H5Dwrite(dataset_.get(), H5T_NATIVE_UINT32, mem.get(), space.get(), dxpl.get(), tokens.data()) < 0)
+    fail("{}: writing tokens [{}, {}) failed ({})", tmp_, first, first + n, h5io::last_error());
+  written_ += n;
 }
 
 template <typename T>
@@ -118,6 +153,23 @@ void TokenFileWriter::append(std::span<const uint32_t> tokens) {
 
 TokenFileInfo TokenFileWriter::commit() {
   if (committed_) fail("{}: committed twice", out_);
+  if (comm_ != MPI_COMM_NULL) {  // the parts of every rank, then one rename
+    int64_t all = written_;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT64_T, MPI_SUM, comm_);
+    if (all != total_) fail("{}: the ranks wrote {} of {} tokens", out_, all, total_);
+    h5io::Quiet quiet;
+    const bool ok = dataset_.reset() && file_.reset();
+    if (!ok) fail("{}: closing {} failed ({})", out_, tmp_, h5io::last_error());
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    std::error_code ec;
+    if (rank == 0) std::filesystem::rename(tmp_, out_, ec);
+    int failed = ec ? 1 : 0;
+    MPI_Bcast(&failed, 1, MPI_INT, 0, comm_);
+    if (failed) fail("{}: cannot rename {} into place ({})", out_, tmp_, ec ? ec.message() : "on rank 0");
+    committed_ = true;
+    return TokenFileInfo{out_, total_, vocab_, tokenizer_, dtype_};
+  }
   if (growing_) total_ = written_;
   if (written_ != total_) fail("{}: wrote {} of {} tokens", out_, written_, total_);
   {

@@ -7,6 +7,8 @@
 #include <array>
 #include <fstream>
 #include <limits>
+#include <queue>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -25,6 +27,7 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\x{85}\p{L}\p{N}]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
+constexpr size_t kLongPiece = 256;  // bytes: longer pieces merge through a heap
 
 // Lets the maps be searched with string_views of the text (no copy per lookup).
 struct BytesHash {
@@ -223,6 +226,14 @@ class BpeTokenizer : public Tokenizer {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
+    std::vector<int32_t> ids = piece.size() > kLongPiece ? merge_long(piece) : merge_short(piece);
+    out.insert(out.end(), ids.begin(), ids.end());
+    if (cache_.size() > (1u << 20)) cache_.clear();  // bounded memory on any corpus
+    cache_.emplace(std::string(piece), std::move(ids));
+  }
+
+  // Pieces up to kLongPiece bytes: scan the adjacent pairs for the lowest rank each round.
+  std::vector<int32_t> merge_short(std::string_view piece) const {
     // starts[i]: where part i begins; joined[i]: the rank of parts i and i+1 joined.
     std::vector<size_t> starts(piece.size() + 1);
     for (size_t i = 0; i <= piece.size(); ++i) starts[i] = i;
@@ -244,9 +255,40 @@ class BpeTokenizer : public Tokenizer {
     }
     std::vector<int32_t> ids;
     for (size_t i = 0; i + 1 < starts.size(); ++i) ids.push_back(rank(piece.substr(starts[i], starts[i + 1] - starts[i])));
-    out.insert(out.end(), ids.begin(), ids.end());
-    if (cache_.size() > (1u << 20)) cache_.clear();  // bounded memory on any corpus
-    cache_.emplace(std::string(piece), std::move(ids));
+    return ids;
+  }
+
+  // Longer pieces (a run of letters without spaces: CJK text) in O(n log n): the parts as a
+  // linked list, candidate pairs in a heap by (rank, start) — the same lowest rank, leftmost
+  // first, as the scan — and entries whose parts have changed since skipped when popped.
+  std::vector<int32_t> merge_long(std::string_view piece) const {
+    const size_t n = piece.size();
+    std::vector<size_t> next(n), prev(n), end(n);  // part starting at i: [i, end[i]); links by start
+    std::vector<bool> alive(n, true);
+    for (size_t i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1, end[i] = i + 1;
+    using Entry = std::tuple<int32_t, size_t, size_t, size_t>;  // rank, left start, right start, right end
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    auto push = [&](size_t left) {
+      if (left >= n || end[left] >= n) return;
+      const size_t right = end[left];
+      const int32_t r = rank(piece.substr(left, end[right] - left));
+      if (r != kNoRank) heap.emplace(r, left, right, end[right]);
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      const auto [r, left, right, right_end] = heap.top();
+      heap.pop();
+      if (!alive[left] || end[left] != right || !alive[right] || end[right] != right_end) continue;  // stale
+      alive[right] = false;  // join right into left
+      end[left] = end[right];
+      next[left] = next[right];
+      if (next[left] < n) prev[next[left]] = left;
+      if (left > 0) push(prev[left]);
+      push(left);
+    }
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < n; i = end[i]) ids.push_back(rank(piece.substr(i, end[i] - i)));
+    return ids;
   }
 
   std::string name_;

@@ -10,6 +10,8 @@
 // Every converter concatenates its inputs in order, checks them completely before
 // writing, and throws pipetrain::Error naming the offending input.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -44,6 +46,15 @@ struct TextProgress {
 TokenFileInfo tokenize_text(const std::vector<std::string>& inputs, const std::string& out, const Tokenizer& tok,
                             bool eot, const std::function<void(const TextProgress&)>& progress = {},
                             size_t block_bytes = size_t{4} << 20);
+
+// The same over the ranks of `comm` (collective; one rank: tokenize_text): each rank
+// tokenizes its slice of the inputs' bytes (cut where encoding in parts gives the same ids)
+// into a temporary file beside `out`, then every rank writes its ids at their place in one
+// collective parallel-HDF5 pass. An error on any rank fails every rank before anything
+// is written.
+TokenFileInfo tokenize_text_parallel(MPI_Comm comm, const std::vector<std::string>& inputs, const std::string& out,
+                                     const Tokenizer& tok, bool eot,
+                                     const std::function<void(const TextProgress&)>& progress = {});
 
 // llm.c shards: 256 little-endian int32 header (magic 20240520, version 1, token count),
 // then that many little-endian uint16 tokens. vocab 50257, tokenizer "gpt2".

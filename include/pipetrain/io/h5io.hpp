@@ -3,6 +3,7 @@
 // and strict readers of one-integer / one-string attributes.
 #pragma once
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <optional>
@@ -52,6 +53,11 @@ std::string last_error();
 // is not exactly one integer (one string: fixed- or variable-length).
 std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path);
 std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path);
+
+// Parallel HDF5: a file access list on the MPI-IO driver over `comm`, and a transfer list
+// (H5FD_MPIO_COLLECTIVE or _INDEPENDENT). Throw pipetrain::Error on failure.
+Id mpio_fapl(MPI_Comm comm);
+Id transfer_list(H5FD_mpio_xfer_t mode);
 
 }  // namespace h5io
 
