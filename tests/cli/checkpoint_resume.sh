@@ -70,6 +70,22 @@ for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
   same_losses full.jsonl g.jsonl 1e-5 "resumed on $2"
 done
 
+echo "== a blend (two weighted sources, shuffled): saved on one rank, resumed on dp=2, continues the exact stream"
+tail -c 150000 "$SRC/inputs/austen.txt" >second.txt
+"$PIPETRAIN" data text second.txt -o second.h5 >/dev/null
+blend=(--set 'data.train=[{path = "corpus.h5", weight = 2}, {path = "second.h5", weight = 1}]' --set data.sampling=shuffle)
+timeout 300 "$PIPETRAIN" "${cfg[@]}" "${blend[@]}" --set checkpoint.dir=bfull --set checkpoint.every=3 \
+  --metrics bfull.jsonl >/dev/null
+rm -f g.jsonl
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${blend[@]}" --set parallel.dp=2 --set checkpoint.dir=bfull \
+  --resume bfull/step_00000003.h5 --metrics g.jsonl >/dev/null
+same_losses bfull.jsonl g.jsonl 1e-5 "blend resumed on parallel.dp=2"
+python3 - bfull.jsonl full.jsonl <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+assert a != b, "the blend drew the same samples as the single source"
+PY
+
 echo "== Llama: save on tp=2 (key/value heads split), resume on pp=2 and on a single rank"
 llama=(train "$SRC/inputs/llama-demo.toml" --set data.train=corpus.h5 --set train.steps=6 --set model.n_layer=2
        --set model.d_model=64 --set model.ffn_hidden=96 --set train.seq_len=32 --set model.max_seq_len=32
