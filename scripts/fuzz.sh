@@ -23,7 +23,7 @@ mpi_env
 DIR=build-fuzz
 SECONDS_EACH=${PIPETRAIN_FUZZ_SECONDS:-30}
 JOBS=${PIPETRAIN_FUZZ_JOBS:-$(nproc)}
-ALL_TARGETS=(fuzz_schedule_csv fuzz_config_toml fuzz_token_file fuzz_checkpoint_meta)
+ALL_TARGETS=(fuzz_schedule_csv fuzz_config_toml fuzz_token_file fuzz_checkpoint_meta fuzz_text_formats)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 for t in "${TARGETS[@]}"; do

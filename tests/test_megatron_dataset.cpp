@@ -132,6 +132,14 @@ TEST_F(MegatronTest, MalformedFilesNameTheFile) {
   Writer{}.write(p, kDocs);
   fs::resize_file(p + ".idx", 40);
   expect_error([&] { MegatronDataset ds(p); }, "bad.idx: truncated index");
+  {  // a document index beyond the sequences (found by fuzz_text_formats)
+    Writer{}.write(p, kDocs);
+    std::fstream idx(p + ".idx", std::ios::binary | std::ios::in | std::ios::out);
+    idx.seekp(9 + 8 + 1 + 8 + 8 + 3 * 4 + 3 * 8 + 8);  // document index 1
+    const int64_t beyond = 246;
+    idx.write(reinterpret_cast<const char*>(&beyond), 8);
+  }
+  expect_error([&] { MegatronDataset ds(p); }, "bad.idx: document index 1 is 246");
   Writer{4}.write(p, {{1, -5, 3}});
   MegatronDataset neg(p);
   std::vector<int32_t> out(3);

@@ -172,6 +172,9 @@ TEST_F(TokenizerFiles, TiktokenRanksFileMergesByRank) {
 
   const std::string broken = write("broken.tiktoken", ranks + std::string("not-base64! 9\n"));
   expect_error([&] { (void)make_tokenizer(broken); }, "broken.tiktoken:259: expected \"base64(bytes) rank\"");
+  // A rank far beyond the entries would size the vocabulary by it (found by fuzz_text_formats).
+  const std::string huge = write("huge.tiktoken", ranks + std::string("Zm9v 2147483000\n"));
+  expect_error([&] { (void)make_tokenizer(huge); }, "huge.tiktoken: rank 2147483000 with only 259 entries");
   const std::string short_ranks = write("short.tiktoken", b64("a") + " 0\n");
   expect_error([&] { (void)make_tokenizer(short_ranks); }, "short.tiktoken: byte 0 has no rank");
 }

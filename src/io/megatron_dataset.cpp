@@ -101,6 +101,7 @@ MegatronDataset::MegatronDataset(const std::string& prefix) : prefix_(prefix) {
       fail("{}: sequence {} starts at byte {}, expected {} (sequences must be contiguous in the .bin)", idx, s,
            pointers[s], at);
     at += int64_t{lengths[s]} * width_;
+    if (at > (int64_t{1} << 60)) fail("{}: the sequences add up to more than 2^60 bytes", idx);
   }
   tokens_ = at / width_;
   if (documents == 0 || doc_index.front() != 0 || doc_index.back() != static_cast<int64_t>(sequences))
@@ -108,7 +109,9 @@ MegatronDataset::MegatronDataset(const std::string& prefix) : prefix_(prefix) {
   std::vector<int64_t> seq_start(sequences + 1, 0);
   for (uint64_t s = 0; s < sequences; ++s) seq_start[s + 1] = seq_start[s] + lengths[s];
   for (size_t d = 0; d < doc_index.size(); ++d) {
-    if (d > 0 && doc_index[d] < doc_index[d - 1]) fail("{}: document index {} decreases", idx, d);
+    if (doc_index[d] < 0 || doc_index[d] > static_cast<int64_t>(sequences) || (d > 0 && doc_index[d] < doc_index[d - 1]))
+      fail("{}: document index {} is {}: not between the previous one and the sequence count {}", idx, d,
+           doc_index[d], sequences);
     doc_starts_.push_back(seq_start[static_cast<size_t>(doc_index[d])]);
   }
 

@@ -367,6 +367,11 @@ std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path) {
     if (!ranks.emplace(*bytes, static_cast<int32_t>(r)).second) fail("{}:{}: these bytes are ranked twice", path, line_no);
   }
   if (ranks.empty()) fail("{}: no ranks", path);
+  // The vocabulary is the largest rank + 1: ranks are 0 .. n-1 (a few gaps at most).
+  int32_t top = 0;
+  for (const auto& [bytes, r] : ranks) top = std::max(top, r);
+  if (static_cast<size_t>(top) >= 2 * ranks.size() + 1024)
+    fail("{}: rank {} with only {} entries (ranks run from 0 to the entry count)", path, top, ranks.size());
   return std::make_unique<BpeTokenizer>(path, std::move(ranks), std::nullopt, path);
 }
 
