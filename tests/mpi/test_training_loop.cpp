@@ -33,7 +33,7 @@ std::string shared_dir(const std::string& tag) {
 Config loop_config(const std::string& dir) {
   Config c = tiny_run_config();
   const int n = world_size();
-  c.parallel.pp = n >= 2 ? 2 : 1;
+  c.parallel.pp = n % 2 == 0 ? 2 : n;  // 2 stages, or every rank a stage when the count is odd
   c.parallel.dp = n / c.parallel.pp;
   c.train.microbatches = 2;
   c.train.steps = 6;
