@@ -33,6 +33,7 @@ int run(int argc, char** argv) {
   pipetrain::add_ckpt_command(app, runner);
   pipetrain::add_report_command(app, runner);
   pipetrain::add_generate_command(app, runner);
+  pipetrain::add_plan_command(app, runner);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,8 +6,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,8 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/plan/planner.hpp"
+#include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
@@ -38,6 +42,8 @@ struct TrainOptions {
   std::string trace_dir;
   std::string resume;  // "auto" or a checkpoint file
   std::string init;    // a checkpoint whose weights start a new run
+  std::string plan;    // "auto": run the planner's best layout for the ranks launched
+  std::string cluster; // CLUSTER.toml: the planner's machine (else --plan auto calibrates)
 };
 
 // Keeps the hang watchdog running for the scope of a run, also when it ends by an error.
@@ -67,10 +73,53 @@ std::string human(double x) {
   return fmt::format("{:.2f}{}", x, units[u]);
 }
 
+// The layout a config runs, as the planner describes layouts.
+Layout layout_of(const Config& cfg) {
+  Layout l;
+  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.virtual_stages = cfg.parallel.virtual_stages;
+  l.schedule = cfg.schedule.name;
+  l.microbatches = cfg.train.microbatches;
+  l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
+  l.recompute = parse_recompute(cfg.train.recompute);
+  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
+  l.precision = cfg.train.precision;
+  return l;
+}
+
 int run_train(const TrainOptions& opt) {
-  int rank = 0;
+  int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
   Config cfg = load_config(opt.config, opt.overrides);
+  // --cluster: the planner predicts this run's step; --plan auto: it also picks the layout.
+  std::optional<ClusterSpec> cluster;
+  std::string plan_note;
+  if (!opt.plan.empty() && opt.plan != "auto") fail("--plan: the only plan is 'auto' (got '{}')", opt.plan);
+  if (!opt.cluster.empty()) cluster = load_cluster(opt.cluster);
+  if (opt.plan == "auto") {
+    if (!cluster) {
+      auto probe = make_backend(cfg);
+      cluster = calibrate_cluster(cfg, *probe, MPI_COMM_WORLD);
+      cluster->source = "calibrated now";
+    }
+    PlanOptions po;
+    po.devices = world;
+    po.precisions = {cfg.train.precision};
+    po.top = 2;
+    po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
+    const PlanResult r = plan(cfg, *cluster, po);
+    std::vector<std::string> overrides = opt.overrides;
+    for (const auto& o : layout_overrides(r.ranked.front().first)) overrides.push_back(o);
+    cfg = load_config(opt.config, overrides);
+    plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", r.candidates, r.pruned_memory,
+                            r.reason.empty() ? "" : "; " + r.reason);
+  }
+  std::optional<Prediction> predicted;
+  Layout layout;
+  if (cluster && cfg.schedule.file.empty()) {
+    layout = layout_of(cfg);
+    predicted = predict(cfg, *cluster, layout);
+  }
   if (!opt.metrics.empty()) cfg.log.metrics = opt.metrics;
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
   WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
@@ -110,30 +159,40 @@ int run_train(const TrainOptions& opt) {
   const Schedule& sched = trainer.schedule();
   const SimResult sim = simulate(sched, Costs{});
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
-  // Memory estimate of this rank: parameters, gradients and AdamW moments (4 floats per
-  // parameter; fewer with ZeRO-1; one more for bf16's compute copy, kept widened on the
-  // host), plus the stashed activations the schedule keeps alive at its peak (measured on
-  // the first step, reported from then on).
+  // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
+  // parameters, gradients and AdamW moments (fewer with ZeRO-1; bf16's compute copy, kept
+  // widened), the stashed activations the schedule keeps alive at its peak, what
+  // recomputation rebuilds for one block at a time, receive buffers and a dp bucket.
   const bool bf16 = cfg.train.precision == "bf16";
-  double est = static_cast<double>(trainer.params().numel()) * 4.0 *
-               ((cfg.parallel.zero1 ? 2.0 + 2.0 / grid.dp() : 4.0) + (bf16 ? 1.0 : 0.0));
+  double est = 0;
   {
     const auto& units = trainer.stage_units();
-    // the biggest stage this rank holds, times the schedule's peak stash count, plus what
-    // recomputation rebuilds for one block at a time
-    double largest = 0, rebuilt = 0;
+    MemoryInputs in;
+    in.params = static_cast<double>(trainer.params().numel());
+    in.dp = grid.dp();
+    in.zero1 = cfg.parallel.zero1;
+    in.bf16 = bf16;
     const DType storage = bf16 ? DType::BF16 : DType::F32;
     for (int st = 0; st < sched.num_stages; ++st)
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
         const auto& u = units[static_cast<size_t>(st)];
         const Recompute mode = trainer.recompute_of(st);
-        largest = std::max(largest, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
-                                                     cfg.train.seq_len, storage, mode));
+        in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
+                                                                  trainer.microbatch_size(), cfg.train.seq_len, storage,
+                                                                  mode, cfg.runtime.device == "cpu"));
         if (u.last - u.first > (u.first == 0) + (u.last == model_num_units(cfg.model)))  // it holds a block
-          rebuilt = std::max(rebuilt, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
-                                                           cfg.train.seq_len, storage, mode));
+          in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
+                                                                cfg.train.seq_len, storage, mode,
+                                                                cfg.runtime.device == "cpu"));
       }
-    est += largest * sim.peak_inflight[static_cast<size_t>(grid.coords().pp)] + rebuilt;
+    in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
+    if (grid.pp() > 1) {
+      in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
+                            static_cast<double>(dtype_size(storage));
+      in.receive_buffers = 4;
+    }
+    in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
+    est = rank_memory(in).total();
   }
   grid.world().allreduce_max(&est, 1);
   log.line(cfg.model.arch == "llama"
@@ -175,6 +234,12 @@ int run_train(const TrainOptions& opt) {
                        "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
                        grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
                        sched.num_microbatches, 100.0 * sim.bubble_fraction, est / 1048576.0));
+  if (predicted)
+    log.line(fmt::format("  plan{}: {}; predicted step {:.1f} ms ({:.0f} tokens/s, {:.1f}% bubble), {:.2f} GiB per "
+                         "device (cluster {})",
+                         plan_note, describe(layout), 1e3 * predicted->step_s, predicted->tokens_per_s,
+                         100.0 * predicted->bubble_s / predicted->step_s, predicted->memory.total() / 1073741824.0,
+                         cluster->source));
   if (sched.num_stages > 1) {  // the split and each stage's share of the model's cost
     const auto& units = trainer.stage_units();
     const UnitCosts& c = trainer.unit_costs();
@@ -202,7 +267,8 @@ int run_train(const TrainOptions& opt) {
                  {"tokens_per_step", trainer.tokens_per_step()},
                  {"flops_per_token", flops_per_token},
                  {"peak_flops", cfg.log.peak_flops},
-                 {"simulated_bubble", sim.bubble_fraction}},
+                 {"simulated_bubble", sim.bubble_fraction},
+                 {"predicted_step_time_s", predicted ? predicted->step_s : -1.0}},
                 sched, sim);
   // Progress bar only on a terminal, never inside a batch job (mpirun may hand ranks a
   // pseudo-terminal even when its own output goes to a file: log.progress = false).
@@ -215,6 +281,7 @@ int run_train(const TrainOptions& opt) {
   lo.trace_dir = log.trace_dir(opt.trace_dir);
   if (val_sampler)
     lo.validation = [&](int64_t first, int count, int32_t* in, int32_t* tgt) { val_sampler->load(first, count, in, tgt); };
+  std::vector<double> step_times;
   LoopSink sink;
   sink.message = [&](const std::string& text) { log.line(text); };
   sink.warning = [&](const std::string& text) {
@@ -255,6 +322,8 @@ int run_train(const TrainOptions& opt) {
                           {"flops_per_s", r.flops_per_s},
                           {"peak_mem_bytes", r.peak_mem_bytes}};
     if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
+    if (predicted) row["predicted_step_time_s"] = predicted->step_s;
+    if (step > start) step_times.push_back(m.step_time_s);  // the run's first step warms up
     if (r.mfu >= 0) row["mfu"] = r.mfu;
     log.metrics(row);
   };
@@ -264,6 +333,13 @@ int run_train(const TrainOptions& opt) {
   if (loop.run(start).stop_signal != 0) return 0;
   log.line(fmt::format("done: {} steps; peak pooled memory {} MiB on rank 0", cfg.train.steps,
                        trainer.pool().stats().peak_in_use_bytes >> 20));
+  if (predicted && !step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    const double median = step_times[step_times.size() / 2];
+    log.line(fmt::format("step time: measured median {:.1f} ms over {} steps, predicted {:.1f} ms (measured / "
+                         "predicted {:.3f})",
+                         1e3 * median, step_times.size(), 1e3 * predicted->step_s, median / predicted->step_s));
+  }
   return 0;
 }
 
@@ -280,6 +356,10 @@ void add_train_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--resume", opt->resume,
                   "Continue from a checkpoint: a file, or 'auto' for the newest one in checkpoint.dir that verifies");
   sub->add_option("--init", opt->init, "Start a new run from a checkpoint's weights (optimizer state and step reset)");
+  sub->add_option("--plan", opt->plan,
+                  "'auto': run the layout `pipetrain plan` ranks first for the ranks launched (with --cluster, "
+                  "or after calibrating this machine)");
+  sub->add_option("--cluster", opt->cluster, "CLUSTER.toml: the header and metrics show the planner's prediction");
   sub->callback([opt, &runner] { runner = [opt] { return run_train(*opt); }; });
 }
 

@@ -50,7 +50,7 @@ namespace {
 struct BlockBytes {
   double stored, stats;
 };
-BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode) {
+BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode, bool probabilities) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   const double NH = static_cast<double>(cfg.n_head) / tp;
   if (cfg.arch == "llama") {
@@ -58,7 +58,7 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
     // probabilities, RMSNorm statistics (2 N); for the weight pass dy, dn2, dh, dn1 (N x C),
     // dg, du (2 Fl), dqkv (Rl).
     const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
-    const double probs = B * NH * T * T, grads = N * (4 * C + 2 * Fl + Rl);
+    const double probs = probabilities ? B * NH * T * T : B * NH * T, grads = N * (4 * C + 2 * Fl + Rl);
     switch (mode) {
       case Recompute::Full: return {N * C, 0};
       case Recompute::Selective: return {N * (4 * C + Rl + 2 * Fl) + grads, 2 * N};
@@ -69,7 +69,7 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
   // ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each), the
   // attention probabilities (NH x T x T per sequence), LayerNorm statistics (4 N); then
   // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).
-  const double probs = B * NH * T * T, grads = N * (4 * C + 7 * Cl);
+  const double probs = probabilities ? B * NH * T * T : B * NH * T, grads = N * (4 * C + 7 * Cl);
   switch (mode) {
     case Recompute::Full: return {N * C, 0};  // the input only
     case Recompute::Selective: return {N * (3 * C + 7 * Cl) + grads, 4 * N};  // no probabilities, atty, GELU
@@ -81,9 +81,9 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
 }  // namespace
 
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
-                        Recompute mode) {
+                   Recompute mode, bool probabilities) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
-  const BlockBytes block = block_stash(cfg, tp, B, T, mode);
+  const BlockBytes block = block_stash(cfg, tp, B, T, mode, probabilities);
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
   const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
   double stored = 0, stats = 0;
@@ -101,9 +101,10 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
   return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
 }
 
-double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode) {
+double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode, bool probabilities) {
   if (mode == Recompute::None) return 0;
-  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None), kept = block_stash(cfg, tp, B, T, mode);
+  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None, probabilities),
+                   kept = block_stash(cfg, tp, B, T, mode, probabilities);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
 }
 

@@ -7,36 +7,45 @@
 #include <chrono>
 
 #include "pipetrain/core/rng.hpp"
-#include "pipetrain/model/block.hpp"
-#include "pipetrain/model/embedding.hpp"
-#include "pipetrain/model/loss_head.hpp"
 #include "pipetrain/model/parameters.hpp"
+#include "pipetrain/model/stage.hpp"
 
 namespace pipetrain {
 
 namespace {
 
-// Seconds of forward + backward (input and weight) of `layer`, the faster of two runs
-// after a warm-up (the first run also fills the pool).
-double time_layer(Layer& layer, const MicrobatchContext& ctx, const Tensor& x, const Tensor& dy) {
-  double best = 1e300;
+// Seconds of each action of `layer`, the fastest of two runs after a warm-up.
+UnitTimings time_layer(Layer& layer, const MicrobatchContext& ctx, const Tensor& x, const Tensor& dy) {
+  UnitTimings best{1e300, 1e300, 1e300};
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Stash> stash;
+    auto t = clock::now();
     layer.forward(ctx, x, stash);
-    layer.backward(ctx, dy, *stash);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) best = std::min(best, s);
+    const double f = since(t);
+    t = clock::now();
+    layer.backward_input(ctx, dy, *stash);
+    const double i = since(t);
+    t = clock::now();
+    layer.backward_weight(ctx, *stash);
+    const double w = since(t);
+    if (rep == 0) continue;  // the warm-up also fills the pool
+    best.forward = std::min(best.forward, f);
+    best.backward_input = std::min(best.backward_input, i);
+    best.backward_weight = std::min(best.backward_weight, w);
   }
   return best;
 }
 
-UnitCosts measure_here(const ModelConfig& model, Backend& backend, int B, int T, DType storage) {
+}  // namespace
+
+MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B, int T, DType storage) {
   auto pool = MemoryPool::create(backend);
   ParameterStore params;
-  Embedding embedding(model, params);
-  Block block(model, 1, params);
-  LossHead head(model, params);
+  ModelConfig one = model;  // embedding, one block (of the model's architecture), head
+  one.n_layer = 1;
+  ModelStage stage(one, 0, model_num_units(one), params);
   params.allocate(*pool, backend);
   params.initialize(1, backend);
   if (storage == DType::BF16) params.allocate_compute(*pool, backend);
@@ -65,20 +74,20 @@ UnitCosts measure_here(const ModelConfig& model, Backend& backend, int B, int T,
     return h;
   };
   const Tensor x = activation(), dy = activation();
-  UnitCosts c;
-  c.embedding = time_layer(embedding, ctx, {}, dy);
-  c.block = time_layer(block, ctx, x, dy);
-  c.head = time_layer(head, ctx, x, {});
-  return c;
+  auto& layers = stage.layers();
+  MeasuredUnits m;
+  m.embedding = time_layer(*layers[0], ctx, {}, dy);
+  m.block = time_layer(*layers[1], ctx, x, dy);
+  m.head = time_layer(*layers[2], ctx, x, {});
+  return m;
 }
 
-}  // namespace
 
 UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& grid, int B, int T, DType storage) {
   double v[3] = {0, 0, 0};
   if (grid.world().rank() == 0) {
-    const UnitCosts c = measure_here(model, backend, B, T, storage);
-    v[0] = c.embedding, v[1] = c.block, v[2] = c.head;
+    const MeasuredUnits u = time_units_here(model, backend, B, T, storage);
+    v[0] = u.embedding.total(), v[1] = u.block.total(), v[2] = u.head.total();
   }
   MPI_Bcast(v, 3, MPI_DOUBLE, 0, grid.world().comm());
   return {v[0], v[1], v[2]};

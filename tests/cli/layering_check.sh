@@ -15,8 +15,9 @@ declare -A may=(
   [schedule]="core"
   [io]="core"
   [model]="core backend comm"
-  [runtime]="core backend comm topology schedule io model"
-  [app]="core backend comm topology schedule io model runtime"
+  [plan]="core schedule model"
+  [runtime]="core backend comm topology schedule io model plan"
+  [app]="core backend comm topology schedule io model plan runtime"
 )
 bad=0
 for layer in "${!may[@]}"; do

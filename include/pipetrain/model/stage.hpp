@@ -42,10 +42,12 @@ double model_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq
 // backward action (what the Block and LossHead stashes hold: activations in `storage`,
 // LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
 // attention probabilities and output and its GELU output; full keeps a block's input only.
+// probabilities = false: attention keeps its log-sum-exp instead (the CUDA flash kernel).
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
-                        DType storage = DType::F32, Recompute mode = Recompute::None);
+                   DType storage = DType::F32, Recompute mode = Recompute::None, bool probabilities = true);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
 // the stash of the block being recomputed (0 for none).
-double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode);
+double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
+                       bool probabilities = true);
 
 }  // namespace pipetrain

@@ -9,6 +9,17 @@
 
 namespace pipetrain {
 
+// Seconds of one microbatch through one unit, per action (the faster of two runs after a
+// warm-up), and the three kinds of unit of one model, timed on the calling rank alone.
+struct UnitTimings {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  double total() const { return forward + backward_input + backward_weight; }
+};
+struct MeasuredUnits {
+  UnitTimings embedding, block, head;
+};
+MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B, int T, DType storage);
+
 // Collective over grid.world(). B x T tokens per microbatch, this rank's tensor-parallel
 // shape (measured as if tp = 1 when the layers need peers: ratios are what matter).
 UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& grid, int B, int T, DType storage);

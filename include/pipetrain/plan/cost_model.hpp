@@ -1,0 +1,82 @@
+// The planner's cost model: what one microbatch costs in each kind of unit on one device
+// (FLOPs, bytes, tensor-parallel collectives), what messages cost on a link, what AdamW
+// costs, and what one rank holds in memory (the run header uses the same estimate).
+// docs/cost-model.md writes the formulas down.
+// Exports: UnitKind, UnitWork, unit_work, unit_params, ActionTimes, unit_times,
+// allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
+// MemoryInputs, RankMemory, rank_memory.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/core/dtype.hpp"
+#include "pipetrain/model/layer.hpp"
+#include "pipetrain/plan/cluster.hpp"
+
+namespace pipetrain {
+
+enum class UnitKind { Embedding, Block, Head };
+
+// One microbatch of N = B x T tokens through one unit, on one of tp ranks.
+struct UnitWork {
+  double f_flops = 0, i_flops = 0, w_flops = 0;  // forward, backward-input, backward-weight
+  double attention_flops = 0;  // the part of f_flops selective recomputation repeats
+  double bytes = 0;            // memory-bound bytes of forward + backward (norms, residuals, GELU, rows)
+  int allreduces_f = 0, allreduces_i = 0;  // tp all-reduces of an N x C activation (f32)
+  int small_reductions_f = 0;              // tp reductions of N floats (the loss's max and sum)
+};
+// storage_bytes: an activation element (4 in fp32, 2 in bf16).
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4);
+
+// Parameters of one unit: `sharded` divides over tp ranks, `replicated` does not.
+struct UnitParams {
+  double sharded = 0, replicated = 0;
+  double on_rank(int tp) const { return sharded / tp + replicated; }
+};
+// The head's count includes its weight (a tied head holds a copy of the embedding's).
+UnitParams unit_params(const ModelConfig& model, UnitKind kind);
+
+double allreduce_seconds(double bytes, int ranks, const LinkSpec& link);   // ring
+double allgather_seconds(double bytes, int ranks, const LinkSpec& link);   // bytes = the gathered whole
+double p2p_seconds(double bytes, const LinkSpec& link);
+// The link a group of `size` ranks spaced `stride` apart uses: inside a node when the
+// group fits in one (ranks are numbered node by node), else between nodes.
+const LinkSpec& group_link(const ClusterSpec& c, int stride, int size);
+
+// Seconds of one unit's actions for one microbatch, the tensor-parallel collectives
+// included (counted separately in tp_comm). Recomputation adds its forward work to I.
+struct ActionTimes {
+  double F = 0, I = 0, W = 0;
+  double tp_comm = 0;  // of F + I
+};
+ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
+                       const std::string& precision, Recompute mode);
+
+// One AdamW step over `params` f32 parameters (28 bytes each: p, g, m, v read; p, m, v written).
+double adamw_seconds(double params, const DeviceSpec& d);
+// The step's other passes over a rank's gradients: zeroing them (4 bytes written per
+// parameter) and the norm (4 read; clipping is folded into AdamW's gradient scale).
+double gradient_passes_seconds(double params, const DeviceSpec& d);
+
+// What one pipeline rank holds. stashes[k]: bytes one microbatch keeps in the k-th stage
+// this rank runs; peak_inflight: the schedule's most (microbatch, stage) stashes alive.
+struct MemoryInputs {
+  double params = 0;             // on this rank (its tp shard)
+  int dp = 1;
+  bool zero1 = false;
+  bool bf16 = false;
+  double largest_stash = 0;      // the biggest of its stages' per-microbatch stash
+  int peak_inflight = 0;
+  double recompute = 0;          // the one block recomputation rebuilds at a time
+  double activation_bytes = 0;   // one transfer between stages (receive buffers)
+  int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
+  double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (0 when dp = 1)
+};
+struct RankMemory {
+  double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0, buffers = 0;
+  double total() const { return weights + gradients + optimizer + compute_copy + activations + buffers; }
+};
+RankMemory rank_memory(const MemoryInputs& in);
+
+}  // namespace pipetrain

@@ -1,0 +1,78 @@
+// `pipetrain plan`: every layout of a model on a cluster (grid, schedule with its virtual
+// stages, microbatches, recomputation, ZeRO-1, precision), the ones that do not fit in a
+// device's memory dropped, the rest ranked by a simulated step (the lowered program of the
+// schedule, timed by the cost model, plus each rank's tail: dp reduction, tied embedding,
+// AdamW). Exports: PlanOptions, Layout, Prediction, PlanResult, plan, predict, describe,
+// layout_overrides, peak_stashes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/layer.hpp"
+#include "pipetrain/plan/cluster.hpp"
+#include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+
+namespace pipetrain {
+
+struct PlanOptions {
+  int nodes = 0;         // 0: the cluster file's
+  int devices = 0;       // 0: nodes x devices_per_node (--plan auto: the ranks launched)
+  int global_batch = 0;  // 0: train.global_batch
+  int top = 5;
+  std::vector<std::string> precisions;  // empty: every precision the device has a peak for
+  std::vector<std::string> schedules;   // empty: every registered schedule
+  std::vector<std::string> recompute{"none", "selective", "full"};
+  std::vector<bool> zero1{false, true};
+  std::vector<int> only_tp, only_pp;  // empty: any that divides
+  std::vector<int> only_virtual;      // empty: 1, 2, 4, ... up to max_virtual_stages
+  int max_virtual_stages = 4;  // interleaved and looped schedules try 2, 4, ... up to this
+  double dp_bucket_mb = 25;
+};
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
+  std::string schedule = "1f1b";
+  int microbatches = 1;      // per replica
+  int microbatch_size = 1;   // sequences
+  Recompute recompute = Recompute::None;
+  bool zero1 = false;
+  std::string precision = "fp32";
+  std::vector<int> blocks_per_stage;  // the auto split under the cost model
+};
+
+struct Prediction {
+  double step_s = 0, tokens_per_s = 0, flops_per_device = 0, mfu = 0;
+  RankMemory memory;  // of the rank that holds the most
+  // Where the critical rank's step goes (they add up to step_s).
+  double compute_s = 0, tp_comm_s = 0, bubble_s = 0, dp_s = 0, optimizer_s = 0, other_s = 0;
+  int critical_rank = 0;  // pipeline rank
+};
+
+struct PlanResult {
+  std::vector<std::pair<Layout, Prediction>> ranked;  // best first, at most options.top
+  int devices = 0, global_batch = 0;
+  long long candidates = 0, pruned_memory = 0, simulated = 0;
+  double usable_memory = 0;  // a device's memory less the reserve
+  Layout smallest;           // the layout needing the least memory (when none fits)
+  double smallest_memory = 0;
+  std::string reason;        // why the first beats the second
+};
+
+// Throws pipetrain::Error (one line) when no grid divides the devices and the batch, or
+// when nothing fits (naming the smallest memory that would and its layout).
+PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions& options);
+
+// The prediction for one layout (its blocks_per_stage empty: the auto split is computed).
+Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch = 0);
+
+// "dp 2 x pp 2 x tp 1, 1f1b, 8 x 2 sequences, recompute none, ZeRO-1 off, fp32".
+std::string describe(const Layout& l);
+// The --set overrides that run a layout ("parallel.dp=2", ...).
+std::vector<std::string> layout_overrides(const Layout& l);
+
+// Per rank: the most (microbatch, stage) stashes alive at once in the schedule's order.
+std::vector<int> peak_stashes(const Schedule& s);
+
+}  // namespace pipetrain

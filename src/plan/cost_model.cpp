@@ -1,0 +1,160 @@
+// The planner's cost model (pipetrain/plan/cost_model.hpp); docs/cost-model.md has the
+// formulas with their reasons.
+#include "pipetrain/plan/cost_model.hpp"
+
+#include <algorithm>
+
+namespace pipetrain {
+
+namespace {
+
+// Weights a block multiplies by (per token, forward: 2 FLOPs each).
+double block_matmul_params(const ModelConfig& m) {
+  const double C = m.d_model;
+  if (m.arch == "llama") {
+    const double hs = C / m.n_head;
+    return C * (m.n_head + 2.0 * m.kv_heads()) * hs + C * C + 3.0 * C * m.ffn();
+  }
+  return 12.0 * C * C;
+}
+
+}  // namespace
+
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes) {
+  const double N = static_cast<double>(B) * T, C = model.d_model, V = model.padded_vocab();
+  UnitWork w;
+  switch (kind) {
+    case UnitKind::Embedding:
+      // forward: read the rows, write the output (GPT-2 also reads and adds the positions);
+      // backward: read the gradient, read and write the rows it adds into.
+      w.bytes = 4.0 * N * C * ((model.arch == "gpt2" ? 4 : 2) + 3);
+      w.allreduces_f = tp > 1 ? 1 : 0;  // vocab-parallel: the partial lookups are summed
+      break;
+    case UnitKind::Block: {
+      const double P = block_matmul_params(model);
+      // Attention over a causal window: QK^T and PV, each 2 T C FLOPs per token halved.
+      const double attn = 2.0 * N * T * C / tp;
+      w.attention_flops = attn;
+      w.f_flops = 2.0 * N * P / tp + attn;
+      w.i_flops = 2.0 * N * P / tp + 2.0 * attn;
+      w.w_flops = 2.0 * N * P / tp;
+      w.allreduces_f = w.allreduces_i = tp > 1 ? 2 : 0;  // after attention and after the MLP
+      // Elementwise traffic per token, forward + backward: the two norms and residual adds
+      // on the whole width (30 C, not sharded), the activation function and attention's
+      // reshapes on the shard (38 C / tp); flash attention keeps no T x T scores.
+      w.bytes = N * storage_bytes * (30.0 * C + 38.0 * C / tp);
+      break;
+    }
+    case UnitKind::Head:
+      w.f_flops = w.i_flops = w.w_flops = 2.0 * N * V * C / tp;
+      w.bytes = 3.0 * 4.0 * N * V / tp;     // logits written, read by the softmax, gradient written
+      w.allreduces_i = tp > 1 ? 1 : 0;      // the input gradient of the column-parallel product
+      w.small_reductions_f = tp > 1 ? 3 : 0;  // the loss's max, sum and target logit
+      break;
+  }
+  return w;
+}
+
+UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
+  const double C = model.d_model, V = model.padded_vocab();
+  const bool llama = model.arch == "llama";
+  switch (kind) {
+    case UnitKind::Embedding:
+      return {V * C, llama ? 0.0 : static_cast<double>(model.max_seq_len) * C};
+    case UnitKind::Block:
+      if (llama) return {block_matmul_params(model), 2 * C};
+      // shards: qkv and fc with their biases, both projections' weights; replicated:
+      // two LayerNorms, both projections' biases
+      return {12 * C * C + 7 * C, 6 * C};
+    case UnitKind::Head:
+      return {V * C, llama ? C : 2 * C};
+  }
+  return {};
+}
+
+double allreduce_seconds(double bytes, int ranks, const LinkSpec& link) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return 2 * (n - 1) * link.latency + 2 * (n - 1) / n * bytes / link.ring_bandwidth();
+}
+
+double allgather_seconds(double bytes, int ranks, const LinkSpec& link) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return (n - 1) * link.latency + (n - 1) / n * bytes / link.bandwidth;
+}
+
+double p2p_seconds(double bytes, const LinkSpec& link) { return link.latency + bytes / link.bandwidth; }
+
+const LinkSpec& group_link(const ClusterSpec& c, int stride, int size) {
+  return static_cast<int64_t>(stride) * size <= c.devices_per_node ? c.intra_node : c.inter_node;
+}
+
+ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
+                       const std::string& precision, Recompute mode) {
+  const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4);
+  const DeviceSpec& d = c.device;
+  const auto measured = d.measured.find(precision);
+  const auto peak = d.peak_flops.find(precision);
+  const double flop_rate = peak == d.peak_flops.end() ? 0 : peak->second * d.gemm_efficiency;
+  double rate = flop_rate, byte_rate = d.memory_bandwidth;
+  bool bytes_counted = true;
+  if (measured != d.measured.end()) {  // measured rates already include the unit's elementwise work
+    const double tokens = static_cast<double>(B) * T;
+    if (kind == UnitKind::Block) rate = measured->second.block_at(tokens), bytes_counted = false;
+    if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
+    if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;
+  }
+  const double flops_total = w.f_flops + w.i_flops + w.w_flops;
+  auto compute = [&](double flops) {
+    double s = rate > 0 ? flops / rate : 0;
+    if (bytes_counted && w.bytes > 0)  // memory-bound work, spread over the actions like the FLOPs
+      s += (flops_total > 0 ? flops / flops_total : 0.5) * w.bytes / byte_rate;
+    return s + d.layer_overhead_s;
+  };
+  ActionTimes t;
+  const double N = static_cast<double>(B) * T;
+  const LinkSpec& link = group_link(c, 1, tp);
+  const double activation = allreduce_seconds(4.0 * N * model.d_model, tp, link);  // reductions are f32
+  const double comm_f = w.allreduces_f * activation + w.small_reductions_f * allreduce_seconds(4.0 * N, tp, link);
+  const double comm_i = w.allreduces_i * activation;
+  if (kind == UnitKind::Embedding) {  // no FLOPs: its bytes split 4 : 3 between forward and backward
+    const double fwd = w.bytes * (model.arch == "gpt2" ? 4.0 : 2.0) / ((model.arch == "gpt2" ? 4.0 : 2.0) + 3.0);
+    t.F = fwd / byte_rate + d.layer_overhead_s;
+    t.I = 0;
+    t.W = (w.bytes - fwd) / byte_rate + d.layer_overhead_s;
+  } else {
+    t.F = compute(w.f_flops);
+    t.I = compute(w.i_flops);
+    t.W = compute(w.w_flops);
+  }
+  t.F += comm_f;
+  t.I += comm_i;
+  t.tp_comm = comm_f + comm_i;
+  if (kind == UnitKind::Block) {
+    if (mode == Recompute::Full) {  // the forward again, collectives included, before backward_input
+      t.I += t.F;
+      t.tp_comm += comm_f;
+    } else if (mode == Recompute::Selective) {
+      t.I += rate > 0 ? w.attention_flops / rate : 0;
+    }
+  }
+  return t;
+}
+
+double adamw_seconds(double params, const DeviceSpec& d) { return 28.0 * params / d.memory_bandwidth; }
+
+double gradient_passes_seconds(double params, const DeviceSpec& d) { return 8.0 * params / d.memory_bandwidth; }
+
+RankMemory rank_memory(const MemoryInputs& in) {
+  RankMemory m;
+  m.weights = 4.0 * in.params;
+  m.gradients = 4.0 * in.params;
+  m.optimizer = 8.0 * in.params / (in.zero1 && in.dp > 1 ? in.dp : 1);
+  m.compute_copy = in.bf16 ? 4.0 * in.params : 0.0;  // bf16-rounded weights, kept widened
+  m.activations = in.largest_stash * in.peak_inflight + in.recompute;
+  m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? in.dp_bucket_bytes : 0.0);
+  return m;
+}
+
+}  // namespace pipetrain

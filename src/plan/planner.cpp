@@ -1,0 +1,394 @@
+// plan(), predict() and their helpers (pipetrain/plan/planner.hpp).
+#include "pipetrain/plan/planner.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <climits>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/model/stage.hpp"
+#include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/registry.hpp"
+#include "pipetrain/schedule/simulate.hpp"
+
+namespace pipetrain {
+
+std::vector<int> peak_stashes(const Schedule& s) {
+  std::vector<int> peak(static_cast<size_t>(s.num_ranks), 0);
+  for (size_t r = 0; r < s.per_rank.size(); ++r) {
+    int live = 0;
+    for (const Action& a : s.per_rank[r]) {
+      if (a.op == Op::F) peak[r] = std::max(peak[r], ++live);
+      if (a.op == Op::B || a.op == Op::W) --live;  // the stash goes with its last backward action
+    }
+  }
+  return peak;
+}
+
+namespace {
+
+constexpr int kRecvLookahead = 4;  // the trainer's lowering (LowerOptions' default)
+
+// A schedule built once per (name, ranks, stages per rank, microbatches) and shared by
+// every layout that runs it.
+struct Built {
+  bool ok = false;
+  Schedule schedule;
+  std::vector<int> peaks;
+  std::unique_ptr<Program> program;  // lowered on first simulation
+};
+using ScheduleKey = std::tuple<std::string, int, int, int>;
+
+class ScheduleCache {
+ public:
+  Built& get(const std::string& name, int pp, int v, int m) {
+    auto& b = cache_[ScheduleKey{name, pp, v, m}];
+    if (!b) {
+      b = std::make_unique<Built>();
+      try {
+        b->schedule = make_schedule(name, ScheduleParams{pp, v, m});
+        b->peaks = peak_stashes(b->schedule);
+        b->ok = true;
+      } catch (const Error&) {
+        b->ok = false;  // the schedule cannot take these parameters
+      }
+    }
+    return *b;
+  }
+  const Program& program(Built& b) {
+    if (!b.program) b.program = std::make_unique<Program>(lower(b.schedule, LowerOptions{kRecvLookahead, INT_MAX}));
+    return *b.program;
+  }
+
+ private:
+  std::map<ScheduleKey, std::unique_ptr<Built>> cache_;
+};
+
+// One layout costed up to (not including) its simulation.
+struct Costed {
+  Layout layout;
+  Built* built = nullptr;
+  Costs costs;                          // per stage
+  double transfer = 0;                  // one activation between stages
+  std::vector<double> busy, tp_comm;    // per pipeline rank, over the step
+  std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
+  RankMemory memory;                    // the rank that holds the most
+  double lower_bound = 0;
+};
+
+struct Context {
+  const Config& cfg;
+  const ClusterSpec& cluster;
+  int devices, global_batch;
+  double bucket_bytes;
+};
+
+// Costs everything but the timeline. `built` is the layout's schedule.
+Costed cost_layout(const Context& cx, Layout l, Built& built) {
+  const ModelConfig& model = cx.cfg.model;
+  const ClusterSpec& c = cx.cluster;
+  const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
+  const Schedule& s = built.schedule;
+  const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
+  const ActionTimes emb = unit_times(c, model, UnitKind::Embedding, tp, B, T, l.precision, l.recompute);
+  const ActionTimes blk = unit_times(c, model, UnitKind::Block, tp, B, T, l.precision, l.recompute);
+  const ActionTimes head = unit_times(c, model, UnitKind::Head, tp, B, T, l.precision, l.recompute);
+  auto total = [](const ActionTimes& t) { return t.F + t.I + t.W; };
+  const std::vector<StageUnits> units =
+      partition_gpt2(model, S, {}, UnitCosts{total(emb), total(blk), total(head)});
+  l.blocks_per_stage = blocks_per_stage(model, units);
+
+  Costed out;
+  out.costs.per_stage.resize(static_cast<size_t>(S));
+  const int last_unit = model_num_units(model) - 1;
+  std::vector<double> stage_tp(static_cast<size_t>(S), 0.0), stage_bwd(static_cast<size_t>(S), 0.0);
+  for (int st = 0; st < S; ++st) {
+    double F = 0, I = 0, W = 0, comm = 0;
+    for (int u = units[st].first; u < units[st].last; ++u) {
+      const ActionTimes& t = u == 0 ? emb : u == last_unit ? head : blk;
+      F += t.F, I += t.I, W += t.W, comm += t.tp_comm;
+    }
+    out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
+    stage_tp[static_cast<size_t>(st)] = comm;
+    stage_bwd[static_cast<size_t>(st)] = I + W;
+  }
+  const bool bf16 = l.precision == "bf16";
+  const DType storage = bf16 ? DType::BF16 : DType::F32;
+  const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
+  const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
+  // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it.
+  out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) + allgather_seconds(act, tp, group_link(c, 1, tp)) : 0;
+  const bool probabilities = c.device.kind == "cpu" || model.d_model / model.n_head > 128;
+  const UnitParams up_emb = unit_params(model, UnitKind::Embedding), up_blk = unit_params(model, UnitKind::Block),
+                   up_head = unit_params(model, UnitKind::Head);
+  const Recompute mode = l.recompute;
+  const double world_latency = allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node
+                                                                                                  : c.inter_node);
+  out.busy.assign(static_cast<size_t>(R), 0.0);
+  out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
+  for (int r = 0; r < R; ++r) {
+    double params = 0, largest = 0, backward = 0;
+    bool embedding = false, head_here = false, block = false;
+    for (int st = 0; st < S; ++st) {
+      if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+      const auto& u = units[static_cast<size_t>(st)];
+      const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
+      out.busy[r] += m * (pc[0] + pc[1]);
+      out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
+      backward += stage_bwd[static_cast<size_t>(st)];
+      largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, probabilities));
+      for (int k = u.first; k < u.last; ++k) {
+        if (k == 0) {
+          embedding = true, params += up_emb.on_rank(tp);
+        } else if (k == last_unit) {
+          head_here = true, params += up_head.on_rank(tp);
+        } else {
+          block = true, params += up_blk.on_rank(tp);
+        }
+      }
+    }
+    if (embedding && head_here && model.tied()) params -= up_head.sharded / tp;  // one table serves both
+    const double grads = 4.0 * params;
+    const double t_dp = allreduce_seconds(grads, l.dp, group_link(c, tp, l.dp));
+    // Buckets go out while the last microbatch's backward still runs; the last one cannot.
+    const double last_bucket = t_dp * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
+    out.dp[r] = l.dp > 1 ? std::max(last_bucket, t_dp - backward) : 0.0;
+    out.optimizer[r] = adamw_seconds(params / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
+                       gradient_passes_seconds(params, c.device);
+    // A tied embedding's summed gradient comes back to the head's rank before its update.
+    const double tied = model.tied() && head_here && !embedding ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
+    out.other[r] = tied + world_latency;
+    MemoryInputs in;
+    in.params = params;
+    in.dp = l.dp;
+    in.zero1 = l.zero1;
+    in.bf16 = bf16;
+    in.largest_stash = largest;
+    in.peak_inflight = built.peaks[static_cast<size_t>(r)];
+    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, probabilities) : 0.0;
+    in.activation_bytes = R > 1 ? act : 0.0;
+    in.receive_buffers = R > 1 ? kRecvLookahead : 0;
+    in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
+    const RankMemory mem = rank_memory(in);
+    if (mem.total() > out.memory.total()) out.memory = mem;
+    out.lower_bound =
+        std::max(out.lower_bound, out.busy[r] + out.dp[r] + out.optimizer[r] + out.other[r]);
+  }
+  out.layout = std::move(l);
+  out.built = &built;
+  return out;
+}
+
+Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
+  const Program& prog = cache.program(*k.built);
+  const SimResult sim = simulate_program(prog, k.costs, TransferCosts{0, 0, k.transfer});
+  std::vector<double> end(static_cast<size_t>(prog.num_ranks), 0.0);
+  for (const SimEvent& e : sim.events) end[static_cast<size_t>(e.rank)] = std::max(end[static_cast<size_t>(e.rank)], e.end);
+  Prediction p;
+  for (int r = 0; r < prog.num_ranks; ++r) {
+    const auto i = static_cast<size_t>(r);
+    const double step = end[i] + k.dp[i] + k.optimizer[i] + k.other[i];
+    if (step <= p.step_s) continue;
+    p.step_s = step;
+    p.critical_rank = r;
+    p.tp_comm_s = k.tp_comm[i];
+    p.compute_s = k.busy[i] - k.tp_comm[i];
+    p.bubble_s = end[i] - k.busy[i];
+    p.dp_s = k.dp[i];
+    p.optimizer_s = k.optimizer[i];
+    p.other_s = k.other[i];
+  }
+  const ModelConfig& model = cx.cfg.model;
+  const int T = cx.cfg.train.seq_len;
+  const double params = unit_params(model, UnitKind::Embedding).on_rank(1) +
+                        model.n_layer * unit_params(model, UnitKind::Block).on_rank(1) +
+                        unit_params(model, UnitKind::Head).on_rank(1) -
+                        (model.tied() ? unit_params(model, UnitKind::Head).sharded : 0.0);
+  p.tokens_per_s = static_cast<double>(cx.global_batch) * T / p.step_s;
+  p.flops_per_device = model_flops_per_token(model, static_cast<int64_t>(params), T) * p.tokens_per_s / cx.devices;
+  p.mfu = p.flops_per_device / cx.cluster.device.peak_flops.at(k.layout.precision);
+  p.memory = k.memory;
+  return p;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+// Steps within 0.1% are a tie: fewer, bigger microbatches first (the model's rates are
+// per FLOP; real products gain from size), then less memory.
+bool faster(const std::pair<Layout, Prediction>& a, const std::pair<Layout, Prediction>& b) {
+  if (std::abs(a.second.step_s - b.second.step_s) > 1e-3 * std::min(a.second.step_s, b.second.step_s))
+    return a.second.step_s < b.second.step_s;
+  if (a.first.microbatches != b.first.microbatches) return a.first.microbatches < b.first.microbatches;
+  return a.second.memory.total() < b.second.memory.total();
+}
+
+// The component that makes the first faster than the second.
+std::string reason(const Prediction& a, const Prediction& b, const Layout& second) {
+  const std::pair<const char*, double> parts[] = {
+      {"pipeline bubble", b.bubble_s - a.bubble_s}, {"tensor-parallel communication", b.tp_comm_s - a.tp_comm_s},
+      {"compute (recomputation, kernel sizes)", b.compute_s - a.compute_s}, {"data-parallel tail", b.dp_s - a.dp_s},
+      {"optimizer step", b.optimizer_s - a.optimizer_s}, {"tied-embedding exchange", b.other_s - a.other_s}};
+  const auto* best = &parts[0];
+  for (const auto& x : parts)
+    if (x.second > best->second) best = &x;
+  if (b.step_s - a.step_s <= 1e-3 * a.step_s)
+    return fmt::format("a tie with the runner-up ({}, step {:.1f} ms) within 0.1%: fewer microbatches, then less "
+                       "memory, decide",
+                       describe(second), 1e3 * b.step_s);
+  return fmt::format("{} {:.1f} ms shorter than in the runner-up ({}, step {:.1f} ms)", best->first,
+                     1e3 * best->second, describe(second), 1e3 * b.step_s);
+}
+
+}  // namespace
+
+std::string describe(const Layout& l) {
+  std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
+  if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
+  return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}", l.dp, l.pp, l.tp, sched,
+                     l.microbatches, l.microbatch_size,
+                     l.recompute == Recompute::None ? "none" : l.recompute == Recompute::Full ? "full" : "selective",
+                     l.zero1 ? "on" : "off", l.precision);
+}
+
+std::vector<std::string> layout_overrides(const Layout& l) {
+  return {fmt::format("parallel.dp={}", l.dp),
+          fmt::format("parallel.pp={}", l.pp),
+          fmt::format("parallel.tp={}", l.tp),
+          fmt::format("parallel.virtual_stages={}", l.virtual_stages),
+          "parallel.layers_per_stage=auto",
+          fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
+          fmt::format("schedule.name={}", l.schedule),
+          fmt::format("train.microbatches={}", l.microbatches),
+          fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
+          fmt::format("train.recompute={}", l.recompute == Recompute::None   ? "none"
+                                            : l.recompute == Recompute::Full ? "full"
+                                                                             : "selective"),
+          fmt::format("train.precision={}", l.precision)};
+}
+
+Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch) {
+  const int devices = layout.dp * layout.pp * layout.tp;
+  Context cx{cfg, cluster, devices,
+             global_batch > 0 ? global_batch : layout.dp * layout.microbatches * layout.microbatch_size,
+             cfg.parallel.dp_bucket_mb * 1048576.0};
+  if (!cluster.device.peak_flops.count(layout.precision))
+    fail("{}: the device has no peak for {} (device.peak_tflops.{})", cluster.source, layout.precision, layout.precision);
+  ScheduleCache cache;
+  Built& b = cache.get(layout.pp == 1 ? "1f1b" : layout.schedule, layout.pp, layout.virtual_stages, layout.microbatches);
+  if (!b.ok) fail("schedule {} cannot run {} ranks x {} stages, {} microbatches", layout.schedule, layout.pp,
+                  layout.virtual_stages, layout.microbatches);
+  Costed k = cost_layout(cx, layout, b);
+  layout.blocks_per_stage = k.layout.blocks_per_stage;
+  return simulate_layout(cx, cache, k);
+}
+
+PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions& o) {
+  const ModelConfig& model = cfg.model;
+  PlanResult res;
+  const int nodes = o.nodes > 0 ? o.nodes : cluster.nodes;
+  res.devices = o.devices > 0 ? o.devices : nodes * cluster.devices_per_node;
+  res.global_batch = o.global_batch > 0 ? o.global_batch : cfg.train.global_batch;
+  res.usable_memory = cluster.device.memory_bytes - cluster.device.reserve_bytes;
+  const int per_node = std::min(cluster.devices_per_node, res.devices);
+  Context cx{cfg, cluster, res.devices, res.global_batch, o.dp_bucket_mb * 1048576.0};
+
+  std::vector<std::string> precisions = o.precisions, schedules = o.schedules;
+  if (precisions.empty())
+    for (const auto& [p, v] : cluster.device.peak_flops) precisions.push_back(p);
+  for (const auto& p : precisions)
+    if (!cluster.device.peak_flops.count(p))
+      fail("{}: the device has no peak for {} (device.peak_tflops.{})", cluster.source, p, p);
+  if (schedules.empty())
+    for (const auto& [name, description] : list_schedules()) schedules.push_back(name);
+
+  ScheduleCache cache;
+  std::vector<Costed> fits;
+  double smallest = 1e300;
+  int grids = 0;
+  auto allowed = [](const std::vector<int>& only, int x) {
+    return only.empty() || std::find(only.begin(), only.end(), x) != only.end();
+  };
+  for (int tp : divisors(per_node)) {
+    if (!allowed(o.only_tp, tp)) continue;
+    if (res.devices % tp || model.n_head % tp || model.kv_heads() % tp || model.padded_vocab() % tp) continue;
+    if (model.arch == "llama" && model.ffn() % tp) continue;
+    for (int pp : divisors(res.devices / tp)) {
+      if (pp > model.n_layer || !allowed(o.only_pp, pp)) continue;
+      const int dp = res.devices / tp / pp;
+      if (res.global_batch % dp) continue;
+      ++grids;
+      const int per_replica = res.global_batch / dp;
+      for (int m : divisors(per_replica)) {
+        for (const auto& name : pp == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
+          for (int v = 1; v <= (pp == 1 ? 1 : o.max_virtual_stages); v *= 2) {
+            if (pp * v > model.n_layer) break;
+            if (pp > 1 && !allowed(o.only_virtual, v)) continue;
+            Built& b = cache.get(name, pp, v, m);
+            if (!b.ok) continue;
+            for (const auto& prec : precisions)
+              for (const auto& rc : o.recompute)
+                for (bool z : o.zero1) {
+                  if (z && dp == 1) continue;
+                  Layout l;
+                  l.dp = dp, l.pp = pp, l.tp = tp, l.virtual_stages = v, l.schedule = name;
+                  l.microbatches = m, l.microbatch_size = per_replica / m;
+                  l.recompute = parse_recompute(rc), l.zero1 = z, l.precision = prec;
+                  ++res.candidates;
+                  Costed k = cost_layout(cx, std::move(l), b);
+                  const double need = k.memory.total() + cluster.device.reserve_bytes;
+                  if (need < smallest) smallest = need, res.smallest = k.layout, res.smallest_memory = need;
+                  if (k.memory.total() > res.usable_memory) {
+                    ++res.pruned_memory;
+                    continue;
+                  }
+                  fits.push_back(std::move(k));
+                }
+          }
+        }
+      }
+    }
+  }
+  if (grids == 0 && (!o.only_tp.empty() || !o.only_pp.empty()))
+    fail("no dp x pp x tp grid of {} devices with tp in [{}] and pp in [{}] fits the model and the global batch ({})",
+         res.devices, fmt::join(o.only_tp, ", "), fmt::join(o.only_pp, ", "), res.global_batch);
+  if (grids == 0)
+    fail("no dp x pp x tp grid of {} devices fits: tp must divide devices_per_node ({}), n_head ({}) and the "
+         "key/value heads ({}); pp at most n_layer ({}); dp must divide the global batch ({})",
+         res.devices, per_node, model.n_head, model.kv_heads(), model.n_layer, res.global_batch);
+  if (fits.empty())
+    fail("no layout of {} on {} devices fits in {} per device ({} less the {} reserve): the smallest needs {} ({})",
+         cfg.source, res.devices, gib(res.usable_memory), gib(cluster.device.memory_bytes),
+         gib(cluster.device.reserve_bytes), gib(res.smallest_memory), describe(res.smallest));
+  // Branch and bound: simulate in the order of the lower bound (no bubble) and stop once
+  // it cannot beat the current k-th best.
+  std::sort(fits.begin(), fits.end(), [](const Costed& a, const Costed& b) { return a.lower_bound < b.lower_bound; });
+  const size_t keep = static_cast<size_t>(std::max(o.top, 2));
+  for (auto& k : fits) {
+    if (res.ranked.size() >= keep && k.lower_bound >= res.ranked.back().second.step_s) break;
+    Prediction p = simulate_layout(cx, cache, k);
+    ++res.simulated;
+    res.ranked.emplace_back(k.layout, p);
+    std::stable_sort(res.ranked.begin(), res.ranked.end(), faster);
+    if (res.ranked.size() > keep) res.ranked.pop_back();
+  }
+  if (res.ranked.size() > 1) res.reason = reason(res.ranked[0].second, res.ranked[1].second, res.ranked[1].first);
+  if (res.ranked.size() > static_cast<size_t>(o.top)) res.ranked.resize(static_cast<size_t>(std::max(o.top, 1)));
+  return res;
+}
+
+}  // namespace pipetrain

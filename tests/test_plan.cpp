@@ -1,0 +1,389 @@
+// The planner: cluster files (every key checked), the cost model's pieces against hand
+// calculations and against the model's own parameter declarations, enumeration, memory
+// pruning, the branch-and-bound ranking against an exhaustive one, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <set>
+#include <string>
+
+#include "pipetrain/model/parameters.hpp"
+#include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/cluster.hpp"
+#include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/plan/planner.hpp"
+#include "pipetrain/schedule/registry.hpp"
+#include "test_files.hpp"
+
+namespace pipetrain {
+namespace {
+
+using testing::expect_one_line_error;
+
+// A small valid cluster file; one key per line so that a test can drop any one of them.
+const char* kCluster = R"(name = "test"
+nodes = 2
+devices_per_node = 4
+[device]
+kind = "cuda"
+memory_gib = 16
+reserve_gib = 1
+peak_tflops = { fp32 = 10, bf16 = 100 }
+gemm_efficiency = 0.5
+memory_bandwidth_gbs = 1000
+layer_overhead_us = 0
+[intra_node]
+bandwidth_gbs = 100
+latency_us = 2
+[inter_node]
+bandwidth_gbs = 10
+latency_us = 5
+)";
+
+std::string without_line(const std::string& text, const std::string& starts) {
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    if (line.rfind(starts, 0) != 0) out += line + "\n";
+    at = end == std::string::npos ? text.size() : end + 1;
+  }
+  return out;
+}
+
+ModelConfig tiny_gpt2() {
+  ModelConfig m;
+  m.n_layer = 4, m.n_head = 4, m.d_model = 64, m.vocab_size = 300, m.max_seq_len = 32;
+  return m;
+}
+
+Config tiny_config(int global_batch = 4) {
+  Config c;
+  c.model = tiny_gpt2();
+  c.train.seq_len = 32;
+  c.train.global_batch = global_batch;
+  c.source = "tiny.toml";
+  return c;
+}
+
+ClusterSpec node_of(int devices, double memory_gib = 16) {
+  ClusterSpec c = parse_cluster(kCluster, "test.toml");
+  c.nodes = 1;
+  c.devices_per_node = devices;
+  c.device.memory_bytes = memory_gib * 1073741824.0;
+  c.device.reserve_bytes = 0;
+  return c;
+}
+
+TEST(ClusterFile, ShippedExamplesLoad) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(PIPETRAIN_SOURCE_DIR) + "/inputs/clusters")) {
+    const ClusterSpec c = load_cluster(e.path().string());
+    EXPECT_GT(c.devices(), 0) << e.path();
+    EXPECT_FALSE(c.device.peak_flops.empty()) << e.path();
+    EXPECT_GT(c.device.memory_bytes, c.device.reserve_bytes) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 3);  // a CPU node, 8 x H100, 8 x A100
+}
+
+TEST(ClusterFile, RoundTripsThroughToml) {
+  ClusterSpec c = parse_cluster(kCluster, "a.toml");
+  c.intra_node.allreduce_bandwidth = 80e9;
+  c.device.measured["fp32"] = UnitRates{{128, 512}, {50e9, 80e9}, {60e9, 90e9}, 20e9};
+  const ClusterSpec d = parse_cluster(cluster_to_toml(c), "b.toml");
+  EXPECT_EQ(d.nodes, 2);
+  EXPECT_EQ(d.devices_per_node, 4);
+  EXPECT_EQ(d.device.kind, "cuda");
+  EXPECT_NEAR(d.device.memory_bytes, c.device.memory_bytes, 1e3);
+  EXPECT_NEAR(d.device.peak_flops.at("bf16"), 100e12, 1e6);
+  EXPECT_NEAR(d.intra_node.ring_bandwidth(), 80e9, 1e3);
+  EXPECT_NEAR(d.inter_node.ring_bandwidth(), 10e9, 1e3);  // none given: the link's own
+  EXPECT_NEAR(d.inter_node.latency, 5e-6, 1e-12);
+  ASSERT_EQ(d.device.measured.at("fp32").tokens.size(), 2u);
+  EXPECT_NEAR(d.device.measured.at("fp32").head_flops[1], 90e9, 1e3);
+}
+
+TEST(ClusterFile, EveryMissingKeyIsNamed) {
+  for (const std::string key : {"nodes", "devices_per_node", "kind", "memory_gib", "reserve_gib", "gemm_efficiency",
+                                "memory_bandwidth_gbs", "peak_tflops"}) {
+    const std::string full = key == "nodes" || key == "devices_per_node" ? key : "device." + key;
+    expect_one_line_error([&] { parse_cluster(without_line(kCluster, key + " ="), "c.toml"); }, {"c.toml", full});
+  }
+  // [inter_node]'s keys: drop its section's lines one at a time
+  const std::string text = kCluster;
+  const std::string tail = text.substr(text.find("[inter_node]"));
+  const std::string head = text.substr(0, text.find("[inter_node]"));
+  expect_one_line_error([&] { parse_cluster(head + without_line(tail, "bandwidth_gbs"), "c.toml"); },
+                        {"c.toml", "inter_node.bandwidth_gbs"});
+  expect_one_line_error([&] { parse_cluster(head, "c.toml"); }, {"c.toml", "[inter_node]"});
+}
+
+TEST(ClusterFile, BadValuesAndTyposAreErrors) {
+  const std::string t = kCluster;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = t;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  expect_one_line_error([&] { parse_cluster(with("memory_gib", "memory_gb"), "c.toml"); },
+                        {"c.toml", "device.memory_gib"});  // missing, and then the typo is unknown
+  expect_one_line_error([&] { parse_cluster(t + "colour = 3\n", "c.toml"); }, {"c.toml", "unknown key", "colour"});
+  expect_one_line_error([&] { parse_cluster(with("\"cuda\"", "\"tpu\""), "c.toml"); }, {"c.toml", "device.kind"});
+  expect_one_line_error([&] { parse_cluster(with("reserve_gib = 1", "reserve_gib = 16"), "c.toml"); },
+                        {"c.toml", "reserve_gib"});
+  expect_one_line_error([&] { parse_cluster(with("gemm_efficiency = 0.5", "gemm_efficiency = 1.5"), "c.toml"); },
+                        {"c.toml", "gemm_efficiency"});
+  expect_one_line_error([&] { parse_cluster(with("nodes = 2", "nodes = 1.5"), "c.toml"); }, {"c.toml", "nodes"});
+  expect_one_line_error([&] { parse_cluster(with("latency_us = 2", "latency_us = -2"), "c.toml"); },
+                        {"c.toml", "intra_node.latency_us"});
+  expect_one_line_error([&] { parse_cluster(with("fp32 = 10, bf16 = 100", ""), "c.toml"); },
+                        {"c.toml", "peak_tflops"});
+  expect_one_line_error([&] { parse_cluster(t + "[measured.fp32]\ntokens = [256, 128]\nblock_gflops = [1, 2]\n"
+                                                "head_gflops = [1, 2]\nembedding_gbs = 1\n", "c.toml"); },
+                        {"c.toml", "measured.fp32.tokens", "increase"});
+  expect_one_line_error([&] { parse_cluster(t + "[measured.fp32]\ntokens = [128, 256]\nblock_gflops = [1]\n"
+                                                "head_gflops = [1, 2]\nembedding_gbs = 1\n", "c.toml"); },
+                        {"c.toml", "measured.fp32.block_gflops", "2 entries"});
+  expect_one_line_error([] { load_cluster("/nonexistent/cluster.toml"); }, {"/nonexistent/cluster.toml"});
+}
+
+TEST(ClusterFile, MeasuredRatesInterpolateInLogTokens) {
+  const UnitRates r{{100, 400}, {10, 30}, {1, 3}, 0};
+  EXPECT_DOUBLE_EQ(r.block_at(50), 10);    // below: the first
+  EXPECT_DOUBLE_EQ(r.block_at(1000), 30);  // above: the last
+  EXPECT_NEAR(r.block_at(200), 20, 1e-12);  // log(200) is halfway between log(100) and log(400)
+  EXPECT_NEAR(r.head_at(200), 2, 1e-12);
+}
+
+// Counts what ModelStage declares for each unit, on one rank of tp.
+UnitParams declared(const ModelConfig& m, int unit, int tp_size) {
+  ParameterStore one, two;
+  ModelStage a(m, unit, unit + 1, one, TensorParallel{0, tp_size});
+  double replicated = 0, total = 0;
+  for (const auto& p : one.params()) {
+    total += static_cast<double>(p.numel());
+    int64_t global = 1;
+    for (auto d : p.global_shape) global *= d;
+    if (global == p.numel()) replicated += static_cast<double>(p.numel());
+  }
+  (void)two;
+  return {(total - replicated) * tp_size, replicated};
+}
+
+TEST(CostModel, UnitParametersMatchTheModelsDeclarations) {
+  ModelConfig llama = tiny_gpt2();
+  llama.arch = "llama", llama.n_kv_head = 2, llama.tie_embeddings = false;
+  for (const ModelConfig& m : {tiny_gpt2(), llama})
+    for (int tp : {1, 2}) {
+      const int last = model_num_units(m) - 1;
+      for (const auto& [unit, kind] : {std::pair{0, UnitKind::Embedding}, std::pair{1, UnitKind::Block},
+                                       std::pair{last, UnitKind::Head}}) {
+        const UnitParams want = declared(m, unit, tp), got = unit_params(m, kind);
+        EXPECT_DOUBLE_EQ(got.on_rank(tp), want.on_rank(tp)) << m.arch << " unit " << unit << " tp " << tp;
+        if (tp == 2) {
+          EXPECT_DOUBLE_EQ(got.replicated, want.replicated) << m.arch << " unit " << unit;
+        }
+      }
+    }
+}
+
+TEST(CostModel, FlopsByHand) {
+  ModelConfig m;  // GPT-2 124M
+  const int B = 2, T = 1024, tp = 2;
+  const double N = B * T, C = 768, V = 50304;
+  const UnitWork b = unit_work(m, UnitKind::Block, tp, B, T);
+  EXPECT_DOUBLE_EQ(b.f_flops, (2 * N * 12 * C * C + 2 * N * T * C) / tp);
+  EXPECT_DOUBLE_EQ(b.i_flops, (2 * N * 12 * C * C + 4 * N * T * C) / tp);
+  EXPECT_DOUBLE_EQ(b.w_flops, 2 * N * 12 * C * C / tp);
+  EXPECT_EQ(b.allreduces_f, 2);
+  const UnitWork h = unit_work(m, UnitKind::Head, tp, B, T);
+  EXPECT_DOUBLE_EQ(h.f_flops + h.i_flops + h.w_flops, 6 * N * V * C / tp);
+  // Over the model, the units' FLOPs are model_flops_per_token's 6 N_params + 6 L C T per
+  // token, less the parameters no product touches (positions, LayerNorms, biases).
+  const UnitWork one = unit_work(m, UnitKind::Block, 1, 1, T), head = unit_work(m, UnitKind::Head, 1, 1, T);
+  const double units = (m.n_layer * (one.f_flops + one.i_flops + one.w_flops) + 3 * head.f_flops) / T;
+  const double params = 124475904;  // GPT-2 124M with the padded vocabulary
+  const double untouched = 1024 * C + m.n_layer * 13 * C + 2 * C;
+  EXPECT_NEAR(units, model_flops_per_token(m, static_cast<int64_t>(params), T) - 6 * untouched, 1.0);
+}
+
+TEST(CostModel, CollectivesByHand) {
+  const LinkSpec l{10e9, 5e-6, 0};
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e9, 4, l), 2 * 3 * 5e-6 + 2.0 * 3 / 4 * 0.1);
+  EXPECT_DOUBLE_EQ(allgather_seconds(1e9, 4, l), 3 * 5e-6 + 3.0 / 4 * 0.1);
+  EXPECT_DOUBLE_EQ(p2p_seconds(1e9, l), 5e-6 + 0.1);
+  EXPECT_EQ(allreduce_seconds(1e9, 1, l), 0);
+  const LinkSpec ring{10e9, 5e-6, 5e9};  // a measured all-reduce rate replaces the bandwidth
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e9, 2, ring), 2 * 5e-6 + 0.2);
+  ClusterSpec c = parse_cluster(kCluster, "c.toml");  // 4 devices per node
+  EXPECT_EQ(&group_link(c, 1, 4), &c.intra_node);
+  EXPECT_EQ(&group_link(c, 2, 2), &c.intra_node);
+  EXPECT_EQ(&group_link(c, 4, 2), &c.inter_node);
+  EXPECT_EQ(&group_link(c, 1, 8), &c.inter_node);
+}
+
+TEST(CostModel, ActionTimesByHand) {
+  const ClusterSpec c = parse_cluster(kCluster, "c.toml");  // bf16 peak 100 TFLOP/s at 0.5, 1000 GB/s
+  const ModelConfig m;
+  const int B = 1, T = 1024;
+  const double rate = 50e12, bw = 1000e9;
+  // an action's FLOPs at the rate, plus its FLOP share of the unit's elementwise bytes
+  auto at = [&](const UnitWork& w, double flops) {
+    return flops / rate + flops / (w.f_flops + w.i_flops + w.w_flops) * w.bytes / bw;
+  };
+  const UnitWork w = unit_work(m, UnitKind::Block, 1, B, T, 2);
+  EXPECT_DOUBLE_EQ(w.bytes, 1024.0 * 2 * (30 * 768 + 38 * 768));
+  const ActionTimes t = unit_times(c, m, UnitKind::Block, 1, B, T, "bf16", Recompute::None);
+  EXPECT_DOUBLE_EQ(t.F, at(w, w.f_flops));
+  EXPECT_DOUBLE_EQ(t.I, at(w, w.i_flops));
+  EXPECT_DOUBLE_EQ(t.W, at(w, w.w_flops));
+  EXPECT_EQ(t.tp_comm, 0);
+  // tp = 2 inside a node: two all-reduces of N x C floats each way
+  const UnitWork w2 = unit_work(m, UnitKind::Block, 2, B, T, 2);
+  const double ar = allreduce_seconds(4.0 * B * T * 768, 2, c.intra_node);
+  const ActionTimes t2 = unit_times(c, m, UnitKind::Block, 2, B, T, "bf16", Recompute::None);
+  EXPECT_DOUBLE_EQ(t2.F, at(w2, w2.f_flops) + 2 * ar);
+  EXPECT_DOUBLE_EQ(t2.I, at(w2, w2.i_flops) + 2 * ar);
+  EXPECT_DOUBLE_EQ(t2.tp_comm, 4 * ar);
+  // full recomputation runs the forward (collectives included) again before backward_input
+  const ActionTimes full = unit_times(c, m, UnitKind::Block, 2, B, T, "bf16", Recompute::Full);
+  EXPECT_DOUBLE_EQ(full.I, t2.I + t2.F);
+  const ActionTimes sel = unit_times(c, m, UnitKind::Block, 2, B, T, "bf16", Recompute::Selective);
+  EXPECT_DOUBLE_EQ(sel.I, t2.I + w2.attention_flops / rate);
+  // measured rates replace peak x efficiency and include the elementwise work
+  ClusterSpec cal = c;
+  cal.device.measured["bf16"] = UnitRates{{1024}, {20e12}, {40e12}, 100e9};
+  EXPECT_DOUBLE_EQ(unit_times(cal, m, UnitKind::Block, 1, B, T, "bf16", Recompute::None).W, w.w_flops / 20e12);
+  EXPECT_DOUBLE_EQ(unit_times(cal, m, UnitKind::Head, 1, B, T, "bf16", Recompute::None).F,
+                   unit_work(m, UnitKind::Head, 1, B, T, 2).f_flops / 40e12);
+  EXPECT_DOUBLE_EQ(adamw_seconds(1e9, c.device), 28e9 / 1000e9);
+}
+
+TEST(CostModel, RankMemoryByHand) {
+  MemoryInputs in;
+  in.params = 1e6, in.dp = 4, in.zero1 = true, in.bf16 = true;
+  in.largest_stash = 1000, in.peak_inflight = 3, in.recompute = 500;
+  in.activation_bytes = 10, in.receive_buffers = 4, in.dp_bucket_bytes = 25;
+  const RankMemory m = rank_memory(in);
+  EXPECT_DOUBLE_EQ(m.weights, 4e6);
+  EXPECT_DOUBLE_EQ(m.gradients, 4e6);
+  EXPECT_DOUBLE_EQ(m.optimizer, 2e6);  // 8 bytes per parameter over 4 replicas
+  EXPECT_DOUBLE_EQ(m.compute_copy, 4e6);
+  EXPECT_DOUBLE_EQ(m.activations, 3500);
+  EXPECT_DOUBLE_EQ(m.buffers, 65);
+  in.zero1 = false, in.dp = 1, in.bf16 = false;
+  EXPECT_DOUBLE_EQ(rank_memory(in).total(), 16e6 + 3500 + 40);
+}
+
+TEST(Planner, PeakStashesFollowTheSchedule) {
+  EXPECT_EQ(peak_stashes(make_schedule("1f1b", {4, 1, 8})), (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(peak_stashes(make_schedule("gpipe", {4, 1, 8})), (std::vector<int>{8, 8, 8, 8}));
+}
+
+TEST(Planner, EnumeratesEveryGridScheduleAndMicrobatchCount) {
+  // 2 devices, 4 layers, 4 heads, batch 2; 1f1b only, fp32, no recomputation:
+  //   dp 2 (m = 1; ZeRO-1 off/on)         2
+  //   pp 2 (m = 1, 2; 1f1b refuses v = 2) 2
+  //   tp 2 (m = 1, 2)                     2
+  Config cfg = tiny_config(2);
+  PlanOptions o;
+  o.top = 100, o.schedules = {"1f1b"}, o.precisions = {"fp32"}, o.recompute = {"none"};
+  const PlanResult r = plan(cfg, node_of(2), o);
+  EXPECT_EQ(r.candidates, 6);
+  EXPECT_EQ(r.pruned_memory, 0);
+  ASSERT_EQ(r.ranked.size(), 6u);
+  std::set<std::string> seen;
+  for (const auto& [l, p] : r.ranked) {
+    EXPECT_EQ(l.dp * l.pp * l.tp, 2);
+    EXPECT_EQ(l.dp * l.microbatches * l.microbatch_size, 2);
+    EXPECT_GT(p.step_s, 0);
+    EXPECT_NEAR(p.compute_s + p.tp_comm_s + p.bubble_s + p.dp_s + p.optimizer_s + p.other_s, p.step_s, 1e-12);
+    seen.insert(describe(l));
+  }
+  EXPECT_EQ(seen.size(), 6u);
+  o.schedules = {"interleaved-1f1b"};  // takes v = 2 at pp 2 (4 stages <= 4 layers) when m divides by pp
+  EXPECT_EQ(plan(cfg, node_of(2), o).candidates, 2 + 1 + 1 + 2);  // dp; pp v1 m2, v2 m2; tp
+  for (size_t k = 1; k < r.ranked.size(); ++k)
+    EXPECT_LE(r.ranked[k - 1].second.step_s, r.ranked[k].second.step_s * (1 + 1e-3));
+}
+
+TEST(Planner, OneRankStepIsTheSumOfItsActions) {
+  Config cfg = tiny_config(4);
+  const ClusterSpec c = node_of(1);
+  Layout l;
+  l.microbatches = 2, l.microbatch_size = 2, l.precision = "bf16";
+  const Prediction p = predict(cfg, c, l);
+  const int B = 2, T = 32;
+  auto sum = [&](UnitKind k) {
+    const ActionTimes t = unit_times(c, cfg.model, k, 1, B, T, "bf16", Recompute::None);
+    return t.F + t.I + t.W;
+  };
+  const double compute = 2 * (sum(UnitKind::Embedding) + 4 * sum(UnitKind::Block) + sum(UnitKind::Head));
+  const double params = unit_params(cfg.model, UnitKind::Embedding).on_rank(1) +
+                        4 * unit_params(cfg.model, UnitKind::Block).on_rank(1) +
+                        unit_params(cfg.model, UnitKind::Head).replicated;
+  EXPECT_NEAR(p.compute_s, compute, 1e-15);
+  EXPECT_NEAR(p.bubble_s, 0, 1e-15);
+  const double tail = adamw_seconds(params, c.device) + gradient_passes_seconds(params, c.device);
+  EXPECT_NEAR(p.optimizer_s, tail, 1e-15);
+  EXPECT_NEAR(p.step_s, compute + tail + p.other_s, 1e-15);
+  EXPECT_EQ(l.blocks_per_stage, std::vector<int>{4});
+}
+
+TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {
+  Config cfg = tiny_config(16);
+  PlanOptions all;
+  all.top = 100000;
+  const PlanResult full = plan(cfg, node_of(4), all);
+  EXPECT_EQ(full.simulated, full.candidates - full.pruned_memory);
+  PlanOptions few;
+  few.top = 3;
+  const PlanResult some = plan(cfg, node_of(4), few);
+  EXPECT_LT(some.simulated, full.simulated);
+  ASSERT_EQ(some.ranked.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(describe(some.ranked[k].first), describe(full.ranked[k].first));
+    EXPECT_DOUBLE_EQ(some.ranked[k].second.step_s, full.ranked[k].second.step_s);
+  }
+  EXPECT_FALSE(some.reason.empty());
+}
+
+TEST(Planner, PrunesWhatDoesNotFitAndNamesTheSmallest) {
+  Config cfg = tiny_config(8);
+  cfg.model.vocab_size = 50000;  // the embedding dominates: more replicas of it need more memory
+  PlanOptions o;
+  o.top = 100000;
+  const PlanResult all = plan(cfg, node_of(2), o);
+  ASSERT_EQ(all.pruned_memory, 0);
+  double lo = 1e300, hi = 0;
+  for (const auto& [l, p] : all.ranked) lo = std::min(lo, p.memory.total()), hi = std::max(hi, p.memory.total());
+  ASSERT_LT(lo, hi);
+  const double limit = (lo + hi) / 2;
+  long long over = 0;
+  for (const auto& [l, p] : all.ranked) over += p.memory.total() > limit;
+  const PlanResult some = plan(cfg, node_of(2, limit / 1073741824.0), o);
+  EXPECT_EQ(some.pruned_memory, over);
+  for (const auto& [l, p] : some.ranked) EXPECT_LE(p.memory.total(), limit);
+  // nothing fits: the error says how much the smallest layout needs, and which it is
+  expect_one_line_error([&] { plan(cfg, node_of(2, lo / 2 / 1073741824.0), o); },
+                        {"tiny.toml", "no layout", "fits", "the smallest needs", fmt::format("{:.1f} GiB",
+                                                                                              lo / 1073741824.0)});
+}
+
+TEST(Planner, NoGridIsAnError) {
+  Config cfg = tiny_config(2);
+  cfg.model.n_layer = 2;
+  ClusterSpec c = node_of(1);
+  c.nodes = 3;  // 3 devices: pp 3 exceeds the layers, dp 3 does not divide the batch of 2
+  expect_one_line_error([&] { plan(cfg, c, PlanOptions{}); }, {"no dp x pp x tp grid of 3 devices", "global batch (2)"});
+  PlanOptions o;
+  o.precisions = {"fp16"};
+  expect_one_line_error([&] { plan(tiny_config(2), node_of(2), o); }, {"test.toml", "fp16"});
+}
+
+}  // namespace
+}  // namespace pipetrain
