@@ -8,7 +8,7 @@
 #
 # For each row: the planner's free choice on inputs/clusters/dgx-a100.toml, and its
 # prediction for Megatron's own layout (its tp and pp, interleaved-1f1b, full
-# recomputation). TFLOP/s are counted as the paper counts them:
+# recomputation, no ZeRO). TFLOP/s are counted as the paper counts them:
 # 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per step (recomputation and full attention counted).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +31,7 @@ while read -r p heads h layers tp pp gpus batch published; do
     --set model.max_seq_len=2048 --set train.seq_len=2048 --set train.global_batch="$batch" --set train.precision=bf16)
   nodes=$((gpus / 8))
   theirs=$("$pt" plan "$src/inputs/gpt3-175b.toml" "${sets[@]}" --cluster "$cluster" --nodes "$nodes" --precision bf16 \
-    --tp "$tp" --pp "$pp" --recompute full --schedule "$([ "$pp" -gt 1 ] && echo interleaved-1f1b || echo 1f1b)" \
+    --tp "$tp" --pp "$pp" --recompute full --zero1 off --schedule "$([ "$pp" -gt 1 ] && echo interleaved-1f1b || echo 1f1b)" \
     --top 1 --json)
   t0=$(date +%s.%N)
   ours=$("$pt" plan "$src/inputs/gpt3-175b.toml" "${sets[@]}" --cluster "$cluster" --nodes "$nodes" --precision bf16 \

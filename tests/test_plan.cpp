@@ -277,6 +277,8 @@ TEST(CostModel, RankMemoryByHand) {
   EXPECT_DOUBLE_EQ(m.buffers, 65);
   in.zero1 = false, in.dp = 1, in.bf16 = false;
   EXPECT_DOUBLE_EQ(rank_memory(in).total(), 16e6 + 3500 + 40);
+  in.dp = 2, in.dp_bucket_bytes = 1e9;  // a bucket never holds more than the gradients
+  EXPECT_DOUBLE_EQ(rank_memory(in).buffers, 40 + 4e6);
 }
 
 TEST(Planner, PeakStashesFollowTheSchedule) {

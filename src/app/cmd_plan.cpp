@@ -25,6 +25,7 @@ struct PlanCliOptions {
   std::string config, cluster, output;
   std::vector<std::string> overrides, precisions, schedules, recompute;
   std::vector<int> tp, pp, virtual_stages;
+  std::string zero1;  // "": both; on | off
   int nodes = 0, global_batch = 0, top = 5;
   bool json = false, calibrate = false;
 };
@@ -141,6 +142,7 @@ int run_plan(const PlanCliOptions& o) {
   po.only_pp = o.pp;
   po.only_virtual = o.virtual_stages;
   if (!o.recompute.empty()) po.recompute = o.recompute;
+  if (!o.zero1.empty()) po.zero1 = {o.zero1 == "on"};
   po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   const auto t0 = std::chrono::steady_clock::now();
   const PlanResult r = plan(cfg, cluster, po);
@@ -168,6 +170,7 @@ void add_plan_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--virtual-stages", o->virtual_stages, "Only this many stages per pipeline rank (repeatable)");
   sub->add_option("--recompute", o->recompute, "Only this recomputation: none | selective | full (repeatable)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  sub->add_option("--zero1", o->zero1, "Only with (on) or without (off) ZeRO-1")->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--set", o->overrides, "Override a config key: section.key=value (repeatable)")
       ->allow_extra_args(false);
   sub->add_flag("--json", o->json, "Print the ranking as JSON");

@@ -71,7 +71,7 @@ struct MemoryInputs {
   double recompute = 0;          // the one block recomputation rebuilds at a time
   double activation_bytes = 0;   // one transfer between stages (receive buffers)
   int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
-  double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (0 when dp = 1)
+  double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (counted when dp > 1, at most the gradients)
 };
 struct RankMemory {
   double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0, buffers = 0;
