@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <string>
 #include <fmt/format.h>
 #include <vector>
 
@@ -54,7 +55,7 @@ Result measure(const Config& cfg, MPI_Comm comm, int steps) {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // as pipetrain: the progress thread
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -85,17 +86,19 @@ int main(int argc, char** argv) {
       fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n"
                  "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
                  layers, batch, seq_len, blas_kernel_name(), single.step_s, tokens / single.step_s);
-    for (const char* kind : {"dp", "tp"}) {
+    // dp with the reducer's progress thread (comm.progress_us = 1000, the default) and without
+    for (const char* kind : {"dp", "dp, no progress thread", "tp"}) {
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
+      if (std::string(kind) != "dp") c.comm.progress_us = 0;
       const Result r = measure(c, MPI_COMM_WORLD, steps);
       double comm = kind[0] == 'd' ? r.dp_comm_s : r.tp_comm_s;
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (rank == 0)
         fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s = {:.2f} x single rank; blocked in {} collectives "
                    "{:.3f} s = {:.1f}% of the step\n",
-                   kind, size, r.step_s, tokens / r.step_s, single.step_s / r.step_s, kind, comm,
-                   100.0 * comm / r.step_s);
+                   kind, size, r.step_s, tokens / r.step_s, single.step_s / r.step_s, std::string(kind).substr(0, 2),
+                   comm, 100.0 * comm / r.step_s);
     }
   }
   MPI_Finalize();

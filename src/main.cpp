@@ -47,7 +47,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   pipetrain::select_blas_kernel(argv);  // may re-execute with a better OpenBLAS kernel; before MPI starts
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // MULTIPLE: the dp reducer's progress thread (comm/progress_thread) calls MPI while the
+  // main thread computes; with less, that thread is simply not started.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   pipetrain::install_fail_fast();
   int status = 0;
   if (world_size() > 1) {

@@ -217,8 +217,9 @@ int run_train(const TrainOptions& opt) {
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
                        data_summary, cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
                        cfg.train.microbatches, cfg.train.seq_len,
-                       cfg.runtime.device == "cpu" ? backend->name()
-                                                   : backend->name() + " (transfers: " + trainer.comms_summary() + ")",
+                       cfg.runtime.device == "cpu"
+                           ? backend->name() + (trainer.progress_thread() ? fmt::format(", dp all-reduces progressed by a thread every {} us", cfg.comm.progress_us) : "")
+                           : backend->name() + " (transfers: " + trainer.comms_summary() + ")",
                        cfg.train.precision));
   if (blend) {  // what each source gives over this run's steps
     const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;

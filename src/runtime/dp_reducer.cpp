@@ -9,12 +9,13 @@ namespace pipetrain {
 
 DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages,
                                          Communicator& dp, Backend& backend, MemoryPool& pool,
-                                         int64_t tokens_per_step, size_t bucket_bytes)
+                                         int64_t tokens_per_step, size_t bucket_bytes, ProgressThread* progress)
     : params_(params),
       dp_(dp),
       backend_(backend),
       pool_(pool),
-      bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(bucket_bytes / sizeof(float)))) {
+      bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(bucket_bytes / sizeof(float)))),
+      progress_(progress) {
   for (const auto& [s, stage] : stages) {
     auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -37,6 +38,7 @@ DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<
 
 DataParallelReducer::~DataParallelReducer() {
   if (embedding_) embedding_->set_row_sink(nullptr);
+  if (held_) progress_->release();
 }
 
 void DataParallelReducer::begin_step() {
@@ -48,6 +50,10 @@ void DataParallelReducer::begin_step() {
 }
 
 void DataParallelReducer::launch(int64_t lo, int64_t hi) {
+  if (progress_ && !held_) {  // the first bucket of the step: keep MPI's engine turning until finish()
+    progress_->hold();
+    held_ = true;
+  }
   for (int64_t a = lo; a < hi; a += bucket_elems_) {  // a parameter larger than a bucket goes in pieces
     const int64_t b = std::min(hi, a + bucket_elems_);
     inflight_.push_back(dp_.allreduce_sum(params_.grads().view(a, {b - a}), backend_.stream()));
@@ -89,6 +95,12 @@ void DataParallelReducer::poll() {
   for (auto& r : inflight_) r->test();
 }
 
+void DataParallelReducer::release_progress() {
+  if (!held_) return;
+  progress_->release();
+  held_ = false;
+}
+
 void DataParallelReducer::finish() {
   std::vector<Parameter*> rest;
   for (auto& [p, n] : pending_)
@@ -102,6 +114,7 @@ void DataParallelReducer::finish() {
   if (!embedding_) {
     for (auto& r : inflight_) r->wait();
     inflight_.clear();
+    release_progress();
     return;
   }
   // Every replica's embedding rows and tokens, gathered while the buckets finish.
@@ -123,6 +136,7 @@ void DataParallelReducer::finish() {
   inflight_.clear();
   t->wait();
   r->wait();
+  release_progress();
   // The same additions in the same order on every replica: the copies stay identical.
   for (int64_t i = 0; i < dp * k; ++i)
     embedding_->scatter_rows(backend_, all_tokens.view(i * n, {n}), all_rows.view(i * n * c, {n, c}));

@@ -144,10 +144,13 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
     }
   } else if (grid.dp() > 1) {
+    // On the CPU the buckets are MPI all-reduces: a helper thread keeps them moving.
+    if (cfg.comm.progress_us > 0 && cfg.runtime.device == "cpu" && ProgressThread::supported())
+      progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg.comm.progress_us));
     reducer_ = std::make_unique<DataParallelReducer>(
         params_, mine, comms_->dp(), backend_, *pool_,
         static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len,
-        static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0));
+        static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0), progress_.get());
   }
   if (Communicator* pair = comms_->tied())
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,

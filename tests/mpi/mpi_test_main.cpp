@@ -82,7 +82,7 @@ int report(const FailureRecorder& rec, int rank, int size) {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // as main: the progress thread
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

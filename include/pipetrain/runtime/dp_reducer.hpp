@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
+#include "pipetrain/comm/progress_thread.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/stage.hpp"
 
@@ -32,8 +33,10 @@ class DataParallelReducer {
   // stages: this rank's stages (their layers name the parameters of each bucket).
   // tokens_per_step: this replica's tokens per step (decides the embedding's exchange).
   // Reductions are enqueued on the backend's stream (after the gradients they reduce).
+  // progress (may be null): held while buckets are in flight, so they advance between polls.
   DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages, Communicator& dp,
-                      Backend& backend, MemoryPool& pool, int64_t tokens_per_step, size_t bucket_bytes);
+                      Backend& backend, MemoryPool& pool, int64_t tokens_per_step, size_t bucket_bytes,
+                      ProgressThread* progress = nullptr);
   ~DataParallelReducer();
 
   void begin_step();
@@ -48,6 +51,7 @@ class DataParallelReducer {
   void add_ready(const Parameter& p);
   void launch_open();
   void launch(int64_t lo, int64_t hi);
+  void release_progress();
 
   ParameterStore& params_;
   Communicator& dp_;
@@ -62,6 +66,8 @@ class DataParallelReducer {
   int buckets_ = 0;
   Embedding* embedding_ = nullptr;  // set when its rows are exchanged instead
   EmbeddingRowGradients rows_;
+  ProgressThread* progress_ = nullptr;
+  bool held_ = false;  // progress_ is held for this step's buckets
 };
 
 }  // namespace pipetrain

@@ -81,6 +81,7 @@ class Trainer {
   const UnitCosts& unit_costs() const { return unit_costs_; }
   // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
   std::string comms_summary() const { return comms_->summary(); }
+  bool progress_thread() const { return progress_ && progress_->running(); }  // the dp reducer's
   // train.recompute as it applies to stage `s` (parallel.recompute_stages).
   Recompute recompute_of(int s) const {
     const auto it = recompute_.find(s);
@@ -132,6 +133,7 @@ class Trainer {
   std::unique_ptr<DeviceComms> comms_;
   std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
+  std::unique_ptr<ProgressThread> progress_;      // the reducer's (declared first: outlives it)
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
