@@ -100,7 +100,8 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
   double rate = flop_rate, byte_rate = d.memory_bandwidth;
   bool bytes_counted = true;
   if (measured != d.measured.end()) {  // measured rates already include the unit's elementwise work
-    const double tokens = static_cast<double>(B) * T;
+    // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width.
+    const double tokens = static_cast<double>(B) * T / tp;
     if (kind == UnitKind::Block) rate = measured->second.block_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;

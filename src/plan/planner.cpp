@@ -159,8 +159,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     const double grads = 4.0 * params;
     const double t_dp = allreduce_seconds(grads, l.dp, group_link(c, tp, l.dp));
     // Buckets go out while the last microbatch's backward still runs; the last one cannot.
+    // ZeRO-1 reduce-scatters after the program and all-gathers the updated weights after
+    // AdamW: the same bytes as the all-reduce, none of it overlapped.
     const double last_bucket = t_dp * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
-    out.dp[r] = l.dp > 1 ? std::max(last_bucket, t_dp - backward) : 0.0;
+    out.dp[r] = l.dp == 1 ? 0.0 : l.zero1 ? t_dp : std::max(last_bucket, t_dp - backward);
     out.optimizer[r] = adamw_seconds(params / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
                        gradient_passes_seconds(params, c.device);
     // A tied embedding's summed gradient comes back to the head's rank before its update.

@@ -157,14 +157,15 @@ ClusterSpec calibrate_cluster(const Config& cfg, Backend& backend, MPI_Comm worl
   d.memory_bandwidth = mean_over(world, adamw_bandwidth(backend, *pool, int64_t{8} << 20));
   say(fmt::format("  AdamW: {:.1f} GB/s per rank", d.memory_bandwidth / 1e9));
 
-  // Each kind of layer at the config's microbatch and at a quarter, half and twice its tokens.
+  // Each kind of layer at the config's microbatch and at a quarter, half, twice and four
+  // times its tokens (the planner also tries microbatches larger than the config's).
   const int B = std::max(1, cfg.train.global_batch / std::max(1, cfg.train.microbatches)), T = cfg.train.seq_len;
   auto flops = [&](UnitKind k, int b) {
     const UnitWork w = unit_work(cfg.model, k, 1, b, T);
     return w.f_flops + w.i_flops + w.w_flops;
   };
   UnitRates r;
-  for (const int b : {B / 4, B / 2, B, 2 * B}) {
+  for (const int b : {B / 4, B / 2, B, 2 * B, 4 * B}) {
     if (b < 1 || (!r.tokens.empty() && b * T <= r.tokens.back())) continue;
     const MeasuredUnits u = time_units_here(cfg.model, backend, b, T, bf16 ? DType::BF16 : DType::F32);
     r.tokens.push_back(static_cast<double>(b) * T);
