@@ -111,6 +111,7 @@ int run_train(const TrainOptions& opt) {
     std::vector<std::string> overrides = opt.overrides;
     for (const auto& o : layout_overrides(r.ranked.front().first)) overrides.push_back(o);
     cfg = load_config(opt.config, overrides);
+    cfg.schedule.file.clear();  // the plan's schedule, not a file's
     plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", r.candidates, r.pruned_memory,
                             r.reason.empty() ? "" : "; " + r.reason);
   }

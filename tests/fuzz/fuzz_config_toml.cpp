@@ -1,5 +1,7 @@
 // Fuzz target: the TOML run configuration (pipetrain/core/config.hpp), through
-// parse_config() (what load_config() calls once it has read the file).
+// parse_config() (what load_config() calls once it has read the file), and the same text
+// as a planner cluster file (pipetrain/plan/cluster.hpp, parse_cluster()): a
+// pipetrain::Error is expected; when it parses, cluster_to_toml round-trips it.
 //
 // Input: TOML text, optionally followed by a line "#--set" and then one `--set`
 // override per line ("train.lr=3e-4"). A pipetrain::Error is an expected outcome; any
@@ -9,6 +11,7 @@
 //  - to_toml round trip (documented in config.hpp): parse_config(to_toml(cfg)) succeeds
 //    and gives the same TOML again.
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "fuzz_common.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/plan/cluster.hpp"
 
 namespace {
 
@@ -75,6 +79,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // and to_toml would write it into a document that no longer parses (finding 7).
   bool overrides_utf8 = true;
   for (const auto& o : overrides) overrides_utf8 = overrides_utf8 && valid_utf8(o);
+
+  try {  // as a cluster file
+    const pipetrain::ClusterSpec c = pipetrain::parse_cluster(text, "cluster.toml");
+    const std::string dump = pipetrain::cluster_to_toml(c);
+    std::string again;
+    try {
+      again = pipetrain::cluster_to_toml(pipetrain::parse_cluster(dump, "cluster.toml"));
+    } catch (const pipetrain::Error& e) {
+      std::fprintf(stderr, "parse_cluster(cluster_to_toml(c)): %s\n%s\n", e.what(), dump.c_str());
+      require(false, "cluster_to_toml writes what parse_cluster reads");
+    }
+    require(again == dump, "cluster_to_toml round-trips");
+  } catch (const pipetrain::Error& e) {
+    pipetrain_fuzz::note(std::string("parse_cluster: ") + e.what());
+  }
 
   pipetrain::Config cfg;
   try {
