@@ -161,7 +161,7 @@ TEST(ClusterFile, MeasuredRatesInterpolateInLogTokens) {
 
 // Counts what ModelStage declares for each unit, on one rank of tp.
 UnitParams declared(const ModelConfig& m, int unit, int tp_size) {
-  ParameterStore one, two;
+  ParameterStore one;
   ModelStage a(m, unit, unit + 1, one, TensorParallel{0, tp_size});
   double replicated = 0, total = 0;
   for (const auto& p : one.params()) {
@@ -170,7 +170,6 @@ UnitParams declared(const ModelConfig& m, int unit, int tp_size) {
     for (auto d : p.global_shape) global *= d;
     if (global == p.numel()) replicated += static_cast<double>(p.numel());
   }
-  (void)two;
   return {(total - replicated) * tp_size, replicated};
 }
 

@@ -32,10 +32,6 @@ struct PlanCliOptions {
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-std::string recompute_name(Recompute r) {
-  return r == Recompute::None ? "none" : r == Recompute::Full ? "full" : "selective";
-}
-
 nlohmann::json to_json(const Layout& l, const Prediction& p) {
   return {{"dp", l.dp},
           {"pp", l.pp},
@@ -44,7 +40,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"schedule", l.pp == 1 ? "none" : l.schedule},
           {"microbatches", l.microbatches},
           {"microbatch_size", l.microbatch_size},
-          {"recompute", recompute_name(l.recompute)},
+          {"recompute", to_string(l.recompute)},
           {"zero1", l.zero1},
           {"precision", l.precision},
           {"blocks_per_stage", l.blocks_per_stage},

@@ -1,4 +1,4 @@
-// parse_recompute() of pipetrain/model/layer.hpp.
+// parse_recompute() and to_string(Recompute) of pipetrain/model/layer.hpp.
 #include "pipetrain/model/layer.hpp"
 
 #include "pipetrain/core/error.hpp"
@@ -10,6 +10,15 @@ Recompute parse_recompute(const std::string& mode) {
   if (mode == "selective") return Recompute::Selective;
   if (mode == "full") return Recompute::Full;
   fail("train.recompute: unknown mode \"{}\" (expected \"none\", \"selective\" or \"full\")", mode);
+}
+
+const char* to_string(Recompute mode) {
+  switch (mode) {
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+    case Recompute::None: break;
+  }
+  return "none";
 }
 
 }  // namespace pipetrain

@@ -263,7 +263,7 @@ std::string describe(const Layout& l) {
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
   return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}", l.dp, l.pp, l.tp, sched,
                      l.microbatches, l.microbatch_size,
-                     l.recompute == Recompute::None ? "none" : l.recompute == Recompute::Full ? "full" : "selective",
+                     to_string(l.recompute),
                      l.zero1 ? "on" : "off", l.precision);
 }
 
@@ -277,9 +277,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("schedule.name={}", l.schedule),
           fmt::format("train.microbatches={}", l.microbatches),
           fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
-          fmt::format("train.recompute={}", l.recompute == Recompute::None   ? "none"
-                                            : l.recompute == Recompute::Full ? "full"
-                                                                             : "selective"),
+          fmt::format("train.recompute={}", to_string(l.recompute)),
           fmt::format("train.precision={}", l.precision)};
 }
 

@@ -35,6 +35,7 @@ struct TensorParallel {
 // forward's GELU epilogue saw unrounded: there within the bf16 bound instead).
 enum class Recompute { None, Selective, Full };
 Recompute parse_recompute(const std::string& mode);  // "none" | "selective" | "full"
+const char* to_string(Recompute mode);                // the inverse
 
 // What every layer can see while running one microbatch.
 struct MicrobatchContext {
