@@ -1,6 +1,7 @@
 // Benchmark: data parallelism (dp = 2) and tensor parallelism (tp = 2) on 2 ranks (one
 // core each) against the single-rank run measured in the same job, with the share of
-// the step spent blocked in collectives.
+// the step spent blocked in collectives; dp with and without the progress thread and
+// with ZeRO-1.
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 3]
@@ -86,18 +87,20 @@ int main(int argc, char** argv) {
       fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n"
                  "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
                  layers, batch, seq_len, blas_kernel_name(), single.step_s, tokens / single.step_s);
-    // dp with the reducer's progress thread (comm.progress_us = 1000, the default) and without
-    for (const char* kind : {"dp", "dp, no progress thread", "tp"}) {
+    // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
+    // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded)
+    for (const std::string kind : {"dp", "dp, no progress thread", "dp, ZeRO-1", "tp"}) {
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
-      if (std::string(kind) != "dp") c.comm.progress_us = 0;
+      if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
+      c.parallel.zero1 = kind == "dp, ZeRO-1";
       const Result r = measure(c, MPI_COMM_WORLD, steps);
       double comm = kind[0] == 'd' ? r.dp_comm_s : r.tp_comm_s;
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (rank == 0)
         fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s = {:.2f} x single rank; blocked in {} collectives "
                    "{:.3f} s = {:.1f}% of the step\n",
-                   kind, size, r.step_s, tokens / r.step_s, single.step_s / r.step_s, std::string(kind).substr(0, 2),
+                   kind, size, r.step_s, tokens / r.step_s, single.step_s / r.step_s, kind.substr(0, 2),
                    comm, 100.0 * comm / r.step_s);
     }
   }

@@ -112,6 +112,16 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) override {
     return allreduce(data, stream, ncclMax, "all-reduce (max)");
   }
+  std::unique_ptr<CommRequest> reduce_sum(const Tensor& data, int root, Stream& stream) override {
+    fault::point("collective");
+    cudaStream_t s = on_device("reduce", data, "data", stream);
+    check_dtype("reduce", "data", data, DType::F32);
+    if (root < 0 || root >= size()) fail("reduce on the {} communicator: root {} of {} ranks", name_, root, size());
+    // In place (sendbuff == recvbuff): only the root's buffer is written.
+    check(ncclReduce(data.raw(), data.raw(), static_cast<size_t>(data.numel()), ncclFloat32, ncclSum, root, comm_, s),
+          "reduce", name_);
+    return done(s);
+  }
   std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) override {
     fault::point("collective");
     cudaStream_t s = on_device("reduce-scatter", send, "send", stream);

@@ -77,6 +77,11 @@ std::unique_ptr<CommRequest> StagedCommunicator::allreduce_max(const Tensor& dat
   return finish(host_.allreduce_max(h, host_stream()), data, {h});
 }
 
+std::unique_ptr<CommRequest> StagedCommunicator::reduce_sum(const Tensor& data, int root, Stream& stream) {
+  Tensor h = stage(data, "reduce", "data", stream, true);
+  return finish(host_.reduce_sum(h, root, host_stream()), rank() == root ? data : Tensor(), {h});
+}
+
 std::unique_ptr<CommRequest> StagedCommunicator::reduce_scatter_sum(const Tensor& send, const Tensor& recv,
                                                                     Stream& stream) {
   Tensor hs = stage(send, "reduce-scatter", "send", stream, true);

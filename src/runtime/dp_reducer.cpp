@@ -8,14 +8,18 @@
 namespace pipetrain {
 
 DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages,
-                                         Communicator& dp, Backend& backend, MemoryPool& pool,
-                                         int64_t tokens_per_step, size_t bucket_bytes, ProgressThread* progress)
+                                         Communicator& dp, Backend& backend, MemoryPool& pool, const Options& options)
     : params_(params),
       dp_(dp),
       backend_(backend),
       pool_(pool),
-      bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(bucket_bytes / sizeof(float)))),
-      progress_(progress) {
+      bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(options.bucket_bytes / sizeof(float)))),
+      shard_elems_(options.shard_elems),
+      late_(options.late),
+      progress_(options.progress) {
+  if (shard_elems_ > 0 && shard_elems_ * dp.size() != params.numel())
+    fail("ZeRO-1: {} ranks x {} elements do not cover the {} of the gradient buffer", dp.size(), shard_elems_,
+         params.numel());
   for (const auto& [s, stage] : stages) {
     auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -23,13 +27,15 @@ DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<
       if (auto* e = dynamic_cast<Embedding*>(layers[l].get())) {
         // rows = this rank's slice of the table: dense reduction moves ~2 rows x C per rank,
         // the exchange (dp - 1) x tokens x C.
+        // Not for a late table: the pair sum would have to carry the rows too.
         const Parameter& wte = *ps.front();
-        if (static_cast<int64_t>(dp.size()) * tokens_per_step < wte.shape[0]) {
+        if (late_ != &wte && static_cast<int64_t>(dp.size()) * options.tokens_per_step < wte.shape[0]) {
           embedding_ = e;
           e->set_row_sink(&rows_);
           ps.erase(ps.begin());  // its dense gradient no longer waits for the embedding
         }
       }
+      ps.erase(std::remove(ps.begin(), ps.end(), late_), ps.end());
       layer_params_[{s, static_cast<int>(l)}] = ps;
       for (Parameter* p : ps) users_[p]++;
     }
@@ -56,7 +62,16 @@ void DataParallelReducer::launch(int64_t lo, int64_t hi) {
   }
   for (int64_t a = lo; a < hi; a += bucket_elems_) {  // a parameter larger than a bucket goes in pieces
     const int64_t b = std::min(hi, a + bucket_elems_);
-    inflight_.push_back(dp_.allreduce_sum(params_.grads().view(a, {b - a}), backend_.stream()));
+    if (shard_elems_ == 0) {
+      inflight_.push_back(dp_.allreduce_sum(params_.grads().view(a, {b - a}), backend_.stream()));
+    } else {  // ZeRO-1: each part to the rank owning it
+      for (int64_t x = a; x < b;) {
+        const int64_t owner = x / shard_elems_, y = std::min(b, (owner + 1) * shard_elems_);
+        inflight_.push_back(
+            dp_.reduce_sum(params_.grads().view(x, {y - x}), static_cast<int>(owner), backend_.stream()));
+        x = y;
+      }
+    }
     ++buckets_;
   }
 }
@@ -108,6 +123,7 @@ void DataParallelReducer::finish() {
       rest.push_back(p);
       n = 0;
     }
+  if (late_) rest.push_back(late_);
   std::sort(rest.begin(), rest.end(), [](auto* a, auto* b) { return a->offset > b->offset; });
   for (Parameter* p : rest) add_ready(*p);
   launch_open();

@@ -135,26 +135,36 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
-  if (zero1) {
+  Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
+  if (zero1) {  // this rank's range of the flat buffer: its gradients (reduced in place) and moments
     const int64_t n = params_.numel() / grid.dp();
     shard_lo_ = n * grid.coords().dp;
     shard_hi_ = shard_lo_ + n;
-    for (Tensor* t : {&grad_shard_, &m_shard_, &v_shard_}) {
+    grad_shard_ = params_.grads().view(shard_lo_, {n});
+    for (Tensor* t : {&m_shard_, &v_shard_}) {
       *t = Tensor::empty(*pool_, {n});
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
     }
-  } else if (grid.dp() > 1) {
-    // On the CPU the buckets are MPI all-reduces: a helper thread keeps them moving.
+  }
+  if (grid.dp() > 1) {
+    // On the CPU the buckets are MPI collectives: a helper thread keeps them moving.
     if (cfg.comm.progress_us > 0 && cfg.runtime.device == "cpu" && ProgressThread::supported())
       progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg.comm.progress_us));
-    reducer_ = std::make_unique<DataParallelReducer>(
-        params_, mine, comms_->dp(), backend_, *pool_,
-        static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len,
-        static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0), progress_.get());
+    DataParallelReducer::Options o;
+    o.tokens_per_step = static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len;
+    o.bucket_bytes = static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0);
+    o.progress = progress_.get();
+    if (zero1) {
+      o.shard_elems = shard_hi_ - shard_lo_;
+      if (pair) o.late = params_.find("wte");  // after its copies' pair sum
+    }
+    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
   }
-  if (Communicator* pair = comms_->tied())
+  // The last stage sends its copy early unless dp buckets all-reduce wte.grad in place
+  // meanwhile (ZeRO-1 holds wte back until the pair sum is in).
+  if (pair)
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
-                                                   !comms_->tied_in_order() && !reducer_);
+                                                   !comms_->tied_in_order() && (!reducer_ || zero1));
 
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
@@ -184,14 +194,16 @@ int64_t Trainer::tokens_per_step() const {
 // Each replica's loss is already scaled by 1/global tokens, so summing gradients over
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void Trainer::reduce_gradients() {
+  if (grad_shard_.defined()) {  // ZeRO-1: the pair sum first, then the held-back wte goes to its owners
+    if (tied_) {
+      tied_->finish();
+      tied_->settle();  // wte.grad is reduced in place next: the sum's transfer must be done with it
+    }
+    reducer_->finish();
+    return;
+  }
   if (reducer_) reducer_->finish();
   if (tied_) tied_->finish();  // the last stage receives the sum later, for its update
-  if (grad_shard_.defined()) {
-    if (tied_) tied_->receive_sum();
-    comms_->dp()
-        .reduce_scatter_sum(params_.grads(), grad_shard_, backend_.stream())  // numel() = dp x the shard
-        ->wait();
-  }
 }
 
 namespace {

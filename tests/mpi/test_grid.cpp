@@ -146,7 +146,8 @@ TEST(GridTransfers, TensorParallelStagesSendTheirSliceOnly) {
 // Data parallelism's reduction variants against the single-rank run: the embedding's rows
 // exchanged (few tokens against the table) or its dense table all-reduced (many), each
 // with buckets small enough that parameters go out in pieces and large enough for one
-// bucket; GPT-2 (tied head on the same rank) and Llama (untied).
+// bucket; GPT-2 (tied head on the same rank) and Llama (untied); all-reduced, and with
+// ZeRO-1 reduced to each range's owner (tiny buckets cross the ranks' range boundaries).
 TEST(DataParallelReduction, RowExchangeDenseTableAndBucketSizesMatchSingleRank) {
   const int dp = world_size();
   if (dp < 2 || 8 % dp != 0) GTEST_SKIP() << "needs 2, 4 or 8 replicas (a global batch of 8 sequences)";
@@ -156,26 +157,29 @@ TEST(DataParallelReduction, RowExchangeDenseTableAndBucketSizesMatchSingleRank) 
     bool rows;         // expected: the step's tokens < the table's 128 rows (vocabulary 100, padded)
   };
   for (Case k : {Case{"gpt2", 8, true}, Case{"gpt2", 16, false}, Case{"llama", 8, true}})
-    for (double mb : {0.0002, 25.0}) {  // 52 floats per bucket: many, parameters in pieces; one
-      SCOPED_TRACE(::testing::Message() << k.arch << " batch " << k.global_batch << " bucket " << mb << " MiB, dp " << dp);
-      Config c = tiny_run_config();
-      c.model.arch = k.arch;
-      c.model.n_layer = 2;
-      c.model.vocab_size = 100;
-      c.train.global_batch = k.global_batch;
-      c.train.microbatches = 1;
-      c.parallel.dp_bucket_mb = mb;
-      const RunResult ref = run(c, MPI_COMM_SELF);
-      c.parallel.dp = dp;
-      {
-        auto backend = make_cpu_backend();
-        Grid grid(MPI_COMM_WORLD, c.parallel, c.source);
-        Trainer t(c, grid, *backend, [](int64_t, int, int32_t*, int32_t*) {});
-        ASSERT_NE(t.dp_reducer(), nullptr);
-        EXPECT_EQ(t.dp_reducer()->exchanges_embedding_rows(), k.rows);
+    for (double mb : {0.0002, 25.0})  // 52 floats per bucket: many, parameters in pieces; one
+      for (bool zero1 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << k.arch << " batch " << k.global_batch << " bucket " << mb
+                                          << " MiB, dp " << dp << ", zero1 " << zero1);
+        Config c = tiny_run_config();
+        c.model.arch = k.arch;
+        c.model.n_layer = 2;
+        c.model.vocab_size = 100;
+        c.train.global_batch = k.global_batch;
+        c.train.microbatches = 1;
+        c.parallel.dp_bucket_mb = mb;
+        const RunResult ref = run(c, MPI_COMM_SELF);
+        c.parallel.dp = dp;
+        c.parallel.zero1 = zero1;
+        {
+          auto backend = make_cpu_backend();
+          Grid grid(MPI_COMM_WORLD, c.parallel, c.source);
+          Trainer t(c, grid, *backend, [](int64_t, int, int32_t*, int32_t*) {});
+          ASSERT_NE(t.dp_reducer(), nullptr);
+          EXPECT_EQ(t.dp_reducer()->exchanges_embedding_rows(), k.rows);
+        }
+        expect_same_run(run(c, MPI_COMM_WORLD), ref, c);
       }
-      expect_same_run(run(c, MPI_COMM_WORLD), ref, c);
-    }
 }
 
 TEST(GridErrors, TensorParallelMustDivideHeadsAndVocabulary) {

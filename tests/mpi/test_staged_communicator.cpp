@@ -86,6 +86,14 @@ TEST_F(StagedFixture, CollectivesGiveTheHostCommunicatorsValues) {
   Tensor mine = Tensor::empty(*pool, {3});
   comm.reduce_scatter_sum(send, mine, stream)->wait();
   for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(mine.f32()[j], static_cast<float>(R * (R - 1) / 2 + R * (me * 3 + j)));
+  // Reduce in place to one rank: the root holds the sum, the others keep their data.
+  for (int root : {0, R - 1}) {
+    Tensor red = filled(4, [](int r, int64_t i) { return static_cast<float>(r * 10 + i); });
+    comm.reduce_sum(red, root, stream)->wait();
+    for (int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(red.f32()[i], me == root ? static_cast<float>(10 * R * (R - 1) / 2 + R * i)
+                                         : static_cast<float>(me * 10 + i));
+  }
   // All-gather in place: this rank's block of recv is its send.
   Tensor all = Tensor::empty(*pool, {2 * R});
   all.f32()[2 * me] = static_cast<float>(10 * me);

@@ -44,6 +44,9 @@ class Communicator {
   // In place: every rank's `data` becomes the elementwise sum (max) over the ranks.
   virtual std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) = 0;
   virtual std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) = 0;
+  // In place, to one rank: root's `data` becomes the elementwise sum over the ranks; the
+  // other ranks' `data` is only read (ZeRO-1's buckets each go to the rank owning them).
+  virtual std::unique_ptr<CommRequest> reduce_sum(const Tensor& data, int root, Stream& stream) = 0;
   // recv (n elements) = this rank's block of the sum of every rank's send (size() * n
   // elements, block r for rank r).
   virtual std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) = 0;

@@ -28,6 +28,7 @@ class StagedCommunicator : public Communicator {
 
   std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) override;
   std::unique_ptr<CommRequest> allreduce_max(const Tensor& data, Stream& stream) override;
+  std::unique_ptr<CommRequest> reduce_sum(const Tensor& data, int root, Stream& stream) override;
   std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) override;
   std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) override;
   std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) override;

@@ -12,8 +12,15 @@
 // same order, instead of all-reducing the dense table; a tied head's dense gradient of
 // the same table then goes out early, when the head is done, like any other bucket.
 //
-// With ZeRO-1 (parallel.zero1) the whole gradient buffer is reduce-scattered at the end
-// of the step instead: each dp rank keeps the summed gradients of its 1/dp shard.
+// With ZeRO-1 (parallel.zero1) dp rank r owns the flat range [r x shard, (r + 1) x shard)
+// of the gradient buffer: the same buckets go out as they become final, but each piece
+// is reduced in place to its owner only (a bucket crossing a shard boundary goes as two
+// reduces), so the reduction overlaps the backward pass like the all-reduces do and each
+// rank ends with the summed gradients of its own range, moving the bytes of a
+// reduce-scatter. A tied embedding whose two copies live on two pipeline ranks is held
+// back (`late`): its copies' pair sum must come first, and finish() reduces it last.
+// The embedding's rows are added after the table's reduce, as without ZeRO-1: on every
+// replica, into the whole table, so each owner's range ends right.
 #pragma once
 #include <map>
 #include <memory>
@@ -30,20 +37,25 @@ class Backend;
 
 class DataParallelReducer {
  public:
+  struct Options {
+    int64_t tokens_per_step = 0;         // this replica's tokens per step (decides the embedding's exchange)
+    size_t bucket_bytes = 25u << 20;     // parallel.dp_bucket_mb
+    ProgressThread* progress = nullptr;  // held while buckets are in flight, so they advance between polls
+    int64_t shard_elems = 0;             // ZeRO-1: > 0, the elements each dp rank owns (reduce, not all-reduce)
+    Parameter* late = nullptr;           // reduced only by finish() (ZeRO-1's tied embedding)
+  };
   // stages: this rank's stages (their layers name the parameters of each bucket).
-  // tokens_per_step: this replica's tokens per step (decides the embedding's exchange).
   // Reductions are enqueued on the backend's stream (after the gradients they reduce).
-  // progress (may be null): held while buckets are in flight, so they advance between polls.
   DataParallelReducer(ParameterStore& params, const std::map<int, ModelStage*>& stages, Communicator& dp,
-                      Backend& backend, MemoryPool& pool, int64_t tokens_per_step, size_t bucket_bytes,
-                      ProgressThread* progress = nullptr);
+                      Backend& backend, MemoryPool& pool, const Options& options);
   ~DataParallelReducer();
 
   void begin_step();
   // Layer `layer` of stage `stage` is done accumulating: reduce what became final.
   void layer_final(int stage, int layer);
   void poll();    // lets in-flight reductions progress
-  void finish();  // waits for every bucket (and reduces any parameter not yet reported)
+  // Waits for every bucket (and reduces any parameter not yet reported, and `late`).
+  void finish();
   bool exchanges_embedding_rows() const { return embedding_ != nullptr; }
   int buckets_last_step() const { return buckets_; }
 
@@ -58,6 +70,8 @@ class DataParallelReducer {
   Backend& backend_;
   MemoryPool& pool_;
   int64_t bucket_elems_;
+  int64_t shard_elems_;
+  Parameter* late_;
   std::map<std::pair<int, int>, std::vector<Parameter*>> layer_params_;  // (stage, layer) -> params
   std::map<Parameter*, int> users_;    // layers that accumulate into each parameter's dense gradient
   std::map<Parameter*, int> pending_;  // users not yet final this step

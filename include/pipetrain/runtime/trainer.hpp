@@ -88,7 +88,7 @@ class Trainer {
     return it == recompute_.end() ? Recompute::None : it->second;
   }
   const ExecutorStats& last_stats() const { return last_stats_; }
-  const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1 without ZeRO-1
+  const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
   // order). Collective over the dp communicator under ZeRO-1 (gathers the shards).
@@ -134,7 +134,7 @@ class Trainer {
   std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<ProgressThread> progress_;      // the reducer's (declared first: outlives it)
-  std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1 without ZeRO-1
+  std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
   int64_t shard_lo_ = 0, shard_hi_ = 0;
