@@ -214,14 +214,14 @@ int run_train(const TrainOptions& opt) {
     data_summary = fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(data->num_tokens())),
                                data->num_windows(), cfg.train.seq_len);
   }
+  std::string backend_summary = backend->name();
+  if (cfg.runtime.device != "cpu") backend_summary += " (transfers: " + trainer.comms_summary() + ")";
+  else if (trainer.progress_thread())
+    backend_summary += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
   log.line(fmt::format("  data {}, {} sampling; {} tokens/step "
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
                        data_summary, cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
-                       cfg.train.microbatches, cfg.train.seq_len,
-                       cfg.runtime.device == "cpu"
-                           ? backend->name() + (trainer.progress_thread() ? fmt::format(", dp all-reduces progressed by a thread every {} us", cfg.comm.progress_us) : "")
-                           : backend->name() + " (transfers: " + trainer.comms_summary() + ")",
-                       cfg.train.precision));
+                       cfg.train.microbatches, cfg.train.seq_len, backend_summary, cfg.train.precision));
   if (blend) {  // what each source gives over this run's steps
     const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;
     const std::vector<int64_t> n = blend->counts(samples);

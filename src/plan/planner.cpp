@@ -162,14 +162,15 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     // ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's bytes, overlapped
     // alike, except a tied table that waits for its copies' pair sum) and all-gathers the
     // updated weights after AdamW, exposed.
-    const double t_red = l.zero1 ? allgather_seconds(grads, l.dp, dp_link) : allreduce_seconds(grads, l.dp, dp_link);
+    const double t_gather = allgather_seconds(grads, l.dp, dp_link);  // = a reduce-scatter's
+    const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, l.dp, dp_link);
     const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
     const double held = l.zero1 && model.tied() && embedding != head_here
                             ? t_red * std::min(1.0, 4.0 * up_head.sharded / tp / std::max(grads, 1.0))
                             : 0.0;
     out.dp[r] = l.dp == 1 ? 0.0
                           : std::max({last_bucket, held, t_red - backward}) +
-                                (l.zero1 ? allgather_seconds(grads, l.dp, dp_link) : 0.0);
+                                (l.zero1 ? t_gather : 0.0);
     out.optimizer[r] = adamw_seconds(params / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
                        gradient_passes_seconds(params, c.device);
     // A tied embedding's summed gradient comes back to the head's rank before its update.

@@ -109,7 +109,7 @@ struct CommConfig {
   // rank) | mpi (staged through host buffers; ranks may share a GPU) | auto (nccl when the
   // build has NCCL and runtime.device = "cuda", else mpi).
   std::string p2p = "auto";
-  // Data-parallel all-reduces on the CPU progress in a helper thread while the executor
+  // Data-parallel reductions on the CPU progress in a helper thread while the executor
   // computes (comm/progress_thread.hpp), not only when it polls between layers: it calls
   // MPI every progress_us microseconds while buckets are in flight; 0 = no thread.
   int progress_us = 1000;

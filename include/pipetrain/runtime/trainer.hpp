@@ -136,7 +136,8 @@ class Trainer {
   std::unique_ptr<ProgressThread> progress_;      // the reducer's (declared first: outlives it)
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
-  // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers.
+  // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers; grad_shard_ is
+  // that range of the gradient buffer (the reducer sums it there in place), m/v its moments.
   int64_t shard_lo_ = 0, shard_hi_ = 0;
   Tensor grad_shard_, m_shard_, v_shard_;
   AdamW optimizer_;
