@@ -12,20 +12,35 @@ constexpr int kHeadGradTag = 1, kSumTag = 2;
 }
 
 TiedGradientExchange::TiedGradientExchange(Parameter& wte, Communicator& pair, const std::map<int, ModelStage*>& stages,
-                                           Backend& backend, MemoryPool& pool, bool send_early)
+                                           Backend& backend, MemoryPool& pool, bool send_early,
+                                           int64_t row_tokens)
     : wte_(wte), pair_(pair), backend_(backend), pool_(pool), send_early_(send_early) {
   if (pair.size() != 2) fail("tied embedding: the pair communicator has {} ranks, not 2", pair.size());
   for (const auto& [s, stage] : stages) {
     const auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
       const auto ps = layers[l]->parameters();
-      if (std::find(ps.begin(), ps.end(), &wte) != ps.end()) head_layers_.insert({s, static_cast<int>(l)});
+      if (std::find(ps.begin(), ps.end(), &wte) == ps.end()) continue;
+      head_layers_.insert({s, static_cast<int>(l)});
+      // Scattering the step's rows touches tokens x C floats, the dense add the whole table.
+      auto* e = dynamic_cast<Embedding*>(layers[l].get());
+      if (first() && e && !e->has_row_sink() && row_tokens > 0 && row_tokens < wte.shape[0]) {
+        embedding_ = e;
+        e->set_row_sink(&rows_);
+      }
     }
   }
 }
 
 // Requests still in flight when a step failed: the job is ending (fail-fast aborts it).
-TiedGradientExchange::~TiedGradientExchange() = default;
+TiedGradientExchange::~TiedGradientExchange() {
+  if (embedding_) embedding_->set_row_sink(nullptr);
+}
+
+void TiedGradientExchange::begin_step() {
+  rows_.clear();
+  if (embedding_ && send_early_) other_recv_ = pair_.recv(wte_.grad, 1, kHeadGradTag, backend_.stream());
+}
 
 void TiedGradientExchange::start_send() {
   if (!send_) send_ = pair_.send(wte_.grad, 0, kHeadGradTag, backend_.stream());
@@ -36,6 +51,15 @@ void TiedGradientExchange::layer_final(int stage, int layer) {
 }
 
 void TiedGradientExchange::finish() {
+  if (first() && embedding_) {  // wte.grad = the other copy, then this step's rows in order
+    if (!other_recv_) other_recv_ = pair_.recv(wte_.grad, 1, kHeadGradTag, backend_.stream());
+    other_recv_->wait();
+    other_recv_.reset();
+    for (size_t i = 0; i < rows_.rows.size(); ++i) embedding_->scatter_rows(backend_, rows_.tokens[i], rows_.rows[i]);
+    rows_.clear();
+    send_ = pair_.send(wte_.grad, 1, kSumTag, backend_.stream());
+    return;
+  }
   if (first()) {
     Tensor other = Tensor::empty(pool_, {wte_.numel()});
     pair_.recv(other, 1, kHeadGradTag, backend_.stream())->wait();

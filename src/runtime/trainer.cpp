@@ -161,10 +161,15 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
   }
   // The last stage sends its copy early unless dp buckets all-reduce wte.grad in place
-  // meanwhile (ZeRO-1 holds wte back until the pair sum is in).
-  if (pair)
+  // meanwhile (ZeRO-1 holds wte back until the pair sum is in); only then may the first
+  // stage keep its embedding's rows too. Built after the reducer, which has the first
+  // claim on them.
+  if (pair) {
+    const bool wte_alone = !reducer_ || zero1;
+    const int64_t row_tokens = static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len;
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
-                                                   !comms_->tied_in_order() && (!reducer_ || zero1));
+                                                   !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
+  }
 
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
@@ -283,6 +288,7 @@ StepMetrics Trainer::train_step(int step) {
   const auto t0 = std::chrono::steady_clock::now();
   if (tied_) tied_->settle();  // the previous step's sum is out before wte.grad is zeroed
   params_.zero_grads(backend_);
+  if (tied_) tied_->begin_step();
   const int64_t step_tokens = tokens_per_step();
   const int64_t first = static_cast<int64_t>(step) * cfg_.train.global_batch +
                         static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());

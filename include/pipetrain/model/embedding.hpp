@@ -34,6 +34,7 @@ class Embedding : public Layer {
   // With a sink, backward_weight keeps the token rows' gradients there and leaves
   // wte.grad alone (the positions' gradient is accumulated as always). Null: dense.
   void set_row_sink(EmbeddingRowGradients* sink) { sink_ = sink; }
+  bool has_row_sink() const { return sink_ != nullptr; }
   // Adds the rows' gradients to wte.grad (this rank's vocabulary slice), in order.
   void scatter_rows(Backend& backend, const Tensor& tokens, const Tensor& rows) const;
 

@@ -7,6 +7,12 @@
 // that sum only when it needs it (for its optimizer step). Same values as the
 // all-reduce (a + b in IEEE arithmetic is commutative); on the critical path, the first
 // stage pays one receive and one add instead of a whole all-reduce.
+//
+// When the first stage's embedding saw fewer tokens in the step than the table has rows
+// (and no data-parallel reducer takes its rows), its gradient is what it is, a few rows:
+// the embedding keeps them aside, the other copy is received straight into wte.grad —
+// posted when the step begins, so the transfer lands while the first stage waits on its
+// pipeline — and the rows are added to it: no dense add of the table on the critical path.
 #pragma once
 #include <map>
 #include <memory>
@@ -14,6 +20,7 @@
 
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/memory_pool.hpp"
+#include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/stage.hpp"
 
 namespace pipetrain {
@@ -27,10 +34,16 @@ class TiedGradientExchange {
   // send_early: the last stage may send while it still computes — not when the pair's
   // transport runs in stream order (NCCL: the send would hold back the compute queued
   // after it), nor while data-parallel buckets all-reduce wte.grad in place.
+  // row_tokens: the tokens the first stage's embedding sees in a step, or 0 when wte.grad
+  // is not this rank's alone until finish() (dp all-reduces it first); rows are kept when
+  // fewer than the table's. Built after any dp reducer, which has the first claim on them.
   TiedGradientExchange(Parameter& wte, Communicator& pair, const std::map<int, ModelStage*>& stages, Backend& backend,
-                       MemoryPool& pool, bool send_early);
+                       MemoryPool& pool, bool send_early, int64_t row_tokens);
   ~TiedGradientExchange();
 
+  // After wte.grad is zeroed for the step: the first stage keeping rows posts the
+  // receive of the other copy (into wte.grad) when the pair's transport allows it.
+  void begin_step();
   // Layer `layer` of stage `stage` has its last gradient of the step: on the last
   // stage, the head's layer starts the send.
   void layer_final(int stage, int layer);
@@ -53,7 +66,9 @@ class TiedGradientExchange {
   MemoryPool& pool_;
   bool send_early_;
   std::set<std::pair<int, int>> head_layers_;  // (stage, layer) accumulating into wte on this rank
-  std::unique_ptr<CommRequest> send_, sum_recv_;
+  Embedding* embedding_ = nullptr;            // first stage keeping its rows in rows_; else null
+  EmbeddingRowGradients rows_;
+  std::unique_ptr<CommRequest> send_, sum_recv_, other_recv_;
 };
 
 }  // namespace pipetrain
