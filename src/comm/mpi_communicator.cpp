@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/fault.hpp"
