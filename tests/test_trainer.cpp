@@ -4,7 +4,10 @@
 
 #include <cmath>
 
+#include <cstring>
+
 #include "model_fixtures.hpp"
+#include "test_files.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -93,6 +96,41 @@ TEST(Trainer, SteadyStateAllocatesNothing) {
   EXPECT_EQ(before.system_allocations, after.system_allocations);
   EXPECT_EQ(before.reserved_bytes, after.reserved_bytes);
   EXPECT_GT(after.peak_in_use_bytes, 0u);
+}
+
+// Generation's trainer holds the weights alone: against a training trainer of the same
+// model it lacks exactly three buffers of the values' length (gradients and two moments),
+// loads a checkpoint's weights bit for bit, evaluates to the same loss, and refuses to
+// train or save with one line.
+class TrainerFiles : public testing::TempDirTest {};
+
+TEST_F(TrainerFiles, InferenceHoldsTheWeightsAloneAndEvaluatesAlike) {
+  auto backend = make_cpu_backend();
+  const Config cfg = tiny_config(1);
+  Grid grid(MPI_COMM_SELF, cfg.parallel);
+  const auto src = pattern_source(cfg.train.seq_len);
+  Trainer trained(cfg, grid, *backend, src);
+  const size_t train_reserved = trained.pool().stats().reserved_bytes;
+  for (int s = 0; s < 3; ++s) trained.train_step(s);
+  const std::string ck = path("ck.h5");
+  trained.save_checkpoint(ck, 3);
+
+  Trainer inference(cfg, grid, *backend, src, TrainerUse::Inference);
+  const size_t values_bytes = (inference.params().values().bytes() + 63) / 64 * 64;  // the pool's 64-byte blocks
+  EXPECT_EQ(inference.pool().stats().reserved_bytes + 3 * values_bytes, train_reserved);
+  EXPECT_FALSE(inference.params().grads().defined());
+  for (const auto& p : inference.params().params()) EXPECT_FALSE(p.m.defined() || p.v.defined()) << p.name;
+
+  inference.load_checkpoint(ck, true);
+  const Tensor& a = trained.params().values();
+  const Tensor& b = inference.params().values();
+  ASSERT_EQ(a.bytes(), b.bytes());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+  EXPECT_EQ(inference.evaluate(src, 0, cfg.train.global_batch), trained.evaluate(src, 0, cfg.train.global_batch));
+
+  testing::expect_one_line_error([&] { inference.train_step(0); }, {"inference"});
+  testing::expect_one_line_error([&] { inference.save_checkpoint(path("x.h5"), 0); }, {"inference", "x.h5"});
+  testing::expect_one_line_error([&] { inference.load_checkpoint(ck, false); }, {"inference", "ck.h5"});
 }
 
 TEST(Trainer, NonFiniteLossStopsWithTheStep) {

@@ -108,7 +108,7 @@ void run_generate(const GenerateOptions& o) {
     backend = make_cuda_backend();
   }
   Grid grid(MPI_COMM_SELF, cfg.parallel, path);
-  Trainer trainer(cfg, grid, *backend, [](int64_t, int, int32_t*, int32_t*) {});
+  Trainer trainer(cfg, grid, *backend, [](int64_t, int, int32_t*, int32_t*) {}, TrainerUse::Inference);
   trainer.load_checkpoint(path, true);
   Generator gen(cfg.model, trainer.stage(0), *backend, trainer.pool(), !o.no_cache, cfg.train.seq_len);
   Utf8Stream out;

@@ -57,11 +57,11 @@ Parameter* ParameterStore::find(const std::string& name) {
   return nullptr;
 }
 
-void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, int64_t align) {
+void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, int64_t align, bool grads) {
   total_ = std::max<int64_t>((total_ + align - 1) / align * align, align);
   const int64_t n = total_;
   values_ = Tensor::empty(pool, {n});
-  grads_ = Tensor::empty(pool, {n});
+  if (grads) grads_ = Tensor::empty(pool, {n});
   if (moments) {
     m_ = Tensor::empty(pool, {n});
     v_ = Tensor::empty(pool, {n});
@@ -70,7 +70,7 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, 
     if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
   for (auto& p : params_) {
     p.value = values_.view(p.offset, p.shape);
-    p.grad = grads_.view(p.offset, p.shape);
+    if (grads) p.grad = grads_.view(p.offset, p.shape);
     if (moments) {
       p.m = m_.view(p.offset, p.shape);
       p.v = v_.view(p.offset, p.shape);

@@ -79,8 +79,9 @@ Program program_from_config(const Config& cfg, const Schedule& s, const std::str
   return p;
 }
 
-Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source)
+Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),
+      use_(use),
       grid_(grid),
       backend_(backend),
       source_(std::move(source)),
@@ -109,8 +110,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     mine[s] = stages_[s].get();
   }
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
-  params_.allocate(*pool_, backend_, !zero1, 16 * grid.dp());
-  params_.initialize(cfg.train.seed, backend_);
+  const bool training = use == TrainerUse::Train;
+  params_.allocate(*pool_, backend_, training && !zero1, 16 * grid.dp(), training);
+  if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
   if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
   // The tied embedding lives on the first and the last stage; when those are different
@@ -285,6 +287,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
 }
 
 StepMetrics Trainer::train_step(int step) {
+  if (use_ != TrainerUse::Train) fail("train_step on a trainer built for inference (it holds no gradients)");
   const auto t0 = std::chrono::steady_clock::now();
   if (tied_) tied_->settle();  // the previous step's sum is out before wte.grad is zeroed
   params_.zero_grads(backend_);

@@ -101,6 +101,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
 }
 
 void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
+  if (use_ != TrainerUse::Train) fail("{}: a trainer built for inference holds no optimizer state to save", path);
   CheckpointMeta meta;
   meta.step = next_step;
   meta.samples_seen = next_step * cfg_.train.global_batch;
@@ -121,6 +122,8 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
 }
 
 int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  if (!weights_only && use_ != TrainerUse::Train)
+    fail("{}: a trainer built for inference loads the weights only (it holds no optimizer state)", path);
   const CheckpointMeta meta = read_checkpoint_meta(path);
   std::vector<CheckpointTensor> tensors = checkpoint_tensors(!weights_only);
   HostStaging staged(backend_, tensors, false);

@@ -44,8 +44,9 @@ class ParameterStore {
   Parameter& declare_shard(const std::string& name, std::vector<int64_t> global_shape, Shard shard,
                            Init init, double init_std = 0.0);
   // Lays out the flat buffers (their length a multiple of `align`); grads and moments
-  // are zeroed. Without `moments` the AdamW state lives elsewhere (ZeRO-1 shards).
-  void allocate(MemoryPool& pool, Backend& backend, bool moments = true, int64_t align = 16);
+  // are zeroed. Without `moments` the AdamW state lives elsewhere (ZeRO-1 shards); without
+  // `grads` there are no gradients either (inference: the values alone).
+  void allocate(MemoryPool& pool, Backend& backend, bool moments = true, int64_t align = 16, bool grads = true);
   // GPT-2 initialisation: each parameter from its own named random stream over its
   // global shape, then this rank's shard taken out, so the values do not depend on
   // which rank, stage or tensor-parallel slice holds the parameter.

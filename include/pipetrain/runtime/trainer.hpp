@@ -60,9 +60,15 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullpt
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
                             bool in_order = false);
 
+// What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
+// weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
+// moments, no random initialisation — generating with a model takes its weights' memory,
+// not four times it. Such a trainer runs forward passes only (no train_step, no saving).
+enum class TrainerUse { Train, Inference };
+
 class Trainer {
  public:
-  Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source);
+  Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use = TrainerUse::Train);
   ~Trainer();
   StepMetrics train_step(int step);
   // Mean loss over `count` samples starting at `first` (split over dp replicas), no update.
@@ -119,6 +125,7 @@ class Trainer {
   std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments);
 
   Config cfg_;
+  TrainerUse use_;
   Grid& grid_;
   Backend& backend_;
   BatchSource source_;
