@@ -111,6 +111,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   }
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
   const bool training = use == TrainerUse::Train;
+  if (!training && grid.world_size() > 1)
+    fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
   params_.allocate(*pool_, backend_, training && !zero1, 16 * grid.dp(), training);
   if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
