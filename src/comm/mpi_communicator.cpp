@@ -1,10 +1,9 @@
 #include "pipetrain/comm/mpi_communicator.hpp"
 
 #include <climits>
-#include <cstring>
 #include <mutex>
-#include <utility>
 
+#include "pipetrain/comm/mpi_tool_vars.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
@@ -109,31 +108,8 @@ void check_host(const char* op, const std::string& comm, const Tensor& t, const 
 void tune_libnbc_algorithms() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int provided = 0, n = 0;
-    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
-    MPI_T_cvar_get_num(&n);
-    // 0 = libnbc's own choice (the default); ireduce 2 = binomial, iallreduce 3 = Rabenseifner
-    const std::pair<const char*, int> choices[] = {{"coll_libnbc_ireduce_algorithm", 2},
-                                                   {"coll_libnbc_iallreduce_algorithm", 3}};
-    for (int i = 0; i < n; ++i) {
-      char name[256], desc[8];
-      int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
-      MPI_Datatype type;
-      MPI_T_enum values;
-      if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &values, desc, &desc_len, &bind, &scope) !=
-              MPI_SUCCESS ||
-          type != MPI_INT)
-        continue;
-      for (const auto& [var, choice] : choices) {
-        if (std::strcmp(name, var) != 0) continue;
-        MPI_T_cvar_handle h;
-        int count = 0, value = -1;
-        if (MPI_T_cvar_handle_alloc(i, nullptr, &h, &count) != MPI_SUCCESS) break;
-        if (MPI_T_cvar_read(h, &value) == MPI_SUCCESS && value == 0) MPI_T_cvar_write(h, &choice);
-        MPI_T_cvar_handle_free(&h);
-      }
-    }
-    MPI_T_finalize();
+    choose_mpi_tool_int("coll_libnbc_ireduce_algorithm", 2);     // binomial
+    choose_mpi_tool_int("coll_libnbc_iallreduce_algorithm", 3);  // Rabenseifner
   });
 }
 

@@ -51,19 +51,19 @@ void TiedGradientExchange::layer_final(int stage, int layer) {
 }
 
 void TiedGradientExchange::finish() {
-  if (first() && embedding_) {  // wte.grad = the other copy, then this step's rows in order
-    if (!other_recv_) other_recv_ = pair_.recv(wte_.grad, 1, kHeadGradTag, backend_.stream());
-    other_recv_->wait();
-    other_recv_.reset();
-    for (size_t i = 0; i < rows_.rows.size(); ++i) embedding_->scatter_rows(backend_, rows_.tokens[i], rows_.rows[i]);
-    rows_.clear();
-    send_ = pair_.send(wte_.grad, 1, kSumTag, backend_.stream());
-    return;
-  }
   if (first()) {
-    Tensor other = Tensor::empty(pool_, {wte_.numel()});
-    pair_.recv(other, 1, kHeadGradTag, backend_.stream())->wait();
-    backend_.accumulate(wte_.grad.f32(), other.f32(), static_cast<size_t>(wte_.numel()));
+    if (embedding_) {  // wte.grad = the other copy, then this step's rows in order
+      if (!other_recv_) other_recv_ = pair_.recv(wte_.grad, 1, kHeadGradTag, backend_.stream());
+      other_recv_->wait();
+      other_recv_.reset();
+      for (size_t i = 0; i < rows_.rows.size(); ++i)
+        embedding_->scatter_rows(backend_, rows_.tokens[i], rows_.rows[i]);
+      rows_.clear();
+    } else {
+      Tensor other = Tensor::empty(pool_, {wte_.numel()});
+      pair_.recv(other, 1, kHeadGradTag, backend_.stream())->wait();
+      backend_.accumulate(wte_.grad.f32(), other.f32(), static_cast<size_t>(wte_.numel()));
+    }
     send_ = pair_.send(wte_.grad, 1, kSumTag, backend_.stream());
     return;
   }

@@ -11,11 +11,11 @@
 #include <cstdio>
 #include <thread>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "mpi/mpi_fixtures.hpp"
 #include "pipetrain/comm/mpi_communicator.hpp"
+#include "pipetrain/comm/mpi_tool_vars.hpp"
 #include "pipetrain/comm/progress_thread.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/host_allocator.hpp"
@@ -179,29 +179,6 @@ bool every_rank_has_a_core() {
   return static_cast<unsigned>(local) <= std::thread::hardware_concurrency();
 }
 
-// An MPI_T control variable's integer value, or -1 when this MPI has none of that name.
-int mpi_t_int(const char* want) {
-  int provided = 0, n = 0, value = -1;
-  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return -1;
-  MPI_T_cvar_get_num(&n);
-  for (int i = 0; i < n; ++i) {
-    char name[256], desc[8];
-    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0, count = 0;
-    MPI_Datatype type;
-    MPI_T_enum values;
-    MPI_T_cvar_handle h;
-    if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &values, desc, &desc_len, &bind, &scope) !=
-            MPI_SUCCESS ||
-        std::strcmp(name, want) != 0 || type != MPI_INT || MPI_T_cvar_handle_alloc(i, nullptr, &h, &count) != MPI_SUCCESS)
-      continue;
-    MPI_T_cvar_read(h, &value);
-    MPI_T_cvar_handle_free(&h);
-    break;
-  }
-  MPI_T_finalize();
-  return value;
-}
-
 // Open MPI's libnbc would all-reduce every in-place buffer through a binomial tree (the
 // whole message through the root, twice): the communicator picks Rabenseifner's
 // algorithm instead, unless the user chose one (mpi.np4.ring runs this with the ring).
@@ -214,13 +191,13 @@ TEST_F(CommFixture, LargeAllReducesUseABandwidthOptimalAlgorithmUnlessTheUserCho
   const int R = comm.size();
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(t.f32()[i], static_cast<float>(R * (R + 1) / 2 * (i % 11))) << "element " << i;
-  const int chosen = mpi_t_int("coll_libnbc_iallreduce_algorithm");
+  const int chosen = mpi_tool_int("coll_libnbc_iallreduce_algorithm");
   if (chosen < 0) GTEST_SKIP() << "this MPI has no libnbc algorithm variable";
   const char* user = std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
   const int want = user && std::atoi(user) != 0 ? std::atoi(user) : 3;  // 3 = Rabenseifner
   EXPECT_EQ(chosen, want) << "OMPI_MCA_coll_libnbc_iallreduce_algorithm=" << (user ? user : "(unset)");
   if (!std::getenv("OMPI_MCA_coll_libnbc_ireduce_algorithm")) {  // chosen together: 2 = binomial
-    EXPECT_EQ(mpi_t_int("coll_libnbc_ireduce_algorithm"), 2);
+    EXPECT_EQ(mpi_tool_int("coll_libnbc_ireduce_algorithm"), 2);
   }
 }
 
