@@ -138,6 +138,8 @@ TEST(ClusterFile, BadValuesAndTyposAreErrors) {
   expect_one_line_error([&] { parse_cluster(with("gemm_efficiency = 0.5", "gemm_efficiency = 1.5"), "c.toml"); },
                         {"c.toml", "gemm_efficiency"});
   expect_one_line_error([&] { parse_cluster(with("nodes = 2", "nodes = 1.5"), "c.toml"); }, {"c.toml", "nodes"});
+  expect_one_line_error([&] { parse_cluster(with("nodes = 2", "nodes = 44073709551"), "c.toml"); },
+                        {"c.toml", "nodes", "too large"});  // past INT_MAX: no cast to int (found by fuzzing)
   expect_one_line_error([&] { parse_cluster(with("latency_us = 2", "latency_us = -2"), "c.toml"); },
                         {"c.toml", "intra_node.latency_us"});
   expect_one_line_error([&] { parse_cluster(with("fp32 = 10, bf16 = 100", ""), "c.toml"); },

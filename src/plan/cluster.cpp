@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -45,7 +46,9 @@ class Table {
   }
   int count(const std::string& key) {
     const double v = positive(key);
-    if (v != static_cast<int>(v)) fail("{}: {} must be a whole number (got {})", source_, name(key), v);
+    // Compared in double first: a value past INT_MAX has no int to cast to.
+    if (v > std::numeric_limits<int>::max()) fail("{}: {} is too large (got {})", source_, name(key), v);
+    if (v != std::floor(v)) fail("{}: {} must be a whole number (got {})", source_, name(key), v);
     return static_cast<int>(v);
   }
   std::string text(const std::string& key, bool required, std::string fallback = "") {
