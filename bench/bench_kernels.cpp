@@ -1,6 +1,7 @@
 // bench_kernels: times the CPU backend's kernels at GPT-2 124M shapes next to
 // a raw sgemm measured in the same run (medians of repeated runs; no
-// assertions). Usage: bench_kernels [reps]
+// assertions). Like pipetrain, it first replaces a fallback OpenBLAS kernel by the
+// CPU's best. Usage: bench_kernels [reps]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
 namespace {
@@ -39,6 +41,7 @@ std::vector<float> randv(size_t n, float lo, float hi, unsigned seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);
   pipetrain::KokkosSession kokkos(argc, argv);
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   auto be = pipetrain::make_cpu_backend();
@@ -52,6 +55,50 @@ int main(int argc, char** argv) {
       be->gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
     });
     std::printf("sgemm %dx%dx%d: %.3f ms, %.1f GFLOP/s\n", M, N, K, ms, 2.0 * M * N * K / ms / 1e6);
+  }
+  {  // a block's four forward products with their biases (and residuals, for the two
+     // projections), N = 1024: the product, then bias and residual passes (the composition
+     // before gemm_bias), against gemm_bias; the two alternate, medians of each
+    const int N = 1024, C = 768;
+    struct Shape { int out, in; bool residual; };
+    const Shape shapes[] = {{3 * C, C, false}, {C, C, true}, {4 * C, C, false}, {C, 4 * C, true}};
+    std::vector<std::vector<float>> x, w, b, r, y;
+    unsigned seed = 20;
+    for (const Shape& sh : shapes) {
+      x.push_back(randv(size_t(N) * sh.in, -1, 1, ++seed));
+      w.push_back(randv(size_t(sh.out) * sh.in, -0.05f, 0.05f, ++seed));
+      b.push_back(randv(size_t(sh.out), -1, 1, ++seed));
+      r.push_back(randv(size_t(N) * sh.out, -1, 1, ++seed));
+      y.push_back(std::vector<float>(size_t(N) * sh.out));
+    }
+    auto separate = [&] {
+      for (size_t i = 0; i < 4; ++i) {
+        const Shape& sh = shapes[i];
+        be->gemm(false, true, N, sh.out, sh.in, 1.0f, x[i].data(), sh.in, w[i].data(), sh.in, 0.0f, y[i].data(),
+                 sh.out);
+        be->bias_add(y[i].data(), b[i].data(), N, sh.out);
+        if (sh.residual) be->accumulate(y[i].data(), r[i].data(), size_t(N) * sh.out);
+      }
+    };
+    auto fused = [&] {
+      for (size_t i = 0; i < 4; ++i) {
+        const Shape& sh = shapes[i];
+        be->gemm_bias(false, true, N, sh.out, sh.in, x[i].data(), sh.in, w[i].data(), sh.in, y[i].data(), sh.out,
+                      b[i].data(), sh.residual ? r[i].data() : nullptr);
+      }
+    };
+    std::vector<double> t_sep, t_fused;
+    for (int i = 0; i < 2 * reps + 1; ++i) {
+      t_sep.push_back(median_ms(1, separate));
+      t_fused.push_back(median_ms(1, fused));
+    }
+    std::sort(t_sep.begin(), t_sep.end());
+    std::sort(t_fused.begin(), t_fused.end());
+    const double flop = 2.0 * N * C * C * (3 + 1 + 4 + 4);
+    std::printf("block forward products N=%d (bias, residual): separate passes %.2f ms (%.1f GFLOP/s), "
+                "gemm_bias %.2f ms (%.1f GFLOP/s)\n",
+                N, t_sep[t_sep.size() / 2], flop / t_sep[t_sep.size() / 2] / 1e6, t_fused[t_fused.size() / 2],
+                flop / t_fused[t_fused.size() / 2] / 1e6);
   }
   {  // cross-entropy over the padded GPT-2 vocabulary, with the fused gradient
     const int N = 1024, V = 50257, Vp = 50304;

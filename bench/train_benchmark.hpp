@@ -159,7 +159,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   };
   measure_gemm();
   trainer.train_step(0);  // warm-up: fills the memory pool
-  std::vector<double> step_s;
+  std::vector<double> step_s, program_s, tail_s[3];  // tail: reductions, norm, optimizer
   double activations = 0;  // the step's pool peak above what it starts with: stash + working tensors
   for (int s = 1; s <= steps; ++s) {
     const size_t before = trainer.pool().stats().in_use_bytes;
@@ -167,6 +167,10 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
     const StepMetrics m = trainer.train_step(s);
     activations = std::max(activations, static_cast<double>(trainer.pool().stats().peak_in_use_bytes - before));
     step_s.push_back(m.step_time_s);
+    program_s.push_back(m.phases.program_s);
+    tail_s[0].push_back(m.phases.reduce_s);
+    tail_s[1].push_back(m.phases.norm_s);
+    tail_s[2].push_back(m.phases.optimizer_s);
     fmt::print("step {}: loss {:.4f}, {:.3f} s\n", s, m.loss, m.step_time_s);
     if (s == steps / 2) measure_gemm();
   }
@@ -179,6 +183,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   fmt::print("\nstep time (median of {}): {:.3f} s, {:.0f} tokens/s\n", steps, t, tokens_per_s);
+  fmt::print("where it went (medians): program {:.3f} s, reductions {:.3f} s, norm {:.3f} s, optimizer {:.3f} s\n",
+             median(program_s), median(tail_s[0]), median(tail_s[1]), median(tail_s[2]));
   fmt::print("model FLOP/s: {:.1f} GFLOP/s ({:.3g} GFLOP/token)\n", model_gflops, flops_per_token / 1e9);
   fmt::print("sgemm 2048^3:           {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", sq, model_gflops / sq);
   fmt::print("sgemm {}x{}x{} (QKV): {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", tokens_mb,

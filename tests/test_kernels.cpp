@@ -170,6 +170,37 @@ TEST_P(KernelTest, Gemm) {
   }
 }
 
+// A dense layer's output with its bias and residual in one call, each optional, against
+// the double reference (the same 1e-5 bound as the product alone: the two additions
+// change the f32 result by a few units of its last place). Only the M x N block is
+// written: C's padding columns keep what they held.
+TEST_P(KernelTest, GemmBiasResidual) {
+  const int M = 37, N = 29, K = 53;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? M : K) + 5, ldb = (tb ? K : N) + 3, ldc = N + 7;
+      const Vec A = random_vec(size_t(ta ? K : M) * lda, 21), B = random_vec(size_t(tb ? N : K) * ldb, 22);
+      const Vec C0 = random_vec(size_t(M) * ldc, 23), bias = random_vec(size_t(N), 24),
+                R = random_vec(size_t(M) * ldc, 25);
+      DevBuf<float> a(be(), A), b(be(), B), bb(be(), bias), r(be(), R);
+      for (bool with_bias : {false, true})
+        for (bool with_residual : {false, true}) {
+          Vec want(C0);
+          ref::gemm(ta, tb, M, N, K, 1.0, A.data(), lda, B.data(), ldb, 0.0, C0.data(), want.data(), ldc);
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              const size_t k = size_t(i) * ldc + j;
+              want[k] = static_cast<float>(double(want[k]) + (with_bias ? bias[j] : 0.0) + (with_residual ? R[k] : 0.0));
+            }
+          DevBuf<float> c(be(), C0);
+          be().gemm_bias(ta, tb, M, N, K, a.get(), lda, b.get(), ldb, c.get(), ldc, with_bias ? bb.get() : nullptr,
+                         with_residual ? r.get() : nullptr);
+          EXPECT_TRUE(close(c.host(), want, 1e-5, 1e-5))
+              << "ta=" << ta << " tb=" << tb << " bias=" << with_bias << " residual=" << with_residual;
+        }
+    }
+}
+
 // bf16 operands, f32 accumulation and output: against the double reference on the
 // rounded operands, within the f32 gemm's bound (the rounding is the caller's; what the
 // kernel adds is f32 summation, K * 2^-24 relative per term, far below 1e-5 at K = 53).

@@ -58,10 +58,14 @@ Block::Block(const ModelConfig& cfg, int index, ParameterStore& p, TensorParalle
 
 namespace {
 // Row-parallel output: partial products summed over the tensor-parallel ranks (in f32),
-// then the (replicated) bias and the residual.
+// then the (replicated) bias and the residual; without tensor parallelism all in the product.
 void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
                       const Parameter& b, const Tensor& residual, int N) {
   Backend& be = *ctx.backend;
+  if (!tensor_parallel(ctx)) {
+    linear_forward(ctx, y, x, w, &b, &residual);
+    return;
+  }
   const size_t n = static_cast<size_t>(N) * static_cast<size_t>(w.shape[0]);
   linear_forward(ctx, y, x, w, nullptr);
   tp_allreduce(ctx, y);

@@ -16,22 +16,25 @@ int rows_of(const Tensor& t) { return static_cast<int>(t.numel() / t.dim(t.ndim(
 
 }  // namespace
 
+bool tensor_parallel(const MicrobatchContext& ctx) { return ctx.tp && ctx.tp->size() > 1; }
+
 void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x) {
-  if (ctx.tp && ctx.tp->size() > 1) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait();
+  if (tensor_parallel(ctx)) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait();
 }
 
 void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
-                    const Parameter* b) {
+                    const Parameter* b, const Tensor* residual) {
   Backend& be = *ctx.backend;
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]), N = rows_of(x);
   if (bf16_product(x, w)) {
     be.gemm_bf16(false, true, N, out, in, 1.0f, x.bf16_data(), in, w.compute_bf16.bf16_data(), in, 0.0f, y.f32(), out,
                  b ? Backend::Epilogue::kBias : Backend::Epilogue::kNone, b ? compute_weight(*b).f32() : nullptr);
+    if (residual) be.accumulate(y.f32(), residual->f32(), static_cast<size_t>(y.numel()));
     return;
   }
   const Tensor xf = working_f32(ctx, x);
-  be.gemm(false, true, N, out, in, 1.0f, xf.f32(), in, compute_weight(w).f32(), in, 0.0f, y.f32(), out);
-  if (b) be.bias_add(y.f32(), compute_weight(*b).f32(), N, out);
+  be.gemm_bias(false, true, N, out, in, xf.f32(), in, compute_weight(w).f32(), in, y.f32(), out,
+               b ? compute_weight(*b).f32() : nullptr, residual ? residual->f32() : nullptr);
 }
 
 void linear_gelu_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,

@@ -101,9 +101,10 @@ Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::u
   s->atty = store(ctx, atty);
   atty = {};
   const Tensor h = f32_like(ctx, N, C);  // x + O(atty), summed over the tp ranks
-  linear_forward(ctx, h, s->atty, ow_, nullptr);
+  const bool tp = tensor_parallel(ctx);  // the residual joins after the tp sum, else in the product
+  linear_forward(ctx, h, s->atty, ow_, nullptr, tp ? nullptr : &xf);
   tp_allreduce(ctx, h);
-  be.accumulate(h.f32(), xf.f32(), static_cast<size_t>(N) * C);
+  if (tp) be.accumulate(h.f32(), xf.f32(), static_cast<size_t>(N) * C);
   xf = {};
   s->h = store(ctx, h);
   Tensor n2 = f32_like(ctx, N, C);
@@ -122,9 +123,9 @@ Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::u
   s->a = store(ctx, a);
   a = {};
   const Tensor y = f32_like(ctx, N, C);
-  linear_forward(ctx, y, s->a, downw_, nullptr);
+  linear_forward(ctx, y, s->a, downw_, nullptr, tp ? nullptr : &h);
   tp_allreduce(ctx, y);
-  be.accumulate(y.f32(), h.f32(), static_cast<size_t>(N) * C);
+  if (tp) be.accumulate(y.f32(), h.f32(), static_cast<size_t>(N) * C);
   if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
     s->att.reset();
     s->atty = {};

@@ -47,6 +47,13 @@ class Backend : public DeviceAllocator {
   // C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N, C is M x N.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                     int lda, const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  // A dense layer's output in one call: C = op(A) * op(B) + bias + residual, where bias[N]
+  // is added to every row and residual is M x N with leading dimension ldc (either may be
+  // null; C must not alias them). The CPU starts C at bias + residual and accumulates the
+  // product into it (sgemm's beta = 1): no zeroing pass inside the BLAS and no separate
+  // bias or residual pass over C.
+  virtual void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
+                         int ldb, float* C, int ldc, const float* bias, const float* residual) = 0;
   // `batch` independent gemms; matrix i starts at A + i*stride_a (etc.).
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                                     const float* A, int lda, long stride_a, const float* B, int ldb,

@@ -11,11 +11,13 @@
 
 namespace pipetrain::layer_util {
 
+// Whether the layer runs on more than one tensor-parallel rank.
+bool tensor_parallel(const MicrobatchContext& ctx);
 // Sums x over the tensor-parallel ranks (no-op without tensor parallelism).
 void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x);
-// Y = X W^T (+ b): X (N, in), W (out, in), Y (N, out).
+// Y = X W^T (+ b) (+ residual): X (N, in), W (out, in), Y and the f32 residual (N, out).
 void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
-                    const Parameter* b);
+                    const Parameter* b, const Tensor* residual = nullptr);
 // Y = gelu(X W^T + b), the pre-activation X W^T + b in `pre` (both (N, out), f32).
 void linear_gelu_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
                          const Parameter& w, const Parameter& b);

@@ -40,6 +40,10 @@ class CpuBackend final : public Backend {
             const float* B, int ldb, float beta, float* C, int ldc) override {
     cpu::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                 float* C, int ldc, const float* bias, const float* residual) override {
+    cpu::gemm_bias(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, bias, residual);
+  }
   void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                  int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
                  float* pre_gelu) override {

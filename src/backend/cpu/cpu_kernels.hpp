@@ -136,6 +136,9 @@ void fill(float* x, float value, size_t n);
 // ---- matrix products (CBLAS sgemm, row-major) ----
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+// C = op(A) op(B) + bias + residual, as Backend::gemm_bias states it.
+void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+               float* C, int ldc, const float* bias, const float* residual);
 // bf16 operands widened into `scratch` (reused between calls), then gemm; the epilogue
 // as Backend::gemm_bf16 states it.
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,

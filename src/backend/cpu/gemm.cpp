@@ -1,10 +1,23 @@
-// Matrix products on the CPU: row-major CBLAS sgemm, and a strided batch as a
-// loop over it.
+// Matrix products on the CPU: row-major CBLAS sgemm, a dense layer's output with its
+// bias and residual (gemm_bias), and a strided batch as a loop over sgemm.
 #include <cblas.h>
 
 #include "cpu_kernels.hpp"
 
 namespace pipetrain::cpu {
+
+namespace {
+PIPETRAIN_SIMD_CLONES
+void start_row(float* c, const float* bias, const float* residual, int n) {
+  if (!residual) {
+    for (int j = 0; j < n; ++j) c[j] = bias[j];
+  } else if (!bias) {
+    for (int j = 0; j < n; ++j) c[j] = residual[j];
+  } else {
+    for (int j = 0; j < n; ++j) c[j] = bias[j] + residual[j];
+  }
+}
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
@@ -19,6 +32,21 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// sgemm with beta = 0 first zeroes C in a pass of its own (OpenBLAS's sgemm_beta), and
+// a bias or residual added afterwards is one more pass over C each: C is instead started
+// at bias + residual (one pass, written once) and the product accumulated into it.
+void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+               float* C, int ldc, const float* bias, const float* residual) {
+  if (!bias && !residual) {
+    gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    return;
+  }
+  Kokkos::parallel_for("pipetrain::gemm_bias_start", HostRange(0, M > 0 ? M : 0), [=](const int64_t i) {
+    start_row(C + i * ldc, bias, residual ? residual + i * ldc : nullptr, N);
+  });
+  gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,

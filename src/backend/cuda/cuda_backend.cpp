@@ -163,6 +163,23 @@ class CudaBackend final : public Backend {
             const float* B, int ldb, float beta, float* C, int ldc) override {
     cuda::gemm(ctx(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  // The product, then the bias and the residual with the elementwise kernels (row by row
+  // when C has padding columns).
+  void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                 float* C, int ldc, const float* bias, const float* residual) override {
+    cuda::gemm(ctx(), trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    if (ldc == N) {
+      if (bias) cuda::bias_add(ctx(), C, bias, M, N);
+      if (residual) cuda::accumulate(ctx(), C, residual, static_cast<size_t>(M) * static_cast<size_t>(N));
+      return;
+    }
+    for (int i = 0; i < M; ++i) {
+      float* row = C + static_cast<size_t>(i) * static_cast<size_t>(ldc);
+      if (bias) cuda::bias_add(ctx(), row, bias, 1, N);
+      if (residual) cuda::accumulate(ctx(), row, residual + static_cast<size_t>(i) * static_cast<size_t>(ldc),
+                                     static_cast<size_t>(N));
+    }
+  }
   void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                  int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
                  float* pre_gelu) override {
