@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
@@ -28,6 +29,7 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);  // as pipetrain: a fallback OpenBLAS kernel is replaced first
   pipetrain::KokkosSession kokkos(argc, argv);
   const std::string device = argc > 1 ? argv[1] : "cpu";
   const int tokens = argc > 2 ? std::max(32, std::atoi(argv[2])) : (device == "cuda" ? 8192 : 1024);

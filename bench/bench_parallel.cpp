@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "bench_common.hpp"
@@ -55,6 +56,7 @@ Result measure(const Config& cfg, MPI_Comm comm, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);  // as pipetrain: a fallback OpenBLAS kernel is replaced first
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // as pipetrain: the progress thread
   int rank = 0, size = 1;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "bench_common.hpp"
@@ -102,6 +103,7 @@ Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);  // as pipetrain: a fallback OpenBLAS kernel is replaced first
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 1;

@@ -14,6 +14,7 @@
 
 #include "bench_common.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
@@ -39,6 +40,7 @@ double step_of(const ModelConfig& m, const std::vector<int>& blocks, const UnitC
 }  // namespace
 
 int main(int argc, char** argv) {
+  pipetrain::select_blas_kernel(argv);  // as pipetrain: a fallback OpenBLAS kernel is replaced first
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rc = 0;

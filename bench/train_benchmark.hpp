@@ -1,7 +1,8 @@
 // The training-throughput benchmark behind bench_train_gpt2 and bench_train_llama:
 // single-rank, single-thread training throughput as a fraction of the BLAS sgemm rate
-// measured in the same run (before and after the training steps, medians), so a noisy
-// shared machine affects both sides alike — and as a fraction of the best sgemm this
+// measured in the same run (after the warm-up and after every step: each step against the
+// rate around it, and the medians), so a noisy shared machine affects both sides alike,
+// with the rate's range printed — and as a fraction of the best sgemm this
 // machine offers: every OpenBLAS kernel the CPU can run is measured in a child process
 // (OPENBLAS_CORETYPE is read when the library loads), so a slow kernel cannot hide behind
 // a ratio to itself. Like `pipetrain`, the benchmark first replaces a fallback OpenBLAS
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -157,8 +159,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
     gemm_square.push_back(sgemm_gflops(*backend, 2048, 2048, 2048, 5));
     gemm_model.push_back(sgemm_gflops(*backend, tokens_mb, 3 * cfg.model.d_model, cfg.model.d_model, 5));
   };
-  measure_gemm();
   trainer.train_step(0);  // warm-up: fills the memory pool
+  measure_gemm();  // and again after every step: each step is set against the rate around it
   std::vector<double> step_s, program_s, tail_s[3];  // tail: reductions, norm, optimizer
   double activations = 0;  // the step's pool peak above what it starts with: stash + working tensors
   for (int s = 1; s <= steps; ++s) {
@@ -172,9 +174,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
     tail_s[1].push_back(m.phases.norm_s);
     tail_s[2].push_back(m.phases.optimizer_s);
     fmt::print("step {}: loss {:.4f}, {:.3f} s\n", s, m.loss, m.step_time_s);
-    if (s == steps / 2) measure_gemm();
+    measure_gemm();
   }
-  measure_gemm();
 
   const double t = median(step_s);
   const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / t;
@@ -189,6 +190,17 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   fmt::print("sgemm 2048^3:           {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", sq, model_gflops / sq);
   fmt::print("sgemm {}x{}x{} (QKV): {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", tokens_mb,
              3 * cfg.model.d_model, cfg.model.d_model, mo, model_gflops / mo);
+  // A machine whose speed drifts (a shared VM) moves both sides of the ratio: each step
+  // against the mean of the sgemm rates measured just before and just after it.
+  std::vector<double> per_step;
+  for (size_t i = 0; i < step_s.size(); ++i)
+    per_step.push_back(static_cast<double>(trainer.tokens_per_step()) / step_s[i] * flops_per_token / 1e9 /
+                       (0.5 * (gemm_square[i] + gemm_square[i + 1])));
+  const auto [lo, hi] = std::minmax_element(gemm_square.begin(), gemm_square.end());
+  fmt::print("model/sgemm, each step against the 2048^3 rate around it: median {:.3f} ({:.3f})\n", median(per_step),
+             fmt::join(per_step, ", "));
+  fmt::print("sgemm 2048^3 during the run: {:.1f} to {:.1f} GFLOP/s{}\n", *lo, *hi,
+             *hi > 1.1 * *lo ? " (this machine's speed changed by more than 10%: the ratios carry that uncertainty)" : "");
   // Against the best kernel the machine offers (the same shapes, measured alone).
   if (!kernels.empty() && cfg.model.d_model == kD) {
     fmt::print("every OpenBLAS kernel this CPU runs (sgemm 2048^3 / QKV, GFLOP/s, one thread):\n");
