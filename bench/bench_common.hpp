@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <optional>
 #include <cstdint>
 #include <vector>
@@ -39,6 +40,26 @@ inline BatchSource random_tokens(int vocab, int T) {
       tgt[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
     }
   };
+}
+
+// The single-rank baselines run on every rank (core) at once; a VM's cores can differ in
+// speed, and a synchronous layout over them is paced by the slowest. Gathers each rank's
+// single-rank step and returns their mean; rank 0 prints them with that bound: at most
+// size x mean / slowest of linear.
+inline double single_rank_mean(double step_s, int rank) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<double> all(static_cast<size_t>(size));
+  MPI_Allgather(&step_s, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  double sum = 0;
+  for (double s : all) sum += s;
+  const double mean = sum / size, slowest = *std::max_element(all.begin(), all.end());
+  if (rank == 0)
+    fmt::print("  single-rank step per rank (median): {:.3f} s: the cores differ by {:.0f}%; a layout over all of "
+               "them reaches at most {:.2f} x single rank\n",
+               fmt::join(all, " s, "), 100.0 * (slowest / *std::min_element(all.begin(), all.end()) - 1.0),
+               size * mean / slowest);
+  return mean;
 }
 
 // Prints each rank's median step phases (StepMetrics::Phases, collected per step),

@@ -83,12 +83,11 @@ int main(int argc, char** argv) {
 
     // The single-rank run on every rank at once: both cores busy, as in the parallel runs.
     Result single = measure(cfg, MPI_COMM_SELF, steps);
-    MPI_Allreduce(MPI_IN_PLACE, &single.step_s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    single.step_s /= size;
     if (rank == 0)
-      fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n"
-                 "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
-                 layers, batch, seq_len, blas_kernel_name(), single.step_s, tokens / single.step_s);
+      fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers,
+                 batch, seq_len, blas_kernel_name());
+    single.step_s = bench::single_rank_mean(single.step_s, rank);
+    if (rank == 0) fmt::print("single rank: {:.3f} s/step, {:.0f} tokens/s\n", single.step_s, tokens / single.step_s);
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
     // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded)
     for (const std::string kind : {"dp", "dp, no progress thread", "dp, ZeRO-1", "tp"}) {

@@ -145,9 +145,10 @@ int main(int argc, char** argv) {
       pipes.push_back(std::make_unique<Run>(pcfg, MPI_COMM_WORLD));
     }
     std::vector<std::vector<double>> ratios(names.size());
-    std::vector<double> singles;
+    std::vector<double> singles, mine;
     for (int s = 1; s <= steps; ++s) {
       double one = single.step(s);
+      mine.push_back(one);
       MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       one /= size;
       singles.push_back(one);
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
       fmt::print("GPT-2 {} layers, d_model 768, seq {}, m = {} microbatches of 1 sequence; BLAS {}, 1 thread/rank\n"
                  "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
                  layers, seq_len, microbatches, blas_kernel_name(), single_s, tokens / single_s);
+    bench::single_rank_mean(median(mine), rank);
     for (size_t k = 0; k < pipes.size(); ++k) {
       if (rank == 0)
         fmt::print("{} on pp = {} (layers per stage {}):\n", names[k], size,
