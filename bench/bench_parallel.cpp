@@ -1,7 +1,9 @@
 // Benchmark: data parallelism (dp = 2) and tensor parallelism (tp = 2) on 2 ranks (one
 // core each) against the single-rank run measured in the same job, with the share of
 // the step spent blocked in collectives; dp with and without the progress thread and
-// with ZeRO-1.
+// with ZeRO-1. Each layout takes its timed steps in turns with a single-rank run (built
+// beside it), and each of its steps is set against the single-rank step of the same
+// round: a shared VM's speed drifts over minutes, by more than the effects measured.
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 3]
@@ -9,8 +11,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -27,31 +31,30 @@ using bench::random_tokens;
 
 namespace {
 
-struct Result {
-  double step_s = 0, dp_comm_s = 0, tp_comm_s = 0;
-};
+// One layout's trainer (warmed up) and what its timed steps measured.
+struct Run {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Grid grid;
+  Trainer trainer;
+  std::vector<double> step_s, dp_s, tp_s, phase[4];
 
-Result measure(const Config& cfg, MPI_Comm comm, int steps) {
-  auto backend = make_cpu_backend();
-  Grid grid(comm, cfg.parallel);
-  Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len));
-  trainer.train_step(0);
-  std::vector<double> step, dp, tp, phase[4];
-  for (int s = 1; s <= steps; ++s) {
+  Run(const Config& cfg, MPI_Comm comm)
+      : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
+    trainer.train_step(0);
+  }
+  // This step's time (the slowest rank's, as the trainer reports it).
+  double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
     const StepMetrics m = trainer.train_step(s);
-    step.push_back(m.step_time_s);
+    step_s.push_back(m.step_time_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
-    dp.push_back(grid.dp_comm().comm_seconds());
-    tp.push_back(grid.tp_comm().comm_seconds());
+    dp_s.push_back(grid.dp_comm().comm_seconds());
+    tp_s.push_back(grid.tp_comm().comm_seconds());
+    return m.step_time_s;
   }
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  bench::print_phases(phase, rank);
-  return {median(step), median(dp), median(tp)};
-}
+};
 
 }  // namespace
 
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
-    app.add_option("--steps", steps);
+    app.add_option("--steps", steps, "timed steps of each layout (each beside a single-rank step)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
@@ -80,30 +83,40 @@ int main(int argc, char** argv) {
     cfg.train.microbatches = 1;
     cfg.train.steps = steps + 1;
     const double tokens = static_cast<double>(batch) * seq_len;
-
-    // The single-rank run on every rank at once: both cores busy, as in the parallel runs.
-    Result single = measure(cfg, MPI_COMM_SELF, steps);
     if (rank == 0)
-      fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers,
-                 batch, seq_len, blas_kernel_name());
-    single.step_s = bench::single_rank_mean(single.step_s, rank);
-    if (rank == 0) fmt::print("single rank: {:.3f} s/step, {:.0f} tokens/s\n", single.step_s, tokens / single.step_s);
+      fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers, batch,
+                 seq_len, blas_kernel_name());
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
-    // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded)
+    // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
+    std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
     for (const std::string kind : {"dp", "dp, no progress thread", "dp, ZeRO-1", "tp"}) {
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
-      const Result r = measure(c, MPI_COMM_WORLD, steps);
-      double comm = kind[0] == 'd' ? r.dp_comm_s : r.tp_comm_s;
+      // The single-rank run goes on every rank at once (both cores busy, as in the layout).
+      Run single(cfg, MPI_COMM_SELF), layout(c, MPI_COMM_WORLD);
+      std::vector<double> ratios, one_s;
+      for (int s = 1; s <= steps; ++s) {
+        double one = single.step(s);
+        singles.push_back(one);
+        MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        one /= size;
+        one_s.push_back(one);
+        ratios.push_back(one / layout.step(s));
+      }
+      double comm = median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      const double t = median(layout.step_s);
       if (rank == 0)
-        fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s = {:.2f} x single rank; blocked in {} collectives "
-                   "{:.3f} s = {:.1f}% of the step\n",
-                   kind, size, r.step_s, tokens / r.step_s, single.step_s / r.step_s, kind.substr(0, 2),
-                   comm, 100.0 * comm / r.step_s);
+        fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s (single rank in the same rounds {:.3f} s); per round, "
+                   "single-rank step / this step: median {:.2f} x single rank (rounds: {:.2f}); blocked in {} "
+                   "collectives {:.3f} s = {:.1f}% of the step\n",
+                   kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
+                   kind.substr(0, 2), comm, 100.0 * comm / t);
+      bench::print_phases(layout.phase, rank);
     }
+    bench::single_rank_mean(median(singles), rank);
   }
   MPI_Finalize();
   return 0;

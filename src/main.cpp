@@ -7,8 +7,10 @@
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/app/fail_fast.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
+#include "pipetrain/topology/node_cpus.hpp"
 
 namespace {
 
@@ -51,6 +53,8 @@ int main(int argc, char** argv) {
   // main thread computes; with less, that thread is simply not started.
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   pipetrain::install_fail_fast();
+  const pipetrain::NodeCpus where = pipetrain::node_cpus(MPI_COMM_WORLD);  // before the first product
+  pipetrain::apply_blas_threads(where.cpus, where.sharers);
   int status = 0;
   if (world_size() > 1) {
     status = run(argc, argv);  // nothing caught: an error ends the job where it is raised

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/backend/blas_threads.hpp"
 
 namespace pipetrain {
 namespace {
@@ -34,6 +35,18 @@ TEST(BlasKernel, ARightOrUnknownCoreIsKept) {
   EXPECT_EQ(better_openblas_core("SkylakeX", isa(2)), "");      // never "down"
   EXPECT_EQ(better_openblas_core("unknown", isa(3)), "");       // not OpenBLAS
   EXPECT_EQ(better_openblas_core("NEOVERSEN1", isa(0)), "");    // not x86
+}
+
+// Each rank runs its share of the CPUs it may run on, rounded down (never more threads
+// than cores), never below one.
+TEST(BlasThreads, EachRankTakesItsShareOfTheCpusItMayRunOn) {
+  EXPECT_EQ(blas_threads_share(2, 2), 1);    // mpirun -np 2 without binding on 2 cores
+  EXPECT_EQ(blas_threads_share(1, 1), 1);    // bound to one core
+  EXPECT_EQ(blas_threads_share(64, 8), 8);   // 8 ranks bound to one 64-core socket
+  EXPECT_EQ(blas_threads_share(64, 1), 64);  // one rank per socket
+  EXPECT_EQ(blas_threads_share(2, 8), 1);    // more ranks than cores
+  EXPECT_EQ(blas_threads_share(6, 4), 1);
+  EXPECT_EQ(blas_threads_share(0, 1), 1);
 }
 
 }  // namespace

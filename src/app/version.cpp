@@ -6,6 +6,7 @@
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/comm/nccl_communicator.hpp"
 #include "pipetrain/core/fault.hpp"
@@ -22,10 +23,10 @@ std::string version_text() {
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
-      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}), cuda ({})\n"
+      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}, {}), cuda ({})\n"
       "MPI: {}\nNCCL: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
-      blas_kernel_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
+      blas_kernel_summary(), blas_threads_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
       " (parallel)"
 #else

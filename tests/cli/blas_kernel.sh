@@ -37,4 +37,16 @@ OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best timeout 120 "$MPIEXEC" -np
   --set model.max_seq_len=16 --set train.steps=2 --set parallel.pp=2 --set log.progress=false >train.out
 expect_contains "$(cat train.out)" "(corrected from Prescott on this" "train header"
 grep -q "^step" train.out || die "the corrected run did not train: $(cat train.out)"
+
+echo "== BLAS threads: each rank its share of the CPUs it may run on; a user's count is honoured"
+cpus=$(nproc)
+share=$((cpus / 2 > 0 ? cpus / 2 : 1))
+threads() { env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS -u OMP_NUM_THREADS "$@" | grep "^backends:" | sort -u; }
+out=$(threads timeout 60 "$MPIEXEC" -np 2 --bind-to none "$PIPETRAIN" --version)
+want="$share thread"; [ "$share" -gt 1 ] && want="$share threads"
+expect_contains "$out" "$want ($cpus CPU" "two unbound ranks"
+expect_contains "$out" "shared by 2 ranks)" "two unbound ranks"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || die "the two ranks chose differently: $out"
+out=$(threads env OPENBLAS_NUM_THREADS=1 "$PIPETRAIN" --version)
+expect_contains "$out" "1 thread (OPENBLAS_NUM_THREADS)" "the user's count"
 echo "kernel selection checks passed"

@@ -14,6 +14,7 @@
 #include "cpu_kernels.hpp"
 #include "pipetrain/core/host_allocator.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/error.hpp"
 
@@ -26,7 +27,8 @@ class CpuBackend final : public Backend {
   DeviceId device() const override { return {DeviceKind::Host, 0}; }
   Stream& stream() override { return host_stream(); }
   std::string name() const override {
-    return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ")";
+    return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ", " +
+           blas_threads_summary() + ")";
   }
 
   void* allocate(size_t bytes) override { return memory_.allocate(bytes); }

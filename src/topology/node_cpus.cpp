@@ -1,0 +1,40 @@
+#include "pipetrain/topology/node_cpus.hpp"
+
+#include <sched.h>
+
+#include <cstring>
+#include <vector>
+
+namespace pipetrain {
+
+NodeCpus node_cpus(MPI_Comm comm) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  NodeCpus out;
+  if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+    out.cpus = CPU_COUNT(&mine);
+  } else {  // no mask to read: every CPU, as the BLAS would assume
+    for (int c = 0; c < CPU_SETSIZE && c < 1024; ++c) CPU_SET(c, &mine);
+    out.cpus = 1;
+  }
+  if (out.cpus < 1) out.cpus = 1;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  std::vector<cpu_set_t> all(static_cast<size_t>(local));
+  MPI_Allgather(&mine, sizeof(cpu_set_t), MPI_BYTE, all.data(), sizeof(cpu_set_t), MPI_BYTE, node);
+  MPI_Comm_free(&node);
+  out.sharers = 0;
+  for (auto& other : all) {
+    cpu_set_t both;
+    CPU_AND(&both, &mine, &other);
+    if (CPU_COUNT(&both) > 0) ++out.sharers;
+  }
+  if (out.sharers < 1) out.sharers = 1;
+  return out;
+}
+
+}  // namespace pipetrain
