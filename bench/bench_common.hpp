@@ -42,6 +42,14 @@ inline BatchSource random_tokens(int vocab, int T) {
   };
 }
 
+// The mean of x over the ranks of MPI_COMM_WORLD (each rank's single-rank step of a round).
+inline double mean_over_ranks(double x) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return x / size;
+}
+
 // The single-rank baselines run on every rank (core) at once; a VM's cores can differ in
 // speed, and a synchronous layout over them is paced by the slowest. Gathers each rank's
 // single-rank step and returns their mean; rank 0 prints them with that bound: at most

@@ -98,10 +98,8 @@ int main(int argc, char** argv) {
       Run single(cfg, MPI_COMM_SELF), layout(c, MPI_COMM_WORLD);
       std::vector<double> ratios, one_s;
       for (int s = 1; s <= steps; ++s) {
-        double one = single.step(s);
-        singles.push_back(one);
-        MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        one /= size;
+        singles.push_back(single.step(s));
+        const double one = bench::mean_over_ranks(singles.back());
         one_s.push_back(one);
         ratios.push_back(one / layout.step(s));
       }

@@ -147,10 +147,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> ratios(names.size());
     std::vector<double> singles, mine;
     for (int s = 1; s <= steps; ++s) {
-      double one = single.step(s);
-      mine.push_back(one);
-      MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      one /= size;
+      mine.push_back(single.step(s));
+      const double one = bench::mean_over_ranks(mine.back());
       singles.push_back(one);
       for (size_t k = 0; k < pipes.size(); ++k) ratios[k].push_back(one / pipes[k]->step(s) / size);
     }
