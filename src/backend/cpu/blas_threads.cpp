@@ -19,8 +19,6 @@ std::string& how() {
   return text;
 }
 
-std::string threads_text(int n) { return fmt::format("{} thread{}", n, n == 1 ? "" : "s"); }
-
 }  // namespace
 
 int blas_threads_share(int cpus, int sharers) {
@@ -45,8 +43,9 @@ void apply_blas_threads(int cpus, int sharers) {
 
 std::string blas_threads_summary() {
 #ifdef PIPETRAIN_HAVE_OPENBLAS
-  const std::string n = threads_text(openblas_get_num_threads());
-  return how().empty() ? n : n + " " + how();
+  const int n = openblas_get_num_threads();
+  const std::string count = fmt::format("{} thread{}", n, n == 1 ? "" : "s");
+  return how().empty() ? count : count + " " + how();
 #else
   return "threads as the BLAS sets them";
 #endif
