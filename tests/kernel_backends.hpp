@@ -1,7 +1,12 @@
-// Shared by the kernel harness suites: the list of backends under test and a
-// device buffer mirroring a host vector (moved with Backend::allocate/copy, which for
-// the CUDA backend accepts host pointers: cudaMemcpyDefault).
+// Shared by the kernel harness suites: the list of backends under test, the fixture
+// that gives each test instance its backend, a device buffer mirroring a host vector
+// (moved with Backend::allocate/copy, which for the CUDA backend accepts host pointers:
+// cudaMemcpyDefault) and the elementwise comparison with the reference.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -19,6 +24,40 @@ struct BackendFactory {
 };
 
 inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; }
+
+inline std::string factory_name(const ::testing::TestParamInfo<BackendFactory>& info) { return info.param.name; }
+
+// One backend per test instance; the CUDA instances skip with the reason when there is no GPU.
+class BackendTest : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (GetParam().name == "cuda" && !cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+    be_ = GetParam().make();
+  }
+  Backend& be() { return *be_; }
+  std::unique_ptr<Backend> be_;
+};
+
+// |got - want| <= atol + rtol * |want| everywhere (NaN fails).
+template <class R>
+::testing::AssertionResult close(const std::vector<float>& got, const R& want, double rtol, double atol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
+  size_t bad = 0, first = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = static_cast<double>(want[i]);
+    const double err = std::abs(static_cast<double>(got[i]) - w);
+    if (!(err <= atol + rtol * std::abs(w))) {
+      if (bad++ == 0) first = i;
+      worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " mismatch; first at " << first << ": got "
+         << got[first] << " want " << static_cast<double>(want[first]) << "; worst err " << worst;
+}
 
 inline std::vector<BackendFactory> backend_factories() {
   return {{"cpu", [] { return make_cpu_backend(); }},

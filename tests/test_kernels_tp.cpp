@@ -38,24 +38,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 using testing::BackendFactory;
 using testing::backend_factories;
+using testing::close;
 using testing::DevBuf;
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN fails).
-template <class R>
-::testing::AssertionResult close(const Vec& got, const R& want, double rtol, double atol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double w = static_cast<double>(want[i]);
-    if (!(std::abs(static_cast<double>(got[i]) - w) <= atol + rtol * std::abs(w))) {
-      if (bad++ == 0) first = i;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " mismatch; first at "
-                                       << first << ": got " << got[first] << " want "
-                                       << static_cast<double>(want[first]);
-}
+using testing::factory_name;
 
 Vec to_float(const DVec& d) { return Vec(d.begin(), d.end()); }
 
@@ -67,16 +52,8 @@ Vec columns(const Vec& m, int N, int ld, int c0, int w) {
   return out;
 }
 
-class KernelTpTest : public ::testing::TestWithParam<BackendFactory> {
+class KernelTpTest : public testing::BackendTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (GetParam().name == "cuda" && !cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
-    be_ = GetParam().make();
-  }
-  Backend& be() { return *be_; }
-  std::unique_ptr<Backend> be_;
-
   // The three cross-entropy phases on one shard (outputs start as NaN).
   Vec local_max(const Vec& logits, int N, int Vl, int col_begin, int V) {
     DevBuf<float> l(be(), logits), m(be(), Vec(N, kNaN));
@@ -105,9 +82,6 @@ class KernelTpTest : public ::testing::TestWithParam<BackendFactory> {
   }
 };
 
-std::string factory_name(const ::testing::TestParamInfo<BackendFactory>& info) {
-  return info.param.name;
-}
 INSTANTIATE_TEST_SUITE_P(Backends, KernelTpTest, ::testing::ValuesIn(backend_factories()),
                          factory_name);
 
