@@ -2,7 +2,6 @@
 
 #include <sched.h>
 
-#include <cstring>
 #include <vector>
 
 namespace pipetrain {
@@ -13,8 +12,8 @@ NodeCpus node_cpus(MPI_Comm comm) {
   NodeCpus out;
   if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
     out.cpus = CPU_COUNT(&mine);
-  } else {  // no mask to read: every CPU, as the BLAS would assume
-    for (int c = 0; c < CPU_SETSIZE && c < 1024; ++c) CPU_SET(c, &mine);
+  } else {  // no mask to read: one thread, and the mask counted as every CPU (shared with every rank)
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
     out.cpus = 1;
   }
   if (out.cpus < 1) out.cpus = 1;
