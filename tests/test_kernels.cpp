@@ -293,6 +293,21 @@ TEST_P(KernelTest, AdamW) {
   }
 }
 
+// Buffers past 4 MB are filled with streaming stores on x86-64 (their own aligned body,
+// scalar head and tail): every element of an unaligned range set, its neighbours not.
+TEST_P(KernelTest, FillLargeUnalignedRange) {
+  const size_t n = (size_t(4) << 20) / sizeof(float) + 8195;  // past the streaming threshold, odd chunks
+  DevBuf<float> buf(be(), Vec(n + 8, -1.0f));
+  for (size_t offset : {size_t(0), size_t(1), size_t(3)}) {
+    be().fill(buf.get() + offset, 0.0f, n);
+    const Vec h = buf.host();
+    for (size_t i = 0; i < offset; ++i) ASSERT_EQ(h[i], -1.0f) << "offset " << offset << ", element " << i;
+    for (size_t i = offset; i < offset + n; ++i) ASSERT_EQ(h[i], 0.0f) << "offset " << offset << ", element " << i;
+    for (size_t i = offset + n; i < n + 8; ++i) ASSERT_EQ(h[i], -1.0f) << "offset " << offset << ", element " << i;
+    be().fill(buf.get(), -1.0f, n + 8);
+  }
+}
+
 TEST_P(KernelTest, ElementwiseAndReductions) {
   const size_t n = 10007;  // more than one chunk, not a multiple of 8
   const Vec a = random_vec(n, 27), b = random_vec(n, 28);

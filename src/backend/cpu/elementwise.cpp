@@ -1,15 +1,42 @@
 // Elementwise kernels and reductions on the host: fill, add, accumulate,
 // scale, the bf16 casts, sum_squares, all_finite, bias_add, bias_backward.
+#include <cstdint>
 #include <cstring>
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "cpu_kernels.hpp"
 
 namespace pipetrain::cpu {
 
+namespace {
+
+// Buffers beyond a core's L2 (a step's gradients: hundreds of MB) are filled with
+// non-temporal stores: an ordinary store first reads each line it writes, so streaming
+// halves the memory traffic (measured 2.4x faster zeroing of 0.5 GB, bench_kernels).
+// Smaller buffers are about to be read, and stay in cache with ordinary stores.
+constexpr size_t kStreamFillBytes = size_t{4} << 20;
+
+void fill_range(float* x, float value, int64_t b, int64_t e, bool stream) {
+#if defined(__SSE__)
+  if (stream) {
+    for (; b < e && reinterpret_cast<uintptr_t>(x + b) % 16 != 0; ++b) x[b] = value;
+    const __m128 v = _mm_set1_ps(value);
+    for (; b + 4 <= e; b += 4) _mm_stream_ps(x + b, v);
+    _mm_sfence();  // this work item's streamed stores are visible before it ends
+  }
+#else
+  (void)stream;
+#endif
+  for (int64_t i = b; i < e; ++i) x[i] = value;
+}
+
+}  // namespace
+
 void fill(float* x, float value, size_t n) {
-  for_chunks("pipetrain::fill", n, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] = value;
-  });
+  const bool stream = n * sizeof(float) >= kStreamFillBytes;
+  for_chunks("pipetrain::fill", n, [=](int64_t b, int64_t e) { fill_range(x, value, b, e, stream); });
 }
 
 void add(float* out, const float* a, const float* b, size_t n) {
