@@ -69,6 +69,28 @@ void cast_to_f32(float* out, const bf16* in, size_t n) {
   });
 }
 
+namespace {
+
+// The sum of squares of x[0, n) in double, over kLanes fixed lanes (the same order, so
+// the same bits, in every clone).
+PIPETRAIN_SIMD_CLONES
+double sum_squares_chunk(const float* x, int64_t n) {
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = x[i + j];
+      lane[j] += v * v;
+    }
+  }
+  double s = 0.0;
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (int j = 0; j < kLanes; ++j) s += lane[j];
+  return s;
+}
+
+}  // namespace
+
 double sum_squares(const float* x, size_t n) {
   const int64_t total = static_cast<int64_t>(n);
   const int64_t count = (total + kChunk - 1) / kChunk;
@@ -77,19 +99,7 @@ double sum_squares(const float* x, size_t n) {
       "pipetrain::sum_squares", HostRange(0, count),
       [=](const int64_t ci, double& sum) {
         const int64_t b = ci * kChunk;
-        const int64_t e = b + kChunk < total ? b + kChunk : total;
-        double lane[kLanes] = {};
-        int64_t i = b;
-        for (; i + kLanes <= e; i += kLanes) {
-          for (int j = 0; j < kLanes; ++j) {
-            const double v = x[i + j];
-            lane[j] += v * v;
-          }
-        }
-        double s = 0.0;
-        for (; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
-        for (int j = 0; j < kLanes; ++j) s += lane[j];
-        sum += s;
+        sum += sum_squares_chunk(x + b, (b + kChunk < total ? b + kChunk : total) - b);
       },
       result);
   return result;
