@@ -2,11 +2,11 @@
 // core each) against the single-rank run measured in the same job, with the share of
 // the step spent blocked in collectives; dp with and without the progress thread and
 // with ZeRO-1. Each layout takes its timed steps in turns with a single-rank run (built
-// beside it), and each of its steps is set against the single-rank step of the same
-// round: a shared VM's speed drifts over minutes, by more than the effects measured.
+// beside it), and each of its steps is set against the single-rank steps just before and
+// after it: a shared VM's speed drifts over minutes, by more than the effects measured.
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
-//                                                        [--batch 8] [--steps 3]
+//                                                        [--batch 8] [--steps 5]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -67,12 +67,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   {
     KokkosSession kokkos(argc, argv);
-    int layers = 12, seq_len = 128, batch = 8, steps = 3;
+    int layers = 12, seq_len = 128, batch = 8, steps = 5;
     CLI::App app{"dp = 2 and tp = 2 vs a single rank, with the collectives' share of the step"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
-    app.add_option("--steps", steps, "timed steps of each layout (each beside a single-rank step)");
+    app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     cfg.train.seq_len = seq_len;
     cfg.train.global_batch = batch;
     cfg.train.microbatches = 1;
-    cfg.train.steps = steps + 1;
+    cfg.train.steps = steps + 2;  // the single-rank run: a warm-up, then one before each layout step and one after the last
     const double tokens = static_cast<double>(batch) * seq_len;
     if (rank == 0)
       fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers, batch,
@@ -96,19 +96,26 @@ int main(int argc, char** argv) {
       c.parallel.zero1 = kind == "dp, ZeRO-1";
       // The single-rank run goes on every rank at once (both cores busy, as in the layout).
       Run single(cfg, MPI_COMM_SELF), layout(c, MPI_COMM_WORLD);
+      // Single-rank steps bracket the layout's (S L S L ... S): each layout step is set
+      // against the mean of the single-rank steps just before and after it.
       std::vector<double> ratios, one_s;
-      for (int s = 1; s <= steps; ++s) {
+      auto single_step = [&](int s) {
         singles.push_back(single.step(s));
-        const double one = bench::mean_over_ranks(singles.back());
-        one_s.push_back(one);
-        ratios.push_back(one / layout.step(s));
+        one_s.push_back(bench::mean_over_ranks(singles.back()));
+        return one_s.back();
+      };
+      double before = single_step(1);
+      for (int s = 1; s <= steps; ++s) {
+        const double step = layout.step(s), after = single_step(s + 1);
+        ratios.push_back(0.5 * (before + after) / step);
+        before = after;
       }
       double comm = median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       const double t = median(layout.step_s);
       if (rank == 0)
-        fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s (single rank in the same rounds {:.3f} s); per round, "
-                   "single-rank step / this step: median {:.2f} x single rank (rounds: {:.2f}); blocked in {} "
+        fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s (single rank in the same run {:.3f} s); each step against "
+                   "the single-rank steps around it: median {:.2f} x single rank (steps: {:.2f}); blocked in {} "
                    "collectives {:.3f} s = {:.1f}% of the step\n",
                    kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
                    kind.substr(0, 2), comm, 100.0 * comm / t);

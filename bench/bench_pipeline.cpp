@@ -1,10 +1,10 @@
 // Benchmark: pipeline-parallel training on 2 ranks (one core each) against the
 // single-rank run measured in the same job, and against simulate() fed with the
 // per-action costs measured in the pipelined run itself. The layouts take their timed steps
-// in turns, each pipelined step against the single-rank step of the same round.
+// in turns, each pipelined step against the single-rank steps just before and after it.
 //
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
-//                                         [--layers-per-stage 9,3 (default auto)] [--steps 3]
+//                                         [--layers-per-stage 9,3 (default auto)] [--steps 5]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   {
     KokkosSession kokkos(argc, argv);
-    int layers = 12, seq_len = 128, microbatches = 8, steps = 3;
+    int layers = 12, seq_len = 128, microbatches = 8, steps = 5;
     std::vector<int> split;  // empty: parallel.layers_per_stage = "auto" (the default)
     CLI::App app{"pipeline-parallel throughput vs single rank and vs simulate()"};
     app.add_option("--layers", layers);
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     app.add_option("--microbatches", microbatches);
     app.add_option("--layers-per-stage", split, "blocks per stage (default: auto, balanced by measured costs)")
         ->delimiter(',');
-    app.add_option("--steps", steps);
+    app.add_option("--steps", steps, "timed steps of each schedule (each between two single-rank steps)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
@@ -128,12 +128,11 @@ int main(int argc, char** argv) {
     cfg.train.seq_len = seq_len;
     cfg.train.global_batch = microbatches;  // one sequence per microbatch
     cfg.train.microbatches = microbatches;
-    cfg.train.steps = steps + 1;
+    cfg.train.steps = 2 * steps + 2;  // the single-rank run's: one warm-up, then one before and after each
 
-    // Every layout built first, then their timed steps taken in turns (single rank, each
-    // schedule, again): this VM's speed drifts over minutes, and each pipelined step is
-    // compared with the single-rank step of the same round. The single-rank run goes on
-    // every rank at once (same core count and memory traffic as the pipeline).
+    // Every layout built first, then their timed steps taken in turns: a shared VM's speed
+    // drifts over minutes. The single-rank run goes on every rank at once (same core count
+    // and memory traffic as the pipeline).
     Run single(cfg, MPI_COMM_SELF);
     Config pcfg = cfg;
     pcfg.parallel.pp = size;
@@ -144,14 +143,24 @@ int main(int argc, char** argv) {
       pcfg.schedule.name = name;
       pipes.push_back(std::make_unique<Run>(pcfg, MPI_COMM_WORLD));
     }
+    // Single-rank steps bracket every pipelined step (S P1 S P2 S P1 ...): each pipelined
+    // step is set against the mean of the single-rank steps just before and after it, so a
+    // drift that is steady over the two cancels.
     std::vector<std::vector<double>> ratios(names.size());
     std::vector<double> singles, mine;
-    for (int s = 1; s <= steps; ++s) {
-      mine.push_back(single.step(s));
-      const double one = bench::mean_over_ranks(mine.back());
-      singles.push_back(one);
-      for (size_t k = 0; k < pipes.size(); ++k) ratios[k].push_back(one / pipes[k]->step(s) / size);
-    }
+    int single_steps = 0;
+    auto single_step = [&] {
+      mine.push_back(single.step(++single_steps));
+      singles.push_back(bench::mean_over_ranks(mine.back()));
+      return singles.back();
+    };
+    double before = single_step();
+    for (int s = 1; s <= steps; ++s)
+      for (size_t k = 0; k < pipes.size(); ++k) {
+        const double pipelined = pipes[k]->step(s), after = single_step();
+        ratios[k].push_back(0.5 * (before + after) / pipelined / size);
+        before = after;
+      }
     const double single_s = median(singles);
     const double tokens = static_cast<double>(cfg.train.global_batch) * seq_len;
     if (rank == 0)
@@ -167,8 +176,8 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         const double ideal = double(microbatches) / (microbatches + size - 1);
         fmt::print("  step {:.3f} s (executor {:.3f} s); simulate() with measured costs {:.3f} s -> measured/simulated {:.3f}\n"
-                   "  bubble measured {:.3f}, simulated {:.3f}; throughput {:.0f} tokens/s; per round, single-rank step / "
-                   "({} x this step): median {:.3f} (rounds: {:.3f}); theory m/(m+p-1) = {:.3f}\n",
+                   "  bubble measured {:.3f}, simulated {:.3f}; throughput {:.0f} tokens/s; each step against the single-rank "
+                   "steps around it, single rank / ({} x this step): median {:.3f} (steps: {:.3f}); theory m/(m+p-1) = {:.3f}\n",
                    m.step_s, m.exec_s, m.sim_makespan, m.exec_s / m.sim_makespan, m.bubble, m.sim_bubble,
                    tokens / m.step_s, size, m.vs_single, fmt::join(ratios[k], ", "), ideal);
       }
