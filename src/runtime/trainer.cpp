@@ -229,7 +229,7 @@ void for_each_in_range(ParameterStore& params, int64_t range_lo, int64_t range_h
 
 // One reduction over the flat gradient buffer (its padding is zero), less the parameters
 // that do not count (the last stage's tied-embedding copy): one launch, not one per tensor.
-double Trainer::global_grad_norm() {
+double Trainer::local_grad_squares() {
   double sq = 0;
   if (grad_shard_.defined()) {  // ZeRO-1: each dp rank holds the reduced gradients of its shard
     sq = backend_.sum_squares(grad_shard_.f32(), static_cast<size_t>(grad_shard_.numel()));
@@ -237,7 +237,6 @@ double Trainer::global_grad_norm() {
       if (!counts_in_norm(p))
         sq -= backend_.sum_squares(grad_shard_.f32() + (lo - shard_lo_), static_cast<size_t>(hi - lo));
     });
-    grid_.world().allreduce_sum(&sq, 1);
   } else {
     // Runs of adjacent counted parameters (with the zero padding between them), so the
     // parameters that do not count are never read: the last stage's wte.grad may still
@@ -259,9 +258,8 @@ double Trainer::global_grad_norm() {
       hi = p->offset + p->numel();
     }
     close();
-    grid_.replica_comm().allreduce_sum(&sq, 1);
   }
-  return std::sqrt(sq);
+  return sq;
 }
 
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {
@@ -327,14 +325,24 @@ StepMetrics Trainer::train_step(int step) {
   out.phases.reduce_s = since();
   watchdog::set_position(fmt::format("step {}, loss and gradient norm", step));
 
-  double sums[2] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
-                    last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0};
-  grid_.world().allreduce_sum(sums, 2);
+  // This rank's part of the gradient norm first, then the reductions: a rank whose
+  // gradients are final early (a pipeline's last stage) reads them while the others still
+  // compute, not after waiting for them. The norm sums over one replica (each value once);
+  // under ZeRO-1 or with one replica that is the whole grid, and one reduction carries all.
+  double sums[3] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
+                    last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
+                    local_grad_squares()};
+  if (grad_shard_.defined() || grid_.dp() == 1) {
+    grid_.world().allreduce_sum(sums, 3);
+  } else {
+    grid_.world().allreduce_sum(sums, 2);
+    grid_.replica_comm().allreduce_sum(&sums[2], 1);
+  }
   out.loss = sums[0] / static_cast<double>(step_tokens);
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
-  out.grad_norm = global_grad_norm();
+  out.grad_norm = std::sqrt(sums[2]);
   out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {

@@ -114,7 +114,9 @@ class Trainer {
 
  private:
   void reduce_gradients();
-  double global_grad_norm();
+  // This rank's sum of squared gradients, each value of the model counted once over a
+  // replica (under ZeRO-1: of this rank's shard).
+  double local_grad_squares();
   void optimizer_step(int step, double lr, float grad_scale);
   // Whether this rank's copy of `p` enters the gradient norm (each value counted once
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
