@@ -101,6 +101,33 @@ int main(int argc, char** argv) {
                 N, t_sep[t_sep.size() / 2], flop / t_sep[t_sep.size() / 2] / 1e6, t_fused[t_fused.size() / 2],
                 flop / t_fused[t_fused.size() / 2] / 1e6);
   }
+  {  // a block's twelve training products (forward, input and weight gradient of its four
+     // weights) at 512 and at 1024 tokens, in alternation, fastest of each: whether a
+     // product has a cost that does not shrink with its tokens (packing the weight, passes
+     // over the weight gradient), which would make smaller microbatches and replicas slower
+    const int C = 768, Ns[2] = {512, 1024};
+    const int shapes[4][2] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}};  // {out, in}
+    auto x = randv(size_t(1024) * 4 * C, -1, 1, 40), dy = randv(size_t(1024) * 4 * C, -1, 1, 41);
+    auto w = randv(size_t(4) * C * C, -0.05f, 0.05f, 42);
+    std::vector<float> y(size_t(1024) * 4 * C), dw(size_t(4) * C * C, 0.0f);
+    double best[2] = {1e30, 1e30};
+    for (int i = 0; i < 2 * reps + 1; ++i)
+      for (int k = 0; k < 2; ++k) {
+        const int N = Ns[k];
+        best[k] = std::min(best[k], median_ms(1, [&] {
+          for (const auto& sh : shapes) {
+            const int out = sh[0], in = sh[1];
+            be->gemm(false, true, N, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out);
+            be->gemm(false, false, N, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, y.data(), in);
+            be->gemm(true, false, out, in, N, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(), in);
+          }
+        }));
+      }
+    const double flop1 = 3 * 2.0 * C * C * 12;  // per token
+    std::printf("block training products: N=512 %.2f ms (%.1f GFLOP/s), N=1024 %.2f ms (%.1f GFLOP/s); "
+                "time(1024) / time(512) = %.2f\n",
+                best[0], flop1 * 512 / best[0] / 1e6, best[1], flop1 * 1024 / best[1] / 1e6, best[1] / best[0]);
+  }
   {  // cross-entropy over the padded GPT-2 vocabulary, with the fused gradient
     const int N = 1024, V = 50257, Vp = 50304;
     const auto logits0 = randv(size_t(N) * Vp, -4, 4, 3);
