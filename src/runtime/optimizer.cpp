@@ -27,15 +27,17 @@ bool decays(const TrainConfig& cfg, const Parameter& p) {
   return !cfg.decay_2d_only || p.shape.size() >= 2;
 }
 
-void AdamW::step(ParameterStore& params, Backend& backend, int step_count, double lr,
-                 float grad_scale) {
-  for (auto& p : params.params()) {
-    const float wd = decays(cfg_, p) ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    backend.adamw(p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(),
-                  static_cast<size_t>(p.numel()), static_cast<float>(lr),
-                  static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
-                  static_cast<float>(cfg_.eps), wd, step_count, grad_scale);
-  }
+void AdamW::update(Parameter& p, Backend& backend, int step_count, double lr, float grad_scale) {
+  const float wd = decays(cfg_, p) ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+  backend.adamw(p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(), static_cast<size_t>(p.numel()),
+                static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
+                static_cast<float>(cfg_.eps), wd, step_count, grad_scale);
+}
+
+void AdamW::step(ParameterStore& params, Backend& backend, int step_count, double lr, float grad_scale,
+                 const Parameter* skip) {
+  for (auto& p : params.params())
+    if (&p != skip) update(p, backend, step_count, lr, grad_scale);
 }
 
 }  // namespace pipetrain

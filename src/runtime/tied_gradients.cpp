@@ -8,7 +8,7 @@
 namespace pipetrain {
 
 namespace {
-constexpr int kHeadGradTag = 1, kSumTag = 2;
+constexpr int kHeadGradTag = 1, kSumTag = 2, kValuesTag = 3;
 }
 
 TiedGradientExchange::TiedGradientExchange(Parameter& wte, Communicator& pair, const std::map<int, ModelStage*>& stages,
@@ -76,6 +76,16 @@ void TiedGradientExchange::finish() {
 void TiedGradientExchange::receive_sum() {
   if (sum_recv_) sum_recv_->wait();
   sum_recv_.reset();
+}
+
+void TiedGradientExchange::start_values() {
+  values_ = first() ? pair_.recv(wte_.value, 1, kValuesTag, backend_.stream())
+                    : pair_.send(wte_.value, 0, kValuesTag, backend_.stream());
+}
+
+void TiedGradientExchange::finish_values() {
+  if (values_) values_->wait();
+  values_.reset();
 }
 
 void TiedGradientExchange::settle() {

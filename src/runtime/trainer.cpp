@@ -183,6 +183,11 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   model_params_ = static_cast<int64_t>(local);
 }
 
+bool Trainer::writes_moments(const Parameter& p) const {
+  if (tied_ && p.name == "wte") return tied_->updates_table() && (!p.shard.replicated() || grid_.coords().tp == 0);
+  return counts_in_norm(p);
+}
+
 bool Trainer::counts_in_norm(const Parameter& p) const {
   if (p.name == "wte" && !counts_tied_wte_) return false;
   return !p.shard.replicated() || grid_.coords().tp == 0;
@@ -264,14 +269,21 @@ double Trainer::local_grad_squares() {
 
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   fault::point("optimizer");
+  Parameter* wte = tied_ ? params_.find("wte") : nullptr;  // the tied table: updated on the last stage only
   if (!grad_shard_.defined()) {
-    if (tied_) tied_->receive_sum();
-    optimizer_.step(params_, backend_, step + 1, lr, grad_scale);
+    if (tied_) {
+      tied_->receive_sum();
+      if (tied_->updates_table()) optimizer_.update(*wte, backend_, step + 1, lr, grad_scale);  // first: it leaves early
+      tied_->start_values();  // the last stage sends the new table, the first posts its receive
+    }
+    optimizer_.step(params_, backend_, step + 1, lr, grad_scale, wte);
+    if (tied_) tied_->finish_values();
     params_.refresh_compute(*pool_, backend_);
     return;
   }
   // ZeRO-1: update this rank's shard, then gather every shard's new values.
   for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
+    if (&p == wte && !tied_->updates_table()) return;
     const int64_t o = lo - shard_lo_;
     const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
     backend_.adamw(params_.values().f32() + lo, grad_shard_.f32() + o, m_shard_.f32() + o, v_shard_.f32() + o,
@@ -283,6 +295,10 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   comms_->dp()
       .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())
       ->wait();
+  if (tied_) {  // after the gather: it carries the first stage's stale copy of the table
+    tied_->start_values();
+    tied_->finish_values();
+  }
   params_.refresh_compute(*pool_, backend_);
 }
 

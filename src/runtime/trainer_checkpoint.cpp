@@ -80,7 +80,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
         t.shard = p->shard;
         if (kind == 0 || !zero1) {
           t.data = kind == 0 ? p->value.f32() : kind == 1 ? p->m.f32() : p->v.f32();
-          t.write = grid_.coords().dp == 0 && counts_in_norm(*p);
+          t.write = grid_.coords().dp == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
           // ZeRO-1: this dp rank holds the moments of the flat range [shard_lo_, shard_hi_)
           // only, and writes / reads exactly that part of the tensor.
@@ -91,7 +91,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
               t.flat_begin = lo - p->offset;
               t.flat_end = hi - p->offset;
             }
-            t.write = counts_in_norm(*p);
+            t.write = writes_moments(*p);
           }
         }
       }

@@ -21,9 +21,12 @@ bool decays(const TrainConfig& cfg, const Parameter& p);
 class AdamW {
  public:
   explicit AdamW(const TrainConfig& cfg) : cfg_(cfg) {}
-  // One update (step_count is 1-based for bias correction); grads are multiplied by
-  // grad_scale first (the clipping factor).
-  void step(ParameterStore& params, Backend& backend, int step_count, double lr, float grad_scale);
+  // One update of every parameter but `skip` (step_count is 1-based for bias correction);
+  // grads are multiplied by grad_scale first (the clipping factor).
+  void step(ParameterStore& params, Backend& backend, int step_count, double lr, float grad_scale,
+            const Parameter* skip = nullptr);
+  // The same update of one parameter.
+  void update(Parameter& p, Backend& backend, int step_count, double lr, float grad_scale);
 
  private:
   TrainConfig cfg_;

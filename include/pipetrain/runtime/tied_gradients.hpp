@@ -6,7 +6,9 @@
 // first stage adds it to its own and sends the sum back, and the last stage receives
 // that sum only when it needs it (for its optimizer step). Same values as the
 // all-reduce (a + b in IEEE arithmetic is commutative); on the critical path, the first
-// stage pays one receive and one add instead of a whole all-reduce.
+// stage pays one receive and one add instead of a whole all-reduce. The update of the table
+// is then done once, by the last stage, which sends the new values back: the first stage —
+// the one the pipeline waits for last — skips AdamW over the table's rows.
 //
 // When the first stage's embedding saw fewer tokens in the step than the table has rows
 // (and no data-parallel reducer takes its rows), its gradient is what it is, a few rows:
@@ -55,6 +57,13 @@ class TiedGradientExchange {
   // Before wte.grad is written again (zeroed for the next step): the first stage's send
   // of the sum must be done with it.
   void settle();
+  // The table is updated once, on the last stage (the first stage's optimizer leaves its
+  // copy alone: on the first stage the embedding's rows are all the table costs otherwise):
+  // after the update, start_values() on the last stage sends the new values, and on the
+  // first stage posts their receive into its copy; finish_values() waits for either.
+  bool updates_table() const { return !first(); }
+  void start_values();
+  void finish_values();
 
  private:
   bool first() const { return pair_.rank() == 0; }
@@ -68,7 +77,7 @@ class TiedGradientExchange {
   std::set<std::pair<int, int>> head_layers_;  // (stage, layer) accumulating into wte on this rank
   Embedding* embedding_ = nullptr;            // first stage keeping its rows in rows_; else null
   EmbeddingRowGradients rows_;
-  std::unique_ptr<CommRequest> send_, sum_recv_, other_recv_;
+  std::unique_ptr<CommRequest> send_, sum_recv_, other_recv_, values_;
 };
 
 }  // namespace pipetrain

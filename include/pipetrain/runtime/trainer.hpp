@@ -122,6 +122,9 @@ class Trainer {
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
+  // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that
+  // updates it (the tied embedding: the last stage's copy), each value once.
+  bool writes_moments(const Parameter& p) const;
   // Every tensor of the whole model in canonical order, pointing at this rank's data
   // (under ZeRO-1, the moments: this dp rank's slice of them).
   std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments);
