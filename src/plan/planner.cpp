@@ -171,10 +171,14 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     out.dp[r] = l.dp == 1 ? 0.0
                           : std::max({last_bucket, held, t_red - backward}) +
                                 (l.zero1 ? t_gather : 0.0);
-    out.optimizer[r] = adamw_seconds(params / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
+    // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
+    const bool tied_pair = model.tied() && embedding != head_here;
+    const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
+    out.optimizer[r] = adamw_seconds(updated / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
                        gradient_passes_seconds(params, c.device);
-    // A tied embedding's summed gradient comes back to the head's rank before its update.
-    const double tied = model.tied() && head_here && !embedding ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
+    // The table's summed gradient comes back to the head's rank before its update, and
+    // the updated table back to the embedding's rank.
+    const double tied = tied_pair ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
     out.other[r] = tied + world_latency;
     MemoryInputs in;
     in.params = params;
