@@ -183,14 +183,16 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   model_params_ = static_cast<int64_t>(local);
 }
 
+bool Trainer::once_over_tp(const Parameter& p) const { return !p.shard.replicated() || grid_.coords().tp == 0; }
+
 bool Trainer::writes_moments(const Parameter& p) const {
-  if (tied_ && p.name == "wte") return tied_->updates_table() && (!p.shard.replicated() || grid_.coords().tp == 0);
+  if (tied_ && p.name == "wte") return tied_->updates_table() && once_over_tp(p);
   return counts_in_norm(p);
 }
 
 bool Trainer::counts_in_norm(const Parameter& p) const {
   if (p.name == "wte" && !counts_tied_wte_) return false;
-  return !p.shard.replicated() || grid_.coords().tp == 0;
+  return once_over_tp(p);
 }
 
 Trainer::~Trainer() = default;
@@ -273,7 +275,8 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   if (!grad_shard_.defined()) {
     if (tied_) {
       tied_->receive_sum();
-      if (tied_->updates_table()) optimizer_.update(*wte, backend_, step + 1, lr, grad_scale);  // first: it leaves early
+      // The table before the rest, so its new values travel while the rest is updated.
+      if (tied_->updates_table()) optimizer_.update(*wte, backend_, step + 1, lr, grad_scale);
       tied_->start_values();  // the last stage sends the new table, the first posts its receive
     }
     optimizer_.step(params_, backend_, step + 1, lr, grad_scale, wte);

@@ -122,6 +122,8 @@ class Trainer {
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
+  // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
+  bool once_over_tp(const Parameter& p) const;
   // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that
   // updates it (the tied embedding: the last stage's copy), each value once.
   bool writes_moments(const Parameter& p) const;
