@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 
 namespace pipetrain {
@@ -67,6 +68,37 @@ TEST(Optimizer, AdamWStepMatchesHandComputation) {
   // step 1: mhat = g, vhat = g^2 -> update = g/|g| = 1
   EXPECT_NEAR(store.find("w")->value.f32()[0], 1.0 - 0.01 * (1.0 + 0.1 * 1.0), 1e-6);
   EXPECT_NEAR(store.find("b")->value.f32()[0], 1.0 - 0.01 * 1.0, 1e-6);
+}
+
+// A parameter another rank updates (the first stage's copy of a tied table) gets values
+// and gradients but no moments; the others' moments are laid out without it, zeroed, and
+// an update of it is refused rather than written through a missing buffer.
+TEST(Optimizer, ACopyUpdatedElsewhereHasNoMoments) {
+  auto backend = make_cpu_backend();
+  auto pool = MemoryPool::create(*backend);
+  ParameterStore store;
+  store.declare("a", {3}, Init::Zeros);
+  store.declare("table", {40, 2}, Init::Zeros).updated = false;
+  store.declare("b", {5}, Init::Zeros);
+  store.allocate(*pool, *backend);
+  Parameter& table = *store.find("table");
+  EXPECT_TRUE(table.value.defined() && table.grad.defined());
+  EXPECT_FALSE(table.m.defined() || table.v.defined());
+  EXPECT_EQ(store.not_updated(), 80);
+  const Parameter& a = *store.find("a");
+  const Parameter& b = *store.find("b");
+  EXPECT_EQ(b.m.f32(), a.m.f32() + 16);  // the table takes no room between them
+  EXPECT_EQ(b.v.f32(), a.v.f32() + 16);
+  for (const Parameter* p : {&a, &b})
+    for (int64_t i = 0; i < p->numel(); ++i) EXPECT_EQ(p->m.f32()[i] + p->v.f32()[i], 0.0f);
+  TrainConfig c;
+  AdamW opt(c);
+  EXPECT_THROW(opt.update(table, *backend, 1, 0.01, 1.0f), Error);
+  for (auto& p : store.params())
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = 1.0f, p.grad.f32()[i] = 0.5f;
+  opt.step(store, *backend, 1, 0.01, 1.0f, &table);
+  EXPECT_EQ(table.value.f32()[0], 1.0f);
+  EXPECT_LT(b.value.f32()[4], 1.0f);
 }
 
 }  // namespace

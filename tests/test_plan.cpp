@@ -280,6 +280,10 @@ TEST(CostModel, RankMemoryByHand) {
   EXPECT_DOUBLE_EQ(rank_memory(in).total(), 16e6 + 3500 + 40);
   in.dp = 2, in.dp_bucket_bytes = 1e9;  // a bucket never holds more than the gradients
   EXPECT_DOUBLE_EQ(rank_memory(in).buffers, 40 + 4e6);
+  in.not_updated = 2.5e5;  // a tied table's copy updated on another rank: no moments for it
+  EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8 * 7.5e5);
+  in.zero1 = true;  // ZeRO-1's shards cover the whole flat buffer
+  EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8e6 / 2);
 }
 
 TEST(Planner, PeakStashesFollowTheSchedule) {

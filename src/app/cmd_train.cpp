@@ -161,7 +161,8 @@ int run_train(const TrainOptions& opt) {
   const SimResult sim = simulate(sched, Costs{});
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
   // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
-  // parameters, gradients and AdamW moments (fewer with ZeRO-1; bf16's compute copy, kept
+  // parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
+  // another rank updates; bf16's compute copy, kept
   // widened), the stashed activations the schedule keeps alive at its peak, what
   // recomputation rebuilds for one block at a time, receive buffers and a dp bucket.
   const bool bf16 = cfg.train.precision == "bf16";
@@ -170,6 +171,7 @@ int run_train(const TrainOptions& opt) {
     const auto& units = trainer.stage_units();
     MemoryInputs in;
     in.params = static_cast<double>(trainer.params().numel());
+    in.not_updated = static_cast<double>(trainer.params().not_updated());
     in.dp = grid.dp();
     in.zero1 = cfg.parallel.zero1;
     in.bf16 = bf16;

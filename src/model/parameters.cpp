@@ -51,6 +51,13 @@ int64_t ParameterStore::count() const {
   return n;
 }
 
+int64_t ParameterStore::not_updated() const {
+  int64_t n = 0;
+  for (const auto& p : params_)
+    if (!p.updated) n += p.numel();
+  return n;
+}
+
 Parameter* ParameterStore::find(const std::string& name) {
   for (auto& p : params_)
     if (p.name == name) return &p;
@@ -62,18 +69,24 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, 
   const int64_t n = total_;
   values_ = Tensor::empty(pool, {n});
   if (grads) grads_ = Tensor::empty(pool, {n});
-  if (moments) {
-    m_ = Tensor::empty(pool, {n});
-    v_ = Tensor::empty(pool, {n});
+  int64_t moments_n = 0;  // the updated parameters', each 16-float aligned as in the flat buffers
+  for (auto& p : params_)
+    if (p.updated) {
+      p.moment_offset = moments_n;
+      moments_n += (p.numel() + 15) / 16 * 16;
+    }
+  if (moments && moments_n > 0) {
+    m_ = Tensor::empty(pool, {moments_n});
+    v_ = Tensor::empty(pool, {moments_n});
   }
   for (const Tensor* t : {&values_, &grads_, &m_, &v_})
-    if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+    if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(t->numel()));
   for (auto& p : params_) {
     p.value = values_.view(p.offset, p.shape);
     if (grads) p.grad = grads_.view(p.offset, p.shape);
-    if (moments) {
-      p.m = m_.view(p.offset, p.shape);
-      p.v = v_.view(p.offset, p.shape);
+    if (moments && p.updated) {
+      p.m = m_.view(p.moment_offset, p.shape);
+      p.v = v_.view(p.moment_offset, p.shape);
     }
   }
 }

@@ -151,7 +151,7 @@ RankMemory rank_memory(const MemoryInputs& in) {
   RankMemory m;
   m.weights = 4.0 * in.params;
   m.gradients = 4.0 * in.params;
-  m.optimizer = 8.0 * in.params / (in.zero1 && in.dp > 1 ? in.dp : 1);
+  m.optimizer = in.zero1 && in.dp > 1 ? 8.0 * in.params / in.dp : 8.0 * (in.params - in.not_updated);
   m.compute_copy = in.bf16 ? 4.0 * in.params : 0.0;  // bf16-rounded weights, kept widened
   m.activations = in.largest_stash * in.peak_inflight + in.recompute;
   m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0);

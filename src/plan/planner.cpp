@@ -182,6 +182,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     out.other[r] = tied + world_latency;
     MemoryInputs in;
     in.params = params;
+    in.not_updated = tied_pair && embedding ? up_head.sharded / tp : 0.0;  // the embedding's copy of the table
     in.dp = l.dp;
     in.zero1 = l.zero1;
     in.bf16 = bf16;

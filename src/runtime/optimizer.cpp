@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
 
@@ -28,6 +29,7 @@ bool decays(const TrainConfig& cfg, const Parameter& p) {
 }
 
 void AdamW::update(Parameter& p, Backend& backend, int step_count, double lr, float grad_scale) {
+  if (!p.m.defined()) fail("AdamW: parameter {} has no moments on this rank (another rank updates it)", p.name);
   const float wd = decays(cfg_, p) ? static_cast<float>(cfg_.weight_decay) : 0.0f;
   backend.adamw(p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(), static_cast<size_t>(p.numel()),
                 static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),

@@ -113,6 +113,12 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const bool training = use == TrainerUse::Train;
   if (!training && grid.world_size() > 1)
     fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
+  // The tied table on two ranks is updated on the last stage only (see optimizer_step):
+  // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer.)
+  const int first = schedule_.stage_to_rank.front();
+  const int last = cfg.model.tied() ? schedule_.stage_to_rank.back() : first;
+  if (training && !zero1 && first != last && me == first)
+    if (Parameter* wte = params_.find("wte")) wte->updated = false;
   params_.allocate(*pool_, backend_, training && !zero1, 16 * grid.dp(), training);
   if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
@@ -121,8 +127,6 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // ranks their gradients are summed every step (and the last stage's copy is not
   // counted again in the gradient norm).
   // (An untied head, Llama's default, shares nothing: no pair.)
-  const int first = schedule_.stage_to_rank.front();
-  const int last = cfg.model.tied() ? schedule_.stage_to_rank.back() : first;
   comms_ = std::make_unique<DeviceComms>(grid, backend_, cfg.comm.p2p, first, last);
   counts_tied_wte_ = !(comms_->tied() && me == last);
   // train.recompute on parallel.recompute_stages (every stage when empty).

@@ -79,7 +79,8 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
       if (Parameter* p = params_.find(g.name)) {
         t.shard = p->shard;
         if (kind == 0 || !zero1) {
-          t.data = kind == 0 ? p->value.f32() : kind == 1 ? p->m.f32() : p->v.f32();
+          const Tensor& src = kind == 0 ? p->value : kind == 1 ? p->m : p->v;
+          t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
           t.write = grid_.coords().dp == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
           // ZeRO-1: this dp rank holds the moments of the flat range [shard_lo_, shard_hi_)

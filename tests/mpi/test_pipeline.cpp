@@ -174,6 +174,31 @@ TEST(TiedEmbedding, EveryCopyStaysBitwiseIdentical) {
     }
 }
 
+// Only the copy AdamW updates (the last stage's) holds the table's moments; the first
+// stage's copy has none, and the memory estimate counts it so. Under ZeRO-1 every rank's
+// moments are its shard of the flat buffer instead.
+TEST(TiedEmbedding, OnlyTheUpdatedCopyHoldsMoments) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two pipeline ranks";
+  Config cfg = base_config();
+  cfg.parallel.pp = world_size();
+  auto backend = make_cpu_backend();
+  Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
+  auto src = [](int64_t, int, int32_t*, int32_t*) {};
+  Trainer t(cfg, grid, *backend, src);
+  Parameter* wte = t.params().find("wte");
+  const int pp = grid.coords().pp;
+  int bad = 0;
+  if (pp == 0) {
+    bad += !wte || wte->m.defined() || wte->v.defined() || t.params().not_updated() != wte->numel();
+  } else if (pp == grid.pp() - 1) {
+    bad += !wte || !wte->m.defined() || !wte->v.defined() || t.params().not_updated() != 0;
+  } else {
+    bad += wte != nullptr || t.params().not_updated() != 0;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(PipelineErrors, UnknownScheduleAndBadMicrobatches) {
   Config cfg = base_config();
   cfg.parallel.pp = world_size();

@@ -26,7 +26,11 @@ struct Parameter {
   double init_std = 0.0;
   int64_t init_rows = -1;  // rows (dim 0) that get the random init; the rest stay 0 (-1 = all)
   int64_t offset = 0;  // into the flat buffers, in elements
-  Tensor value, grad, m, v;
+  // false: another rank's copy is the one AdamW updates (the first stage's tied table), so
+  // this rank keeps no moments for it; set before allocate().
+  bool updated = true;
+  int64_t moment_offset = 0;  // into the moment buffers (updated parameters only)
+  Tensor value, grad, m, v;  // m, v: undefined when !updated
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
   // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
   // products) and widened to f32 (compute: LayerNorm, bias and embedding kernels, and
@@ -44,7 +48,8 @@ class ParameterStore {
   Parameter& declare_shard(const std::string& name, std::vector<int64_t> global_shape, Shard shard,
                            Init init, double init_std = 0.0);
   // Lays out the flat buffers (their length a multiple of `align`); grads and moments
-  // are zeroed. Without `moments` the AdamW state lives elsewhere (ZeRO-1 shards); without
+  // are zeroed. The moment buffers cover the updated parameters only. Without `moments`
+  // the AdamW state lives elsewhere (ZeRO-1 shards); without
   // `grads` there are no gradients either (inference: the values alone).
   void allocate(MemoryPool& pool, Backend& backend, bool moments = true, int64_t align = 16, bool grads = true);
   // GPT-2 initialisation: each parameter from its own named random stream over its
@@ -62,6 +67,7 @@ class ParameterStore {
   Parameter* find(const std::string& name);
   int64_t numel() const { return total_; }  // flat buffer length (with alignment padding)
   int64_t count() const;                     // parameter elements (the model's size)
+  int64_t not_updated() const;               // elements of the parameters another rank updates
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
 

@@ -63,6 +63,7 @@ double gradient_passes_seconds(double params, const DeviceSpec& d);
 // this rank runs; peak_inflight: the schedule's most (microbatch, stage) stashes alive.
 struct MemoryInputs {
   double params = 0;             // on this rank (its tp shard)
+  double not_updated = 0;        // of those, the ones another rank updates: no moments here (not under ZeRO-1)
   int dp = 1;
   bool zero1 = false;
   bool bf16 = false;
