@@ -68,11 +68,17 @@ int main(int argc, char** argv) {
   {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, batch = 8, steps = 5;
+    // Command-line names of the layouts, in the order they run.
+    const std::vector<std::pair<std::string, std::string>> all = {
+        {"dp", "dp"}, {"dp-no-progress", "dp, no progress thread"}, {"zero1", "dp, ZeRO-1"}, {"tp", "tp"}};
+    std::vector<std::string> only;
     CLI::App app{"dp = 2 and tp = 2 vs a single rank, with the collectives' share of the step"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
+    app.add_option("--layouts", only, "only these layouts: dp, dp-no-progress, zero1, tp (default: all)")
+        ->check(CLI::IsMember({"dp", "dp-no-progress", "zero1", "tp"}));
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
@@ -89,7 +95,8 @@ int main(int argc, char** argv) {
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
     // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
-    for (const std::string kind : {"dp", "dp, no progress thread", "dp, ZeRO-1", "tp"}) {
+    for (const auto& [flag, kind] : all) {
+      if (!only.empty() && std::find(only.begin(), only.end(), flag) == only.end()) continue;
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;

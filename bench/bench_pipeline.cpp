@@ -34,6 +34,9 @@ namespace {
 
 struct Measured {
   double step_s = 0, exec_s = 0, bubble = 0, sim_makespan = 0, sim_bubble = 0, vs_single = 0;
+  // The schedule's own bound on single rank / (p x step) with the measured action costs:
+  // every stage at their mean (balanced), and as measured — no tail, no kernel slowdown.
+  double bound_balanced = 0, bound_stages = 0;
 };
 
 // One layout's trainer and what its timed steps measured.
@@ -97,7 +100,19 @@ Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
     for (int q = 0; q < 2; ++q)
       fmt::print("  rank {}: computing {:.3f} s, waiting {:.3f} s of its program\n", q, all[2 * q], all[2 * q + 1]);
   const SimResult sim = simulate(sched, costs);
-  return {median(r.step_s), median(r.exec_s), median(r.bubble), sim.makespan, sim.bubble_fraction, median(ratios)};
+  Costs balanced = costs;
+  double work = 0;  // all stages' actions for every microbatch: a single rank's program
+  for (int o = 0; o < 4; ++o) {
+    double mean = 0;
+    for (int st = 0; st < sched.num_stages; ++st) mean += flat[static_cast<size_t>(st) * 4 + static_cast<size_t>(o)];
+    work += mean * sched.num_microbatches;
+    mean /= sched.num_stages;
+    for (auto& c : balanced.per_stage) c[static_cast<size_t>(o)] = mean;
+  }
+  const double ranks = sched.num_ranks;
+  return {median(r.step_s),  median(r.exec_s),  median(r.bubble),
+          sim.makespan,      sim.bubble_fraction, median(ratios),
+          work / (ranks * simulate(sched, balanced).makespan), work / (ranks * sim.makespan)};
 }
 
 }  // namespace
@@ -177,9 +192,11 @@ int main(int argc, char** argv) {
         const double ideal = double(microbatches) / (microbatches + size - 1);
         fmt::print("  step {:.3f} s (executor {:.3f} s); simulate() with measured costs {:.3f} s -> measured/simulated {:.3f}\n"
                    "  bubble measured {:.3f}, simulated {:.3f}; throughput {:.0f} tokens/s; each step against the single-rank "
-                   "steps around it, single rank / ({} x this step): median {:.3f} (steps: {:.3f}); theory m/(m+p-1) = {:.3f}\n",
+                   "steps around it, single rank / ({} x this step): median {:.3f} (steps: {:.3f}); 1f1b's m/(m+p-1) = {:.3f}\n"
+                   "  this schedule's bound with these action costs (no tail): stages balanced {:.3f}, these stages {:.3f}\n",
                    m.step_s, m.exec_s, m.sim_makespan, m.exec_s / m.sim_makespan, m.bubble, m.sim_bubble,
-                   tokens / m.step_s, size, m.vs_single, fmt::join(ratios[k], ", "), ideal);
+                   tokens / m.step_s, size, m.vs_single, fmt::join(ratios[k], ", "), ideal, m.bound_balanced,
+                   m.bound_stages);
       }
     }
   }
