@@ -209,15 +209,19 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
       fmt::print("  {:<12} {:7.1f} {:7.1f}\n", k.kernel, k.square, k.model);
       if (k.square > best->square) best = &k;
     }
-    fmt::print("best available: {} {:.1f} GFLOP/s -> model/best sgemm = {:.3f} (QKV shape: {:.3f})\n", best->kernel,
-               best->square, model_gflops / best->square, model_gflops / best->model);
+    fmt::print("best available: {} {:.1f} GFLOP/s -> model/best sgemm = {:.3f} (QKV shape: {:.3f}){}\n", best->kernel,
+               best->square, model_gflops / best->square, model_gflops / best->model,
+               best->square < *lo ? "; the children ran slower than any moment of the steps: read the drift-corrected line"
+                                  : "");
     // The children ran before the steps; on a machine whose speed drifts, the kernel that
     // ran, measured among them, carries the best one over to the steps' own moment.
     const std::string ran = blas_kernel_name();
     for (const auto& k : kernels)
       if (k.kernel == ran && k.square > 0)
-        fmt::print("drift-corrected: model/sgemm x {} / {} among the children = {:.3f}\n", k.kernel, best->kernel,
-                   model_gflops / sq * k.square / best->square);
+        fmt::print("drift-corrected: model/sgemm x {} / {} among the children = {:.3f} by the medians, {:.3f} each step "
+                   "against the rate around it\n",
+                   k.kernel, best->kernel, model_gflops / sq * k.square / best->square,
+                   median(per_step) * k.square / best->square);
   }
   fmt::print("recompute {}: activation memory {:.0f} MiB (the step's pool peak above its start)\n", recompute,
              activations / 1048576.0);

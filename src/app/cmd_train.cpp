@@ -251,14 +251,25 @@ int run_train(const TrainOptions& opt) {
     double total = 0;
     for (const auto& u : units) total += stage_cost(cfg.model, u, c);
     for (const auto& u : units) shares.push_back(fmt::format("{:.0f}%", 100.0 * stage_cost(cfg.model, u, c) / total));
+    // The schedule with these stages' costs (F a third of forward + backward, as are I and
+    // W), and with every stage at their mean: what the split itself costs the step.
+    Costs split_costs, even_costs;
+    for (const auto& u : units) {
+      const double t = stage_cost(cfg.model, u, c), e = total / static_cast<double>(units.size());
+      split_costs.per_stage.push_back({t / 3, 2 * t / 3, t / 3, t / 3});
+      even_costs.per_stage.push_back({e / 3, 2 * e / 3, e / 3, e / 3});
+    }
+    const SimResult with_split = simulate(sched, split_costs);
     const bool automatic = cfg.parallel.layers_per_stage.empty();
-    log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}",
+    log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
+                         "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
                          fmt::join(blocks_per_stage(cfg.model, units), ", "),
                          automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms, "
                                                  "head {:.2f} ms",
                                                  1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head)
                                    : std::string("parallel.layers_per_stage"),
-                         fmt::join(shares, " ")));
+                         fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
+                         with_split.makespan / simulate(sched, even_costs).makespan));
   }
   log.run_files(cfg,
                 {{"config", cfg.source},

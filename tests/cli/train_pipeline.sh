@@ -15,7 +15,18 @@ common=(--set data.train="$tmp/corpus.h5" --set train.steps=6 --set model.d_mode
 timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --metrics "$tmp/single.jsonl" >/dev/null
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
-  --set parallel.pp=2 --metrics "$tmp/pp2.jsonl" --trace "$tmp/trace" >/dev/null
+  --set parallel.pp=2 --metrics "$tmp/pp2.jsonl" --trace "$tmp/trace" >"$tmp/pp2.out"
+# The header says what the split costs: the schedule simulated with the stages' measured
+# costs against stages of equal cost (with 4 microbatches on 2 stages no split beats equal
+# stages; with 2 a heavier first stage can, by hiding the second's backward).
+python3 - "$tmp/pp2.out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"split: blocks per stage \[(\d+), (\d+)\].*simulated with these costs: bubble ([\d.]+)%, step ([\d.]+) x", text)
+assert m, "no split line in the header:\n" + text[:2000]
+assert int(m.group(1)) + int(m.group(2)) == 4, m.group(0)
+assert 0 < float(m.group(3)) < 100 and 0.999 <= float(m.group(4)) < 3, m.group(0)
+PY
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" \
   --set parallel.pp=2 --set parallel.virtual_stages=2 --set schedule.name=zbv \
   --metrics "$tmp/zbv.jsonl" >/dev/null
