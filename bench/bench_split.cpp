@@ -35,13 +35,11 @@ struct Sim {
   int microbatches = 16;
 };
 
-// The simulated step of stages costing `stage_costs` per microbatch (forward + backward);
-// a stage's F is a third of it, and so are its I and W when the schedule splits B.
+// The simulated step of stages costing `stage_costs` per microbatch (forward + backward).
 double step_of_costs(const std::vector<double>& stage_costs, const Sim& sim) {
-  Costs costs;
-  for (const double t : stage_costs) costs.per_stage.push_back({t / 3, 2 * t / 3, t / 3, t / 3});
   const int S = static_cast<int>(stage_costs.size());
-  return simulate(make_schedule(sim.schedule, {S, 1, sim.microbatches}), costs).makespan;
+  return simulate(make_schedule(sim.schedule, {S, 1, sim.microbatches}), Costs::from_stage_times(stage_costs))
+      .makespan;
 }
 
 double step_of(const ModelConfig& m, const std::vector<int>& blocks, const UnitCosts& c, const Sim& sim) {

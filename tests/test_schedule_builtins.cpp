@@ -99,6 +99,17 @@ TEST(ScheduleBubbles, ClosedFormHoldsForOtherCostRatios) {
     }
 }
 
+// Equal stage times give the defaults' proportions, so the closed form holds; a slower
+// stage paces 1f1b: m of its forward + backward plus one pass through the others.
+TEST(ScheduleBubbles, CostsFromStageTimes) {
+  const Costs c = Costs::from_stage_times({3.0, 6.0});
+  ASSERT_EQ(c.per_stage.size(), 2u);
+  EXPECT_EQ(c.per_stage[1], (std::array<double, 4>{2.0, 4.0, 2.0, 2.0}));
+  EXPECT_NEAR(simulate(make_schedule("1f1b", {2, 1, 4}), Costs::from_stage_times({3.0, 3.0})).bubble_fraction,
+              1.0 / 5, 1e-12);
+  EXPECT_NEAR(simulate(make_schedule("1f1b", {2, 1, 4}), c).makespan, 4 * 6.0 + 3.0, 1e-12);
+}
+
 TEST(ScheduleBubbles, InterleavedMatchesClosedForm) {
   // (p-1) / (v*m + p-1): the 1F1B bubble shrunk v times.
   for (int p : kRanks)

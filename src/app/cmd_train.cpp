@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <cstdlib>
 #include <optional>
 #include <cstdio>
@@ -247,19 +248,15 @@ int run_train(const TrainOptions& opt) {
   if (sched.num_stages > 1) {  // the split and each stage's share of the model's cost
     const auto& units = trainer.stage_units();
     const UnitCosts& c = trainer.unit_costs();
+    std::vector<double> times;  // each stage's forward + backward per microbatch
+    for (const auto& u : units) times.push_back(stage_cost(cfg.model, u, c));
+    const double total = std::accumulate(times.begin(), times.end(), 0.0);
     std::vector<std::string> shares;
-    double total = 0;
-    for (const auto& u : units) total += stage_cost(cfg.model, u, c);
-    for (const auto& u : units) shares.push_back(fmt::format("{:.0f}%", 100.0 * stage_cost(cfg.model, u, c) / total));
-    // The schedule with these stages' costs (F a third of forward + backward, as are I and
-    // W), and with every stage at their mean: what the split itself costs the step.
-    Costs split_costs, even_costs;
-    for (const auto& u : units) {
-      const double t = stage_cost(cfg.model, u, c), e = total / static_cast<double>(units.size());
-      split_costs.per_stage.push_back({t / 3, 2 * t / 3, t / 3, t / 3});
-      even_costs.per_stage.push_back({e / 3, 2 * e / 3, e / 3, e / 3});
-    }
-    const SimResult with_split = simulate(sched, split_costs);
+    for (const double t : times) shares.push_back(fmt::format("{:.0f}%", 100.0 * t / total));
+    // The schedule with these stages' costs, and with every stage at their mean: what the
+    // split itself costs the step.
+    const std::vector<double> even(units.size(), total / static_cast<double>(units.size()));
+    const SimResult with_split = simulate(sched, Costs::from_stage_times(times));
     const bool automatic = cfg.parallel.layers_per_stage.empty();
     log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
                          "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
@@ -269,7 +266,7 @@ int run_train(const TrainOptions& opt) {
                                                  1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head)
                                    : std::string("parallel.layers_per_stage"),
                          fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
-                         with_split.makespan / simulate(sched, even_costs).makespan));
+                         with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan));
   }
   log.run_files(cfg,
                 {{"config", cfg.source},

@@ -8,6 +8,12 @@
 
 namespace pipetrain {
 
+Costs Costs::from_stage_times(const std::vector<double>& forward_backward) {
+  Costs c;
+  for (const double t : forward_backward) c.per_stage.push_back({t / 3, 2 * t / 3, t / 3, t / 3});
+  return c;
+}
+
 double Costs::of(Op op) const {
   switch (op) {
     case Op::F: return F;

@@ -1,5 +1,5 @@
 // Timeline simulation of a schedule (pure arithmetic, no MPI).
-// Exports: Costs, TransferCosts, SimEvent, SimResult, simulate, simulate_program.
+// Exports: Costs (Costs::from_stage_times), TransferCosts, SimEvent, SimResult, simulate, simulate_program.
 #pragma once
 #include <array>
 #include <vector>
@@ -18,6 +18,9 @@ struct Costs {
   std::vector<std::array<double, 4>> per_stage;
   double of(Op op) const;
   double of(const Action& a) const;
+  // Per-stage costs from each stage's forward + backward time per microbatch: F a third
+  // of it, B the rest, and I and W a third each (the proportions of the defaults).
+  static Costs from_stage_times(const std::vector<double>& forward_backward);
 };
 
 struct SimEvent {
