@@ -10,6 +10,9 @@
 //
 //   build/bin/bench_train_{gpt2,llama} [--layers 12] [--seq-len 256] [--mb-size 4]
 //       [--microbatches 1] [--steps 5] [--threads 1] [--recompute none|selective|full]
+//       [--precision fp32|bf16]
+// Under bf16 it also sets the model against the bf16 product rate of the path in use
+// (PIPETRAIN_BF16_GEMM=sgemm or onednn, run in turn, compares the two).
 #pragma once
 #include <sys/resource.h>
 #include <unistd.h>
@@ -27,7 +30,9 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/core/dtype.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "bench_common.hpp"
@@ -45,6 +50,22 @@ inline double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * M * N * K / s / 1e9);
+  }
+  return median(rates);
+}
+
+// GFLOP/s of the same product with bf16 operands (Backend::gemm_bf16: the path this
+// process's bf16 products take, bf16_products.hpp), median of `reps` after a warm-up.
+inline double bf16_gemm_gflops(Backend& be, int M, int N, int K, int reps) {
+  std::vector<bf16> a(static_cast<size_t>(M) * K, to_bf16(0.5f)), b(static_cast<size_t>(N) * K, to_bf16(0.25f));
+  std::vector<float> c(static_cast<size_t>(M) * N);
+  be.gemm_bf16(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    be.gemm_bf16(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(2.0 * M * N * K / s / 1e9);
   }
@@ -119,6 +140,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   app.add_option("--threads", threads, "BLAS threads");
   std::string recompute = "none";
   app.add_option("--recompute", recompute, "train.recompute: none, selective or full");
+  std::string precision = "fp32";
+  app.add_option("--precision", precision, "train.precision: fp32 or bf16");
   if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
@@ -136,6 +159,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   cfg.train.microbatches = microbatches;
   cfg.train.steps = steps + 1;
   cfg.train.recompute = recompute;
+  cfg.train.precision = precision;
   auto backend = make_cpu_backend();
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
@@ -154,10 +178,12 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
                              : std::string("GPT-2"),
              layers, cfg.model.d_model, nparams / 1e6, tokens_mb, microbatches);
 
-  std::vector<double> gemm_square, gemm_model;
+  std::vector<double> gemm_square, gemm_model, bf16_square;
+  const bool bf16 = precision == "bf16";
   auto measure_gemm = [&] {
     gemm_square.push_back(sgemm_gflops(*backend, 2048, 2048, 2048, 5));
     gemm_model.push_back(sgemm_gflops(*backend, tokens_mb, 3 * cfg.model.d_model, cfg.model.d_model, 5));
+    if (bf16) bf16_square.push_back(bf16_gemm_gflops(*backend, 2048, 2048, 2048, 5));
   };
   trainer.train_step(0);  // warm-up: fills the memory pool
   measure_gemm();  // and again after every step: each step is set against the rate around it
@@ -188,6 +214,9 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
              median(program_s), median(tail_s[0]), median(tail_s[1]), median(tail_s[2]));
   fmt::print("model FLOP/s: {:.1f} GFLOP/s ({:.3g} GFLOP/token)\n", model_gflops, flops_per_token / 1e9);
   fmt::print("sgemm 2048^3:           {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", sq, model_gflops / sq);
+  if (bf16)
+    fmt::print("bf16 products 2048^3 ({}): {:.1f} GFLOP/s -> model/that = {:.3f}\n", bf16_products_summary(),
+               median(bf16_square), model_gflops / median(bf16_square));
   fmt::print("sgemm {}x{}x{} (QKV): {:.1f} GFLOP/s -> model/sgemm = {:.3f}\n", tokens_mb,
              3 * cfg.model.d_model, cfg.model.d_model, mo, model_gflops / mo);
   // A machine whose speed drifts (a shared VM) moves both sides of the ratio: each step

@@ -31,6 +31,24 @@ else()
   message(STATUS "BLAS: ${BLAS_LIBRARIES}")
 endif()
 
+# oneDNN (optional): bf16 products on CPUs with AVX512_BF16 or AMX
+# (include/pipetrain/backend/bf16_products.hpp). Found by its header and library, so a
+# site's module install works through CMAKE_PREFIX_PATH as Debian's libdnnl-dev does.
+option(PIPETRAIN_WITH_ONEDNN "Run bf16 products on the CPU through oneDNN when it is found" ON)
+add_library(pipetrain_onednn INTERFACE)
+if(PIPETRAIN_WITH_ONEDNN)
+  find_path(PIPETRAIN_ONEDNN_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+  find_library(PIPETRAIN_ONEDNN_LIB NAMES dnnl)
+endif()
+if(PIPETRAIN_WITH_ONEDNN AND PIPETRAIN_ONEDNN_INCLUDE_DIR AND PIPETRAIN_ONEDNN_LIB)
+  target_include_directories(pipetrain_onednn SYSTEM INTERFACE $<BUILD_INTERFACE:${PIPETRAIN_ONEDNN_INCLUDE_DIR}>)
+  target_link_libraries(pipetrain_onednn INTERFACE ${PIPETRAIN_ONEDNN_LIB} ${CMAKE_DL_LIBS})
+  target_compile_definitions(pipetrain_onednn INTERFACE PIPETRAIN_HAVE_ONEDNN=1)
+  message(STATUS "oneDNN: ${PIPETRAIN_ONEDNN_LIB} (bf16 products)")
+else()
+  message(STATUS "oneDNN: not used (bf16 products widen to f32 for sgemm)")
+endif()
+
 # Kokkos: a site's proper Kokkos::kokkos is used as is. Debian's Trilinos
 # export points at /usr/lib/include, so there we link the libraries directly.
 find_package(Kokkos QUIET)

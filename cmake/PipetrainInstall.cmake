@@ -28,7 +28,8 @@ install(TARGETS pipetrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # (as pipetrain::pipetrain_hdf5, ...). pipetrain_warnings only appears as a
 # $<LINK_ONLY:> dependency of the static library and adds nothing for consumers.
 set_target_properties(pipetrain_lib PROPERTIES EXPORT_NAME pipetrain)
-install(TARGETS pipetrain_lib pipetrain_hdf5 pipetrain_blas pipetrain_kokkos pipetrain_pcre2 pipetrain_warnings
+install(TARGETS pipetrain_lib pipetrain_hdf5 pipetrain_blas pipetrain_kokkos pipetrain_pcre2 pipetrain_onednn
+               pipetrain_warnings
   EXPORT pipetrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

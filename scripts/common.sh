@@ -6,7 +6,7 @@ PIPETRAIN_PACKAGES=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libxxhash-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev python3
+  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libdnnl-dev python3
 )
 
 # Only the test suite needs these (the report page is checked in headless Chromium).

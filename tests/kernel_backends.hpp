@@ -59,12 +59,15 @@ template <class R>
          << got[first] << " want " << static_cast<double>(want[first]) << "; worst err " << worst;
 }
 
+// The CPU backend once per bf16 product path it can take here (bf16_products.hpp): sgemm
+// on widened operands always, oneDNN where it is built in and runs bf16 on this CPU.
 inline std::vector<BackendFactory> backend_factories() {
-  return {{"cpu", [] { return make_cpu_backend(); }},
+  std::vector<BackendFactory> f = {{"cpu", [] { return make_cpu_backend(Bf16Products::kSgemm); }}};
+  if (onednn_bf16_usable()) f.push_back({"cpu_onednn", [] { return make_cpu_backend(Bf16Products::kOnednn); }});
 #ifdef PIPETRAIN_HAVE_CUDA
-          {"cuda", [] { return make_cuda_backend(); }},
+  f.push_back({"cuda", [] { return make_cuda_backend(); }});
 #endif
-  };
+  return f;
 }
 
 // A device buffer that mirrors a host vector.

@@ -2,8 +2,10 @@
 // set (the re-execution itself is checked end to end by tests/cli/blas_kernel.sh).
 #include <gtest/gtest.h>
 
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/blas_threads.hpp"
+#include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
 namespace {
@@ -35,6 +37,26 @@ TEST(BlasKernel, ARightOrUnknownCoreIsKept) {
   EXPECT_EQ(better_openblas_core("SkylakeX", isa(2)), "");      // never "down"
   EXPECT_EQ(better_openblas_core("unknown", isa(3)), "");       // not OpenBLAS
   EXPECT_EQ(better_openblas_core("NEOVERSEN1", isa(0)), "");    // not x86
+}
+
+// bf16 products: oneDNN by default only where it runs bf16 natively; `onednn` also where
+// it emulates, and an error where it cannot run at all; `sgemm` always; nothing else.
+TEST(Bf16Products, OnednnOnlyWhereItRunsBf16Natively) {
+  using P = Bf16Products;
+  for (const char* policy : {"", "auto"}) {
+    EXPECT_EQ(choose_bf16_products(policy, true, true), P::kOnednn);
+    EXPECT_EQ(choose_bf16_products(policy, true, false), P::kSgemm);  // emulated bf16: not faster
+    EXPECT_EQ(choose_bf16_products(policy, false, false), P::kSgemm);
+  }
+  EXPECT_EQ(choose_bf16_products("onednn", true, false), P::kOnednn);
+  EXPECT_EQ(choose_bf16_products("sgemm", true, true), P::kSgemm);
+  EXPECT_THROW(choose_bf16_products("onednn", false, false), Error);
+  try {
+    choose_bf16_products("mkl", true, true);
+    FAIL() << "an unknown policy was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("PIPETRAIN_BF16_GEMM=mkl"), std::string::npos) << e.what();
+  }
 }
 
 // Each rank runs its share of the CPUs it may run on, rounded down (never more threads

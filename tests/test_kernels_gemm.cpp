@@ -9,6 +9,7 @@
 #include "kernel_backends.hpp"
 #include "kernel_reference.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/dtype.hpp"
 #include "pipetrain/core/error.hpp"
 
@@ -84,6 +85,7 @@ TEST_P(KernelGemmTest, GemmBiasResidual) {
 // the result is stored in bf16, whose step is 2^-8).
 TEST_P(KernelGemmTest, GemmBf16AndItsEpilogues) {
   const int M = 37, N = 29, K = 53;
+  const long onednn_before = onednn_products_run();
   auto rounded = [](const Vec& v, std::vector<bf16>* out) {
     Vec r(v.size());
     out->resize(v.size());
@@ -127,6 +129,9 @@ TEST_P(KernelGemmTest, GemmBf16AndItsEpilogues) {
       EXPECT_TRUE(close(pre.host(), biased, 1e-5, 1e-5)) << "pre-GELU ta=" << ta << " tb=" << tb;
       EXPECT_TRUE(close(g.host(), gelu, 1e-4, 1e-4)) << "GELU ta=" << ta << " tb=" << tb;
     }
+  // The oneDNN backend ran every one of the 16 products itself (none widened).
+  const bool onednn = be().name().find("bf16 products: oneDNN") != std::string::npos;
+  EXPECT_EQ(onednn_products_run() - onednn_before, onednn ? 16 : 0) << be().name();
   DevBuf<bf16> a(be(), std::vector<bf16>(4)), b(be(), std::vector<bf16>(4));
   DevBuf<float> c(be(), Vec(4));
   EXPECT_THROW(be().gemm_bf16(false, false, 2, 2, 2, 1.0f, a.get(), 2, b.get(), 2, 1.0f, c.get(), 2,

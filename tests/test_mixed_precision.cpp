@@ -234,6 +234,28 @@ TEST(MixedPrecisionTraining, HundredStepsTrackFp32) {
   std::printf("  100 steps: worst relative loss difference %.2e (bound %.2e)\n", worst, bound);
 }
 
+TEST(MixedPrecisionTraining, OnednnAndWidenedProductsTrainAlike) {
+  // The two CPU paths of a bf16 product (bf16_products.hpp) form the same exact products
+  // and differ only in f32 summation order, which can flip a stored activation's bf16
+  // rounding: the bound is HundredStepsTrackFp32's, 2 L 2^-8 relative per step.
+  if (!onednn_bf16_usable()) GTEST_SKIP() << "oneDNN is not built in or cannot run bf16 here";
+  auto widened = make_cpu_backend(Bf16Products::kSgemm), onednn = make_cpu_backend(Bf16Products::kOnednn);
+  Config c = train_config("bf16");
+  c.train.steps = 20;
+  Grid grid(MPI_COMM_SELF, c.parallel);
+  Trainer a(c, grid, *widened, pattern_source(16)), b(c, grid, *onednn, pattern_source(16));
+  const double bound = 2 * (9 * c.model.n_layer + 4) * kBf16;
+  const long before = onednn_products_run();
+  double worst = 0;
+  for (int s = 0; s < c.train.steps; ++s) {
+    const double la = a.train_step(s).loss, lb = b.train_step(s).loss;
+    worst = std::max(worst, std::abs(lb - la) / la);
+    ASSERT_LE(std::abs(lb - la) / la, bound) << "step " << s << ": oneDNN " << lb << ", widened " << la;
+  }
+  EXPECT_GT(onednn_products_run(), before) << "the oneDNN backend ran no product";
+  std::printf("  20 steps: worst relative loss difference %.2e (bound %.2e)\n", worst, bound);
+}
+
 TEST(MixedPrecisionTraining, StashedActivationsTakeAboutHalf) {
   // GPipe on one rank keeps all 8 microbatches' stashes at once: the step's peak above
   // what is allocated before it is the stash plus one layer's working tensors. The

@@ -5,6 +5,7 @@
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/backend/cuda.hpp"
@@ -23,10 +24,10 @@ std::string version_text() {
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
-      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}, {}), cuda ({})\n"
+      "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}, {}; bf16 products: {}), cuda ({})\n"
       "MPI: {}\nNCCL: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
-      blas_kernel_summary(), blas_threads_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
+      blas_kernel_summary(), blas_threads_summary(), bf16_products_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
       " (parallel)"
 #else

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/device_allocator.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/core/tensor.hpp"
@@ -208,12 +209,14 @@ class Backend : public DeviceAllocator {
 };
 
 // The CPU backend (Kokkos host execution space + BLAS). Kokkos must be initialised
-// (see KokkosSession in core/runtime_env.hpp) before any kernel runs.
+// (see KokkosSession in core/runtime_env.hpp) before any kernel runs. Its bf16 products
+// take the process's path (bf16_products.hpp), or the one named (the kernel tests run both).
 std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(Bf16Products bf16_path);
 
 // Name of the BLAS kernel in use (OpenBLAS core name), or "unknown".
 std::string blas_kernel_name();
-// Restricts BLAS to `n` threads (no-op where the BLAS cannot be told).
+// Restricts BLAS (and oneDNN, when built in) to `n` threads (no-op where the BLAS cannot be told).
 void set_blas_threads(int n);
 
 }  // namespace pipetrain

@@ -1,7 +1,7 @@
 // CpuBackend: the Backend interface on host memory. Memory management lives
 // here; every kernel forwards to a free function in pipetrain::cpu (one file
 // per kernel family). Also exports make_cpu_backend(), blas_kernel_name() and
-// set_blas_threads().
+// set_blas_threads() (the BLAS's threads and oneDNN's).
 #include <cblas.h>
 
 #include <algorithm>
@@ -24,11 +24,15 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(Bf16Products bf16_path) : bf16_path_(bf16_path) {}
   DeviceId device() const override { return {DeviceKind::Host, 0}; }
   Stream& stream() override { return host_stream(); }
   std::string name() const override {
+    const std::string bf16 = bf16_path_ == bf16_products()         ? bf16_products_summary()
+                             : bf16_path_ == Bf16Products::kOnednn ? onednn_description()
+                                                                   : std::string("sgemm on widened operands");
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ", " +
-           blas_threads_summary() + ")";
+           blas_threads_summary() + "; bf16 products: " + bf16 + ")";
   }
 
   void* allocate(size_t bytes) override { return memory_.allocate(bytes); }
@@ -50,7 +54,7 @@ class CpuBackend final : public Backend {
                  int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
                  float* pre_gelu) override {
     cpu::gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue, bias, pre_gelu,
-                   gemm_scratch_);
+                   gemm_scratch_, bf16_path_);
   }
   void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, long stride_a, const float* B, int ldb,
@@ -218,13 +222,19 @@ class CpuBackend final : public Backend {
 
  private:
   HostAllocator memory_;
+  Bf16Products bf16_path_;
   std::vector<float> gemm_scratch_;  // gemm_bf16's widened operands
 };
 
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() {
+std::unique_ptr<Backend> make_cpu_backend() { return make_cpu_backend(bf16_products()); }
+
+std::unique_ptr<Backend> make_cpu_backend(Bf16Products bf16_path) {
+  if (bf16_path == Bf16Products::kOnednn && !cpu::onednn_runs_bf16())
+    fail("cpu backend: bf16 products through oneDNN asked for, but {}",
+         cpu::onednn_built_in() ? "oneDNN cannot run bf16 here" : "pipetrain was built without oneDNN");
   // One product large enough to run on every BLAS thread makes the BLAS allocate its
   // work buffers (OpenBLAS: ~128 MiB per thread, on first use) at start-up: a rank short
   // of memory later would otherwise hang inside OpenBLAS, which retries a failed buffer
@@ -243,7 +253,7 @@ std::unique_ptr<Backend> make_cpu_backend() {
     return true;
   }();
   (void)warmed;
-  return std::make_unique<cpu::CpuBackend>();
+  return std::make_unique<cpu::CpuBackend>(bf16_path);
 }
 
 std::string blas_kernel_name() {
@@ -257,9 +267,8 @@ std::string blas_kernel_name() {
 void set_blas_threads(int n) {
 #ifdef PIPETRAIN_HAVE_OPENBLAS
   openblas_set_num_threads(n < 1 ? 1 : n);
-#else
-  (void)n;
 #endif
+  set_onednn_threads(n);  // oneDNN's products (bf16) on the same share of the CPUs
 }
 
 }  // namespace pipetrain

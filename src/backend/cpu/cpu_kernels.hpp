@@ -7,10 +7,12 @@
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cstddef>
+#include <string>
 #include <vector>
 #include <cstdint>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/dtype.hpp"
 
 namespace pipetrain::cpu {
@@ -139,11 +141,22 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 // C = op(A) op(B) + bias + residual, as Backend::gemm_bias states it.
 void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                float* C, int ldc, const float* bias, const float* residual);
-// bf16 operands widened into `scratch` (reused between calls), then gemm; the epilogue
-// as Backend::gemm_bf16 states it.
+// bf16 operands through oneDNN (path kOnednn, where it has the shape), else widened into
+// `scratch` (reused between calls) and gemm; the epilogue as Backend::gemm_bf16 states it.
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                int ldb, float beta, float* C, int ldc, Backend::Epilogue epilogue, const float* bias, float* pre_gelu,
-               std::vector<float>& scratch);
+               std::vector<float>& scratch, Bf16Products path);
+// The same product through oneDNN's matmul (gemm_bf16_onednn.cpp), the bias (if any) as
+// its own bias, written straight into C; false when oneDNN is not built in or has no
+// implementation for the shape better than its reference one (the caller widens then).
+bool gemm_bf16_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                      const bf16* B, int ldb, float beta, float* C, int ldc, const float* bias);
+bool onednn_built_in();
+long onednn_products_run();
+bool onednn_runs_bf16();    // built in, and its matmul runs bf16 here (natively or emulated)
+bool onednn_native_bf16();  // its effective ISA has bf16 instructions (AVX512_BF16, AMX)
+std::string onednn_description();  // "oneDNN 2.6.3 (avx512_core_amx)"
+void onednn_set_threads(int n);
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                           const float* A, int lda, long stride_a, const float* B, int ldb,
                           long stride_b, float beta, float* C, int ldc, long stride_c, int batch);
