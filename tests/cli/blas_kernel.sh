@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Kernel selection (pipetrain/backend/blas_kernel.hpp): a fallback OpenBLAS kernel is
 # replaced by the CPU's best before the first product and the header says so; a user's
-# OPENBLAS_CORETYPE is left alone; PIPETRAIN_BLAS_KERNEL=keep never corrects.
+# OPENBLAS_CORETYPE is left alone; PIPETRAIN_BLAS_KERNEL=keep never corrects; bf16
+# products name their path (pipetrain/backend/bf16_products.hpp) and PIPETRAIN_BF16_GEMM
+# is honoured.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
 tmp=$(mktemp -d)
@@ -49,4 +51,33 @@ expect_contains "$out" "shared by 2 ranks)" "two unbound ranks"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || die "the two ranks chose differently: $out"
 out=$(threads env OPENBLAS_NUM_THREADS=1 "$PIPETRAIN" --version)
 expect_contains "$out" "1 thread (OPENBLAS_NUM_THREADS)" "the user's count"
+echo "== bf16 products: the header names the path; PIPETRAIN_BF16_GEMM is honoured, and checked"
+bf16() { env -u PIPETRAIN_BF16_GEMM "$@" "$PIPETRAIN" --version | grep "^backends:"; }
+out=$(bf16)
+expect_contains "$out" "; bf16 products: " "the header"
+out=$(bf16 PIPETRAIN_BF16_GEMM=sgemm)
+expect_contains "$out" "bf16 products: sgemm on widened operands (PIPETRAIN_BF16_GEMM)" "sgemm asked for"
+set +e
+err=$(bf16 PIPETRAIN_BF16_GEMM=mkl 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] || die "an unknown PIPETRAIN_BF16_GEMM was accepted"
+expect_contains "$err" "PIPETRAIN_BF16_GEMM=mkl: expected auto, onednn or sgemm" "unknown policy"
+if [[ $(bf16) == *"bf16 products: oneDNN"* ]]; then
+  # This CPU runs bf16 natively: a bf16 run takes oneDNN on every rank, and the forced
+  # widening still trains.
+  head -c 50000 "$SRC/inputs/austen.txt" >b.txt
+  "$PIPETRAIN" data text b.txt -o b.h5 >/dev/null
+  for path in auto sgemm; do
+    PIPETRAIN_BF16_GEMM=$path timeout 120 "$MPIEXEC" -np 2 -x PIPETRAIN_BF16_GEMM "$PIPETRAIN" train \
+      "$SRC/inputs/austen-char.toml" --set data.train=b.h5 --set model.n_layer=2 --set model.d_model=32 \
+      --set train.seq_len=16 --set model.max_seq_len=16 --set train.steps=2 --set parallel.pp=2 \
+      --set train.precision=bf16 --set log.progress=false >bf16.$path.out
+    grep -q "^step" bf16.$path.out || die "the bf16 run ($path) did not train: $(cat bf16.$path.out)"
+  done
+  expect_contains "$(cat bf16.auto.out)" "bf16 products: oneDNN" "bf16 train header"
+  expect_contains "$(cat bf16.sgemm.out)" "bf16 products: sgemm on widened operands" "bf16 train header, sgemm"
+else
+  echo "oneDNN does not run bf16 natively here: $(bf16)"
+fi
 echo "kernel selection checks passed"

@@ -66,9 +66,15 @@ class Backend : public DeviceAllocator {
   // and C in f32; the shapes and leading dimensions as in gemm. The epilogue (beta = 0
   // only) runs on the product before it is stored: kBias adds bias[n] to every row of C;
   // kBiasGelu also keeps the biased product in pre_gelu (M x N, leading dimension ldc)
-  // and stores C = gelu(pre_gelu). CPU: the operands widened to f32 around sgemm (the
-  // same values a bf16 product sees); CUDA: cuBLASLt with its bias and GELU epilogues.
+  // and stores C = gelu(pre_gelu). CPU: oneDNN's matmul, or the operands widened to f32
+  // around sgemm (the same values a bf16 product sees; bf16_products.hpp says which);
+  // CUDA: cuBLASLt with its bias and GELU epilogues.
   enum class Epilogue { kNone, kBias, kBiasGelu };
+  // Whether gemm_bf16 multiplies bf16 operands itself (cuBLASLt, oneDNN) rather than
+  // widening them: where it widens, a layer runs the f32 product on its f32 working
+  // copies instead (the weights' bf16-rounded f32 copy exists; widening them again for
+  // every product would cost a pass over the weights each time).
+  virtual bool bf16_products_native() const = 0;
   virtual void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
                          const bf16* B, int ldb, float beta, float* C, int ldc, Epilogue epilogue = Epilogue::kNone,
                          const float* bias = nullptr, float* pre_gelu = nullptr) = 0;

@@ -1,9 +1,10 @@
 // The products of a dense layer Y = X W^T + b with W stored (out, in), and the
 // tensor-parallel sum, shared by the layer implementations. Inputs X and dY come in
-// their stored form (precision.hpp): in bf16, with the weights' bf16 copies, the
-// products are bf16 products with f32 accumulation (Backend::gemm_bf16, bias and GELU in
-// the epilogue); otherwise f32 products (a bf16 operand widened first). Outputs and
-// parameter gradients are f32.
+// their stored form (precision.hpp): in bf16, with the weights' bf16 copies, on a backend
+// that multiplies bf16 itself (Backend::bf16_products_native), the products are bf16
+// products with f32 accumulation (Backend::gemm_bf16, bias and GELU in the epilogue);
+// otherwise f32 products (a bf16 activation widened first, the weights' f32 copy of their
+// rounded values). Outputs and parameter gradients are f32.
 #pragma once
 #include <cstddef>
 

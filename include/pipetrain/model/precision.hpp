@@ -1,7 +1,8 @@
 // Mixed precision on the layers' side. Activations, activation gradients and the stash are
 // stored in ctx.storage (f32, or bf16 with train.precision = "bf16"); kernels run on f32
-// working copies (the CPU backend has no bf16 products: bf16 is a storage precision there,
-// and a product's inputs are the rounded values a bf16 product would see). Parameter
+// working copies, and so do the dense products where the backend has no native bf16
+// products (a CPU without bf16 instructions: bf16 is a storage precision there, and a
+// product's inputs are the rounded values a bf16 product would see). Parameter
 // gradients, reductions and the loss stay f32.
 #pragma once
 #include "pipetrain/model/layer.hpp"

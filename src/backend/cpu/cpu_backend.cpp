@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
     cpu::gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue, bias, pre_gelu,
                    gemm_scratch_, bf16_path_);
   }
+  bool bf16_products_native() const override { return bf16_path_ == Bf16Products::kOnednn; }
   void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, long stride_a, const float* B, int ldb,
                             long stride_b, float beta, float* C, int ldc, long stride_c,

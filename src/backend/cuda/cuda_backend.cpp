@@ -109,6 +109,7 @@ class CudaBackend final : public Backend {
   DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
   Stream& stream() override { return stream_; }
   std::string name() const override { return name_; }
+  bool bf16_products_native() const override { return true; }
 
   // ---- memory ----
   void* allocate(size_t bytes) override {
