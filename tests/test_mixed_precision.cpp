@@ -50,7 +50,9 @@ TEST(MixedPrecision, CastKernelsRoundToNearestEven) {
   auto pool = MemoryPool::create(*be);
   const Tensor x = testing::random_tensor(*pool, {4099}, 3, 10.0);
   const float specials[] = {0.0f, -0.0f, 1.0f + std::ldexp(1.0f, -8), std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(), 1e-40f};
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(), 1e-40f,
+                            -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN(),
+                            1.0f + 3 * std::ldexp(1.0f, -8), -std::numeric_limits<float>::max()};
   for (size_t i = 0; i < std::size(specials); ++i) x.f32()[i] = specials[i];
   const Tensor h = Tensor::empty(*pool, {4099}, DType::BF16), back = Tensor::empty(*pool, {4099});
   be->cast_to_bf16(h.bf16_data(), x.f32(), 4099);
@@ -62,6 +64,17 @@ TEST(MixedPrecision, CastKernelsRoundToNearestEven) {
       ASSERT_TRUE(std::isnan(back.f32()[i]));
     } else {
       ASSERT_EQ(back.f32()[i], want) << i;
+    }
+  }
+  // round_to_bf16: the same bf16, and x replaced by its rounded value, in one pass.
+  const Tensor r = Tensor::empty(*pool, {4099}, DType::BF16);
+  be->round_to_bf16(r.bf16_data(), x.f32(), 4099);
+  for (int64_t i = 0; i < 4099; ++i) {
+    ASSERT_EQ(r.bf16_data()[i].bits, h.bf16_data()[i].bits) << i;
+    if (std::isnan(back.f32()[i])) {
+      ASSERT_TRUE(std::isnan(x.f32()[i])) << i;
+    } else {
+      ASSERT_EQ(x.f32()[i], back.f32()[i]) << i;
     }
   }
 }

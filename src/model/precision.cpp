@@ -18,8 +18,7 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
   if (ctx.storage == DType::F32) return x;
   Tensor out = Tensor::empty(*ctx.pool, x.shape(), DType::BF16);
   const auto n = static_cast<size_t>(x.numel());
-  ctx.backend->cast_to_bf16(out.bf16_data(), x.f32(), n);
-  ctx.backend->cast_to_f32(x.f32(), out.bf16_data(), n);
+  ctx.backend->round_to_bf16(out.bf16_data(), x.f32(), n);
   return out;
 }
 

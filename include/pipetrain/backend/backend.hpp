@@ -86,6 +86,12 @@ class Backend : public DeviceAllocator {
   // Precision casts (mixed precision): out = bf16(in), rounded to nearest even; out = f32(in).
   virtual void cast_to_bf16(bf16* out, const float* in, size_t n) = 0;
   virtual void cast_to_f32(float* out, const bf16* in, size_t n) = 0;
+  // out = bf16(x) and x = f32(out): x rounded in place and its stored form, the way a bf16
+  // activation is kept (model/precision.hpp). Two casts here; the CPU does it in one pass.
+  virtual void round_to_bf16(bf16* out, float* x, size_t n) {
+    cast_to_bf16(out, x, n);
+    cast_to_f32(x, out, n);
+  }
   virtual double sum_squares(const float* x, size_t n) = 0;  // sum of x^2 in double
   virtual bool all_finite(const float* x, size_t n) = 0;
   // out[n, c] += bias[c] for an N x C matrix.

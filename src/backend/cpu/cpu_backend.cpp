@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
   void scale(float* x, float s, size_t n) override { cpu::scale(x, s, n); }
   void cast_to_bf16(bf16* out, const float* in, size_t n) override { cpu::cast_to_bf16(out, in, n); }
   void cast_to_f32(float* out, const bf16* in, size_t n) override { cpu::cast_to_f32(out, in, n); }
+  void round_to_bf16(bf16* out, float* x, size_t n) override { cpu::round_to_bf16(out, x, n); }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   bool all_finite(const float* x, size_t n) override { return cpu::all_finite(x, n); }
   void bias_add(float* out, const float* bias, int N, int C) override {

@@ -166,6 +166,7 @@ void add(float* out, const float* a, const float* b, size_t n);
 void accumulate(float* out, const float* a, size_t n);
 void scale(float* x, float s, size_t n);
 void cast_to_bf16(bf16* out, const float* in, size_t n);
+void round_to_bf16(bf16* out, float* x, size_t n);  // out = bf16(x), x = f32(out), one pass
 void cast_to_f32(float* out, const bf16* in, size_t n);
 double sum_squares(const float* x, size_t n);
 bool all_finite(const float* x, size_t n);
