@@ -34,7 +34,7 @@ struct Parameter {
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
   // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
   // products) and widened to f32 (compute: LayerNorm, bias and embedding kernels, and
-  // products whose other operand is f32).
+  // products whose other operand is f32 or whose backend has no native bf16 products).
   Tensor compute, compute_bf16;
   int64_t numel() const;
 };
