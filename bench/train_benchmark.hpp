@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -41,35 +42,36 @@
 
 namespace pipetrain::bench::train_detail {
 
-// GFLOP/s of C = A B^T with the given shape, median of `reps` runs after a warm-up.
-inline double sgemm_gflops(Backend& be, int M, int N, int K, int reps) {
-  std::vector<float> a(static_cast<size_t>(M) * K, 0.5f), b(static_cast<size_t>(N) * K, 0.25f),
-      c(static_cast<size_t>(M) * N);
-  be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+// GFLOP/s of C = A B^T with the given shape in element type T (float: Backend::gemm; bf16:
+// Backend::gemm_bf16, the path this process's bf16 products take, bf16_products.hpp),
+// median of `reps` runs after a warm-up.
+template <class T>
+double product_gflops(Backend& be, int M, int N, int K, int reps) {
+  const auto value = [](float x) {
+    if constexpr (std::is_same_v<T, bf16>) return to_bf16(x);
+    else return x;
+  };
+  std::vector<T> a(static_cast<size_t>(M) * K, value(0.5f)), b(static_cast<size_t>(N) * K, value(0.25f));
+  std::vector<float> c(static_cast<size_t>(M) * N);
+  const auto run = [&] {
+    if constexpr (std::is_same_v<T, bf16>)
+      be.gemm_bf16(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    else
+      be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  };
+  run();
   std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    be.gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    run();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(2.0 * M * N * K / s / 1e9);
   }
   return median(rates);
 }
-
-// GFLOP/s of the same product with bf16 operands (Backend::gemm_bf16: the path this
-// process's bf16 products take, bf16_products.hpp), median of `reps` after a warm-up.
+inline double sgemm_gflops(Backend& be, int M, int N, int K, int reps) { return product_gflops<float>(be, M, N, K, reps); }
 inline double bf16_gemm_gflops(Backend& be, int M, int N, int K, int reps) {
-  std::vector<bf16> a(static_cast<size_t>(M) * K, to_bf16(0.5f)), b(static_cast<size_t>(N) * K, to_bf16(0.25f));
-  std::vector<float> c(static_cast<size_t>(M) * N);
-  be.gemm_bf16(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
-  std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    be.gemm_bf16(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(2.0 * M * N * K / s / 1e9);
-  }
-  return median(rates);
+  return product_gflops<bf16>(be, M, N, K, reps);
 }
 
 struct KernelRate {
