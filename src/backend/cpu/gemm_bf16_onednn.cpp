@@ -79,6 +79,8 @@ class Matmuls {
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
       return Matmul{dnnl::matmul(pd), a, b, c, bias};
     } catch (const dnnl::error& e) {
+      // No implementation for this shape on this CPU: the caller widens for sgemm
+      // (a complete path, not a gap); any other failure is an error.
       if (e.status == dnnl_unimplemented) return std::nullopt;
       fail("oneDNN: cannot build the bf16 product {}x{}x{}: {}", s.M, s.N, s.K, e.what());
     }
