@@ -182,6 +182,16 @@ int main(int argc, char** argv) {
       be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, NH, *pool);
     });
     std::printf("attention B=%d T=%d C=%d NH=%d: fwd %.3f ms, bwd %.3f ms\n", B, T, C, NH, f, bw);
+    // bf16 storage: the probabilities kept in bf16 (cast after the forward, back before the
+    // backward); qkv holds bf16 values, as a block passes it.
+    for (float& x : qkv) x = pipetrain::to_float(pipetrain::to_bf16(x));
+    const double f16 = median_ms(reps, [&] {
+      stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, *pool, pipetrain::DType::BF16);
+    });
+    const double bw16 = median_ms(reps, [&] {
+      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, NH, *pool);
+    });
+    std::printf("attention, bf16 storage: fwd %.3f ms, bwd %.3f ms\n", f16, bw16);
   }
   {  // AdamW over 16M parameters
     const size_t n = size_t(1) << 24;

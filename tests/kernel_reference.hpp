@@ -220,6 +220,59 @@ inline void attention_backward(DVec& dqkv, const Vec& dout, const Vec& qkv, int 
   }
 }
 
+// What bounds attention's error when its products take bf16 operands (P, dO and dS
+// rounded once each, relative error u = 2^-9 per rounding; q, k, v already bf16), per
+// element, as the sum of |term| its error is a multiple of:
+//   out_i  = sum_j P_ij v_j:          |err| <= u sum_j P_ij |v_j|
+//   dV_j   = sum_i P_ij dO_i:         |err| <= 2u sum_i P_ij |dO_i|
+//   dS_ij  = scale P_ij (dP_ij - D_i), dP_ij = dO_i . v_j, D_i = sum_j P_ij dP_ij: with
+//            A_ij = |dO_i| . |v_j| >= |dP_ij| and Abar_i = sum_j P_ij A_ij, each rounding
+//            (P, dO, then dS itself) adds at most u scale P_ij (A_ij + Abar_i) per use:
+//            |err(dS_ij)| <= 4u m_ij, m_ij = scale P_ij (A_ij + Abar_i)
+//   dQ_i   = sum_j dS_ij k_j:         |err| <= 4u sum_j m_ij |k_j|
+//   dK_j   = sum_i dS_ij q_i:         |err| <= 4u sum_i m_ij |q_i|
+// Returned without the factor: every error is <= 4u times its bound.
+inline void attention_bf16_bounds(DVec& out_bound, DVec& dqkv_bound, const Vec& dout, const Vec& qkv, int B, int T,
+                                  int C, int NH, int NKV = 0) {
+  if (NKV == 0) NKV = NH;
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  DVec out, att;
+  attention_forward(out, att, qkv, B, T, C, NH, NKV);
+  out_bound.assign(out.size(), 0.0);
+  dqkv_bound.assign(qkv.size(), 0.0);
+  auto q = [&](int b, int t, int part, int h, int e) {
+    return std::abs(static_cast<double>(qkv[qkv_index(b, t, part, h, e, T, C, NH, NKV)]));
+  };
+  auto idx = [&](int b, int t, int part, int h, int e) { return qkv_index(b, t, part, h, e, T, C, NH, NKV); };
+  std::vector<double> a(T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < T; ++i) {
+        const double* p = &att[((static_cast<size_t>(b) * NH + h) * T + i) * T];
+        const float* d = &dout[(static_cast<size_t>(b) * T + i) * C + h * hs];
+        double abar = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          a[j] = 0.0;
+          for (int e = 0; e < hs; ++e) a[j] += std::abs(static_cast<double>(d[e])) * q(b, j, 2, h, e);
+          abar += p[j] * a[j];
+          for (int e = 0; e < hs; ++e) {
+            out_bound[(static_cast<size_t>(b) * T + i) * C + h * hs + e] += p[j] * q(b, j, 2, h, e);
+            dqkv_bound[idx(b, j, 2, h, e)] += 2.0 * p[j] * std::abs(static_cast<double>(d[e]));
+          }
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double m = scale * p[j] * (a[j] + abar);
+          for (int e = 0; e < hs; ++e) {
+            dqkv_bound[idx(b, i, 0, h, e)] += m * q(b, j, 1, h, e);
+            dqkv_bound[idx(b, j, 1, h, e)] += m * q(b, i, 0, h, e);
+          }
+        }
+      }
+    }
+  }
+}
+
 // losses and (unscaled) dlosses/dlogits; padded columns ignored.
 inline void crossentropy(DVec& losses, DVec& grad, const Vec& logits, const std::vector<int32_t>& t,
                          int N, int V, int Vp) {

@@ -7,6 +7,7 @@
 // upload/download below must change).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -67,11 +68,11 @@ class KernelTest : public testing::BackendTest {
   // Runs the backend's attention forward (and backward, given dout); returns out and
   // (then) dqkv. The stash is the backend's own, from a pool.
   Vec attention_out(const Vec& qkv, int B, int T, int C, int NH, const Vec* dout = nullptr, Vec* dqkv = nullptr,
-                    int NKV = 0) {
+                    int NKV = 0, DType storage = DType::F32) {
     if (NKV == 0) NKV = NH;
     auto pool = MemoryPool::create(be());
     DevBuf<float> q(be(), qkv), out(be(), Vec(size_t(B) * T * C, 5.0f));
-    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, NKV, *pool, DType::F32);
+    auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, NKV, *pool, storage);
     if (dout) {
       DevBuf<float> d(be(), *dout), dq(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
       be().attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, C, NH, NKV, *pool);
@@ -442,6 +443,39 @@ TEST_P(KernelTest, GroupedQueryAttention) {
   Vec an;
   attention_out(qkv, B, T, C, NH, &Rv, &an, NKV);
   EXPECT_TRUE(fd_check(qkv, an, [&](const Vec& x) { return dot(attention_out(x, B, T, C, NH, nullptr, nullptr, NKV), Rv); }));
+}
+
+// bf16 storage: the stash keeps the probabilities in bf16 (and a backend may multiply bf16
+// operands: P, dO, dS rounded). Every element is within the bf16 bound of
+// ref::attention_bf16_bounds (4u times its bound, u = 2^-9) plus f32's share (sums of at
+// most T terms and the scores' dot products: T 2^-23 of the bound).
+TEST_P(KernelTest, AttentionWithBf16Storage) {
+  struct Shape {
+    int B, T, C, NH, NKV;
+  };
+  for (Shape s : {Shape{2, 131, 48, 4, 4}, Shape{1, 70, 24, 6, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " T=" << s.T);
+    const int hs = s.C / s.NH, R = s.C + 2 * s.NKV * hs;
+    Vec qkv = random_vec(size_t(s.B) * s.T * R, 66, -2.0f, 2.0f);
+    for (float& x : qkv) x = to_float(to_bf16(x));  // a block passes its stored (bf16) qkv
+    const Vec dout = random_vec(size_t(s.B) * s.T * s.C, 67);
+    DVec out_ref, att_ref, dqkv_ref, out_bound, dqkv_bound;
+    ref::attention_forward(out_ref, att_ref, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    ref::attention_backward(dqkv_ref, dout, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    ref::attention_bf16_bounds(out_bound, dqkv_bound, dout, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    Vec dqkv;
+    const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH, &dout, &dqkv, s.NKV, DType::BF16);
+    const double factor = 4.0 * std::ldexp(1.0, -9) + std::max(s.T, hs) * std::ldexp(1.0, -23);
+    auto within = [&](const Vec& got, const DVec& want, const DVec& bound) {
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::abs(got[i] - want[i]) <= factor * bound[i] + 1e-30))
+          return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " against " << want[i]
+                                               << ", bound " << factor * bound[i];
+      return ::testing::AssertionSuccess();
+    };
+    EXPECT_TRUE(within(out, out_ref, out_bound));
+    EXPECT_TRUE(within(dqkv, dqkv_ref, dqkv_bound));
+  }
 }
 
 TEST_P(KernelTest, RmsNorm) {
