@@ -3,8 +3,9 @@
 // measured in the same run (after the warm-up and after every step: each step against the
 // rate around it, and the medians), so a noisy shared machine affects both sides alike,
 // with the rate's range printed — and as a fraction of the best sgemm this
-// machine offers: every OpenBLAS kernel the CPU can run is measured in a child process
-// (OPENBLAS_CORETYPE is read when the library loads), so a slow kernel cannot hide behind
+// machine offers: every OpenBLAS kernel the CPU can run, and oneDNN's sgemm where it is
+// built in, is measured in a child process (OPENBLAS_CORETYPE is read when the library
+// loads), so a slow kernel cannot hide behind
 // a ratio to itself. Like `pipetrain`, the benchmark first replaces a fallback OpenBLAS
 // kernel by the best one (pipetrain/backend/blas_kernel.hpp).
 //
@@ -31,6 +32,9 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#ifdef PIPETRAIN_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/dtype.hpp"
@@ -91,7 +95,35 @@ inline int sgemm_only(int tokens) {
   return 0;
 }
 
-// Every OpenBLAS kernel this CPU can run, each measured in a child process.
+// Child mode (`--onednn-sgemm-only TOKENS`): the same two rates of oneDNN's f32 sgemm
+// (dnnl_sgemm, row-major), the other f32 product library installed; nothing where
+// pipetrain was built without oneDNN.
+inline int onednn_sgemm_only(int tokens) {
+#ifdef PIPETRAIN_HAVE_ONEDNN
+  set_blas_threads(1);  // oneDNN's threads follow
+  const auto rate = [](int M, int N, int K) {
+    std::vector<float> a(static_cast<size_t>(M) * K, 0.5f), b(static_cast<size_t>(N) * K, 0.25f),
+        c(static_cast<size_t>(M) * N);
+    const auto run = [&] { dnnl_sgemm('N', 'T', M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N); };
+    run();
+    std::vector<double> rates;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      rates.push_back(2.0 * M * N * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      1e9);
+    }
+    return median(rates);
+  };
+  std::printf("oneDNN-sgemm %.3f %.3f\n", rate(2048, 2048, 2048), rate(tokens, 3 * kD, kD));
+#else
+  (void)tokens;
+#endif
+  return 0;
+}
+
+// Every OpenBLAS kernel this CPU can run, and oneDNN's sgemm where it is built in, each
+// measured in a child process.
 inline std::vector<KernelRate> every_kernel(const char* self, int tokens) {
   const CpuIsa isa = detect_cpu_isa();
   std::vector<std::string> kernels = {"Prescott"};
@@ -101,9 +133,12 @@ inline std::vector<KernelRate> every_kernel(const char* self, int tokens) {
   if (isa.avx512) kernels.push_back("SkylakeX");
   if (isa.avx512_bf16) kernels.push_back("Cooperlake");
   std::vector<KernelRate> out;
-  for (const auto& k : kernels) {
-    const std::string cmd = "env OPENBLAS_CORETYPE=" + k + " PIPETRAIN_BLAS_KERNEL=keep '" + self +
-                            "' --sgemm-only " + std::to_string(tokens);
+  std::vector<std::string> commands;
+  for (const auto& k : kernels)
+    commands.push_back("env OPENBLAS_CORETYPE=" + k + " PIPETRAIN_BLAS_KERNEL=keep '" + self + "' --sgemm-only " +
+                       std::to_string(tokens));
+  commands.push_back(std::string("'") + self + "' --onednn-sgemm-only " + std::to_string(tokens));
+  for (const auto& cmd : commands) {
     FILE* p = ::popen(cmd.c_str(), "r");
     if (!p) continue;
     char name[64] = {};
@@ -127,6 +162,7 @@ namespace pipetrain::bench {
 inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   using namespace train_detail;
   if (argc == 3 && std::strcmp(argv[1], "--sgemm-only") == 0) return sgemm_only(std::atoi(argv[2]));
+  if (argc == 3 && std::strcmp(argv[1], "--onednn-sgemm-only") == 0) return onednn_sgemm_only(std::atoi(argv[2]));
   select_blas_kernel(argv);  // as pipetrain does: a fallback kernel is replaced first
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -234,7 +270,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
              *hi > 1.1 * *lo ? " (this machine's speed changed by more than 10%: the ratios carry that uncertainty)" : "");
   // Against the best kernel the machine offers (the same shapes, measured alone).
   if (!kernels.empty() && cfg.model.d_model == kD) {
-    fmt::print("every OpenBLAS kernel this CPU runs (sgemm 2048^3 / QKV, GFLOP/s, one thread):\n");
+    fmt::print("every OpenBLAS kernel this CPU runs, and oneDNN's (sgemm 2048^3 / QKV, GFLOP/s, one thread):\n");
     const KernelRate* best = &kernels.front();
     for (const auto& k : kernels) {
       fmt::print("  {:<12} {:7.1f} {:7.1f}\n", k.kernel, k.square, k.model);
