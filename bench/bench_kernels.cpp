@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
@@ -182,8 +183,9 @@ int main(int argc, char** argv) {
       be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, NH, *pool);
     });
     std::printf("attention B=%d T=%d C=%d NH=%d: fwd %.3f ms, bwd %.3f ms\n", B, T, C, NH, f, bw);
-    // bf16 storage: the probabilities kept in bf16 (cast after the forward, back before the
-    // backward); qkv holds bf16 values, as a block passes it.
+    // bf16 storage: the probabilities kept in bf16; on a CPU with bf16 products (oneDNN) every
+    // product of bf16 operands (PIPETRAIN_BF16_GEMM=sgemm: f32 products, P cast to bf16 and
+    // back). qkv holds bf16 values, as a block passes it.
     for (float& x : qkv) x = pipetrain::to_float(pipetrain::to_bf16(x));
     const double f16 = median_ms(reps, [&] {
       stash = be->attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, *pool, pipetrain::DType::BF16);
@@ -191,7 +193,9 @@ int main(int argc, char** argv) {
     const double bw16 = median_ms(reps, [&] {
       be->attention_backward(dqkv.data(), dout.data(), qkv.data(), *stash, B, T, C, NH, NH, *pool);
     });
-    std::printf("attention, bf16 storage: fwd %.3f ms, bwd %.3f ms\n", f16, bw16);
+    std::printf("attention, bf16 storage (%s): fwd %.3f ms, bwd %.3f ms\n",
+                pipetrain::bf16_products() == pipetrain::Bf16Products::kOnednn ? "bf16 products" : "f32 products",
+                f16, bw16);
   }
   {  // AdamW over 16M parameters
     const size_t n = size_t(1) << 24;

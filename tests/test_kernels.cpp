@@ -19,7 +19,9 @@
 
 #include "kernel_backends.hpp"
 #include "kernel_reference.hpp"
+#include "pipetrain/backend/attention.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/error.hpp"
 
@@ -445,8 +447,8 @@ TEST_P(KernelTest, GroupedQueryAttention) {
   EXPECT_TRUE(fd_check(qkv, an, [&](const Vec& x) { return dot(attention_out(x, B, T, C, NH, nullptr, nullptr, NKV), Rv); }));
 }
 
-// bf16 storage: the stash keeps the probabilities in bf16 (and a backend may multiply bf16
-// operands: P, dO, dS rounded). Every element is within the bf16 bound of
+// bf16 storage: the stash keeps the probabilities in bf16, and where the backend multiplies
+// bf16 natively (cpu_onednn, CUDA) attention's products take bf16 operands (P, dO, dS rounded). Every element is within the bf16 bound of
 // ref::attention_bf16_bounds (4u times its bound, u = 2^-9) plus f32's share (sums of at
 // most T terms and the scores' dot products: T 2^-23 of the bound).
 TEST_P(KernelTest, AttentionWithBf16Storage) {
@@ -463,6 +465,7 @@ TEST_P(KernelTest, AttentionWithBf16Storage) {
     ref::attention_forward(out_ref, att_ref, qkv, s.B, s.T, s.C, s.NH, s.NKV);
     ref::attention_backward(dqkv_ref, dout, qkv, s.B, s.T, s.C, s.NH, s.NKV);
     ref::attention_bf16_bounds(out_bound, dqkv_bound, dout, qkv, s.B, s.T, s.C, s.NH, s.NKV);
+    const long onednn_before = onednn_products_run();
     Vec dqkv;
     const Vec out = attention_out(qkv, s.B, s.T, s.C, s.NH, &dout, &dqkv, s.NKV, DType::BF16);
     const double factor = 4.0 * std::ldexp(1.0, -9) + std::max(s.T, hs) * std::ldexp(1.0, -23);
@@ -475,7 +478,40 @@ TEST_P(KernelTest, AttentionWithBf16Storage) {
     };
     EXPECT_TRUE(within(out, out_ref, out_bound));
     EXPECT_TRUE(within(dqkv, dqkv_ref, dqkv_bound));
+    // Its products went to oneDNN exactly where the backend multiplies bf16 through it.
+    const bool onednn = be().name().find("bf16 products: oneDNN") != std::string::npos;
+    EXPECT_EQ(onednn_products_run() > onednn_before, onednn) << be().name();
   }
+}
+
+// The CPU keeps each (sequence, head)'s probabilities block by block without the causal
+// upper triangle: causal_block_elements(T) of them, in the storage precision.
+TEST(AttentionBlocks, KeptElementsAreTheBlocksRowsTimesKeys) {
+  for (int T = 1; T <= 300; ++T) {
+    int64_t sum = 0;
+    for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
+      ASSERT_EQ(causal_block_offset(i0), sum) << "T=" << T << " i0=" << i0;
+      const int i1 = std::min(i0 + kAttnBlock, T);
+      sum += int64_t{i1 - i0} * i1;
+    }
+    ASSERT_EQ(causal_block_elements(T), sum) << "T=" << T;
+  }
+  EXPECT_EQ(causal_block_elements(256), 256 * 256 * 5 / 8);  // blocks of 64: 1 + 2 + 3 + 4 of 16
+  EXPECT_EQ(causal_block_elements(64), 64 * 64);
+  EXPECT_EQ(causal_block_elements(0), 0);
+}
+
+TEST_P(KernelTest, AttentionKeepsCausalBlocksOnTheCpu) {
+  if (be().device().kind != DeviceKind::Host) GTEST_SKIP() << "the CUDA backend keeps its own stash";
+  for (DType storage : {DType::F32, DType::BF16})
+    for (int T : {5, 131, 256}) {
+      const int B = 2, C = 24, NH = 3;
+      auto pool = MemoryPool::create(be());
+      DevBuf<float> q(be(), random_vec(size_t(B) * T * 3 * C, 68)), out(be(), Vec(size_t(B) * T * C));
+      const auto stash = be().attention_forward(out.get(), q.get(), B, T, C, NH, NH, *pool, storage);
+      EXPECT_EQ(stash->bytes(), size_t(B) * NH * causal_block_elements(T) * dtype_size(storage))
+          << "T=" << T << " " << dtype_name(storage);
+    }
 }
 
 TEST_P(KernelTest, RmsNorm) {

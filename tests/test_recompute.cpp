@@ -10,6 +10,7 @@
 
 #include "model_fixtures.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/attention.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
@@ -115,6 +116,22 @@ TEST(Recompute, TheEstimateFollowsTheMode) {
   // What recomputation rebuilds is what the mode dropped from one block.
   EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::Full), (none - full) / (units - 2));
   EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::None), 0.0);
+}
+
+// What attention keeps per (sequence, head) follows the device: the CPU's causal blocks,
+// CUDA's log-sum-exp up to head size 128 and its T x T probabilities above.
+TEST(Recompute, TheEstimateCountsWhatAttentionKeeps) {
+  EXPECT_EQ(attention_keeps("cpu", 64), AttentionKeeps::kCausalBlocks);
+  EXPECT_EQ(attention_keeps("cpu", 256), AttentionKeeps::kCausalBlocks);
+  EXPECT_EQ(attention_keeps("cuda", 128), AttentionKeeps::kLogSumExp);
+  EXPECT_EQ(attention_keeps("cuda", 256), AttentionKeeps::kSquare);
+  ModelConfig m = testing::tiny_model();
+  const int B = 2, T = 200, NH = m.n_head;  // one block, a microbatch of B sequences
+  auto block = [&](AttentionKeeps k) { return stash_bytes(m, 1, 2, 1, B, T, DType::BF16, Recompute::None, k); };
+  EXPECT_EQ(block(AttentionKeeps::kSquare) - block(AttentionKeeps::kCausalBlocks),
+            2.0 * B * NH * (double(T) * T - double(causal_block_elements(T))));
+  EXPECT_EQ(block(AttentionKeeps::kCausalBlocks) - block(AttentionKeeps::kLogSumExp),
+            2.0 * B * NH * (double(causal_block_elements(T)) - T));
 }
 
 }  // namespace

@@ -177,17 +177,17 @@ int run_train(const TrainOptions& opt) {
     in.zero1 = cfg.parallel.zero1;
     in.bf16 = bf16;
     const DType storage = bf16 ? DType::BF16 : DType::F32;
+    const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
     for (int st = 0; st < sched.num_stages; ++st)
       if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
         const auto& u = units[static_cast<size_t>(st)];
         const Recompute mode = trainer.recompute_of(st);
         in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
                                                                   trainer.microbatch_size(), cfg.train.seq_len, storage,
-                                                                  mode, cfg.runtime.device == "cpu"));
+                                                                  mode, keeps));
         if (u.last - u.first > (u.first == 0) + (u.last == model_num_units(cfg.model)))  // it holds a block
           in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
-                                                                cfg.train.seq_len, storage, mode,
-                                                                cfg.runtime.device == "cpu"));
+                                                                cfg.train.seq_len, storage, mode, keeps));
       }
     in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
     if (grid.pp() > 1) {

@@ -1,5 +1,6 @@
 #include "pipetrain/model/stage.hpp"
 
+#include "pipetrain/backend/attention.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
@@ -50,15 +51,18 @@ namespace {
 struct BlockBytes {
   double stored, stats;
 };
-BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode, bool probabilities) {
+BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode, AttentionKeeps keeps) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   const double NH = static_cast<double>(cfg.n_head) / tp;
+  const double per_head = keeps == AttentionKeeps::kCausalBlocks ? static_cast<double>(causal_block_elements(T))
+                          : keeps == AttentionKeeps::kSquare     ? static_cast<double>(T) * T
+                                                                 : T;
   if (cfg.arch == "llama") {
     // x, n1, h, n2 (N x C), qkv (Rl), atty (Cl), gate, up and their SwiGLU (3 Fl), the
     // probabilities, RMSNorm statistics (2 N); for the weight pass dy, dn2, dh, dn1 (N x C),
     // dg, du (2 Fl), dqkv (Rl).
     const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
-    const double probs = probabilities ? B * NH * T * T : B * NH * T, grads = N * (4 * C + 2 * Fl + Rl);
+    const double probs = B * NH * per_head, grads = N * (4 * C + 2 * Fl + Rl);
     switch (mode) {
       case Recompute::Full: return {N * C, 0};
       case Recompute::Selective: return {N * (4 * C + Rl + 2 * Fl) + grads, 2 * N};
@@ -67,9 +71,9 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
     return {N * (4 * C + Rl + Cl + 3 * Fl) + probs + grads, 2 * N};
   }
   // ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each), the
-  // attention probabilities (NH x T x T per sequence), LayerNorm statistics (4 N); then
+  // attention probabilities (NH x per_head per sequence), LayerNorm statistics (4 N); then
   // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).
-  const double probs = probabilities ? B * NH * T * T : B * NH * T, grads = N * (4 * C + 7 * Cl);
+  const double probs = B * NH * per_head, grads = N * (4 * C + 7 * Cl);
   switch (mode) {
     case Recompute::Full: return {N * C, 0};  // the input only
     case Recompute::Selective: return {N * (3 * C + 7 * Cl) + grads, 4 * N};  // no probabilities, atty, GELU
@@ -80,10 +84,15 @@ BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute m
 
 }  // namespace
 
+AttentionKeeps attention_keeps(std::string_view device_kind, int head_size) {
+  if (device_kind == "cpu") return AttentionKeeps::kCausalBlocks;
+  return head_size > 128 ? AttentionKeeps::kSquare : AttentionKeeps::kLogSumExp;
+}
+
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
-                   Recompute mode, bool probabilities) {
+                   Recompute mode, AttentionKeeps keeps) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
-  const BlockBytes block = block_stash(cfg, tp, B, T, mode, probabilities);
+  const BlockBytes block = block_stash(cfg, tp, B, T, mode, keeps);
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
   const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
   double stored = 0, stats = 0;
@@ -101,10 +110,11 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
   return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
 }
 
-double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode, bool probabilities) {
+double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
+                       AttentionKeeps keeps) {
   if (mode == Recompute::None) return 0;
-  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None, probabilities),
-                   kept = block_stash(cfg, tp, B, T, mode, probabilities);
+  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None, keeps),
+                   kept = block_stash(cfg, tp, B, T, mode, keeps);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
 }
 

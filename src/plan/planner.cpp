@@ -126,7 +126,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
   // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it.
   out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) + allgather_seconds(act, tp, group_link(c, 1, tp)) : 0;
-  const bool probabilities = c.device.kind == "cpu" || model.d_model / model.n_head > 128;
+  const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
   const UnitParams up_emb = unit_params(model, UnitKind::Embedding), up_blk = unit_params(model, UnitKind::Block),
                    up_head = unit_params(model, UnitKind::Head);
   const Recompute mode = l.recompute;
@@ -144,7 +144,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       out.busy[r] += m * (pc[0] + pc[1]);
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
       backward += stage_bwd[static_cast<size_t>(st)];
-      largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, probabilities));
+      largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, keeps));
       for (int k = u.first; k < u.last; ++k) {
         if (k == 0) {
           embedding = true, params += up_emb.on_rank(tp);
@@ -188,7 +188,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.bf16 = bf16;
     in.largest_stash = largest;
     in.peak_inflight = built.peaks[static_cast<size_t>(r)];
-    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, probabilities) : 0.0;
+    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps) : 0.0;
     in.activation_bytes = R > 1 ? act : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
     in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;

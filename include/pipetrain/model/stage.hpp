@@ -4,6 +4,7 @@
 // model_flops_per_token, stash_bytes, recompute_bytes, kLayerNormEps.
 #pragma once
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "pipetrain/core/config.hpp"
@@ -37,17 +38,25 @@ class ModelStage {
 // Model FLOPs per token for training: 6 * params + 6 * n_layer * d_model * seq_len.
 double model_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len);
 
+// What attention keeps per (sequence, head) for its backward: the CPU's probabilities in
+// causal blocks (pipetrain/backend/attention.hpp), the CUDA probability kernels' T x T
+// (head size > 128), or the CUDA flash kernel's log-sum-exp (T values).
+enum class AttentionKeeps { kCausalBlocks, kSquare, kLogSumExp };
+// Which, for a device kind ("cpu" or "cuda") and a head size.
+AttentionKeeps attention_keeps(std::string_view device_kind, int head_size);
+
 // Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
 // [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
 // backward action (what the Block and LossHead stashes hold: activations in `storage`,
 // LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
 // attention probabilities and output and its GELU output; full keeps a block's input only.
-// probabilities = false: attention keeps its log-sum-exp instead (the CUDA flash kernel).
+// `keeps`: what attention keeps per (sequence, head).
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
-                   DType storage = DType::F32, Recompute mode = Recompute::None, bool probabilities = true);
+                   DType storage = DType::F32, Recompute mode = Recompute::None,
+                   AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
 // the stash of the block being recomputed (0 for none).
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
-                       bool probabilities = true);
+                       AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
 
 }  // namespace pipetrain

@@ -4,89 +4,43 @@
 // Every matrix product is a BLAS sgemm whose leading dimensions index straight
 // into qkv (R = C + 2 NKV hs), out/dout (C) and the (T, T) score slice of each (b, h): no
 // copies. Query head h reads key/value head h / (NH / NKV); in backward the query heads
-// of a group add into their key/value head's gradient. Queries are processed in blocks of kAttnBlock rows; block [i0, i1)
-// only multiplies against keys 0 .. i1-1, so the causal upper triangle beyond
-// the block is never computed. The row-wise softmax (and its backward) runs as
-// a Kokkos kernel over the rows of a block.
+// of a group add into their key/value head's gradient. Queries are processed in blocks of
+// kAttnBlock rows; block [i0, i1) only multiplies against keys 0 .. i1-1 and keeps its
+// probabilities as a dense (i1 - i0) x i1 array (pipetrain/backend/attention.hpp), so the
+// causal upper triangle beyond the block is neither computed nor stored. The row-wise
+// softmax (and its backward) runs as a Kokkos kernel over the rows of a block.
 #include <cmath>
 #include <vector>
 
+#include "attention_rows.hpp"
 #include "cpu_kernels.hpp"
 
 namespace pipetrain::cpu {
-namespace {
-
-// Row softmax over row[0..len) in place (scores already scaled); zeroes
-// row[len..T).
-PIPETRAIN_SIMD_CLONES
-void causal_softmax_row(float* row, int len, int T) {
-  const float m = row_max(row, len);
-
-  float sums[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= len; c += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const float e = fast_expf(row[c + j] - m);
-      row[c + j] = e;
-      sums[j] += e;
-    }
-  }
-  float sum = 0.0f;
-  for (; c < len; ++c) {
-    const float e = fast_expf(row[c] - m);
-    row[c] = e;
-    sum += e;
-  }
-  for (int j = 0; j < kLanes; ++j) sum += sums[j];
-  const float inv = 1.0f / sum;
-  for (int k = 0; k < len; ++k) row[k] *= inv;
-  for (int k = len; k < T; ++k) row[k] = 0.0f;
-}
-
-// Softmax backward for one row: ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k])
-// for j < len, written over dp; ds[len..nk) = 0.
-PIPETRAIN_SIMD_CLONES
-void causal_softmax_backward_row(float* dp, const float* p, int len, int nk, float scale) {
-  float acc[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= len; c += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += p[c + j] * dp[c + j];
-  }
-  float dot = 0.0f;
-  for (; c < len; ++c) dot += p[c] * dp[c];
-  for (int j = 0; j < kLanes; ++j) dot += acc[j];
-  for (int k = 0; k < len; ++k) dp[k] = scale * p[k] * (dp[k] - dot);
-  for (int k = len; k < nk; ++k) dp[k] = 0.0f;
-}
-
-}  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
   const int hs = C / NH, group = NH / NKV, Ckv = NKV * hs;
   const int C3 = C + 2 * Ckv;  // the row stride of qkv
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t kept = causal_block_elements(T);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const float* row = qkv + static_cast<int64_t>(b) * T * C3;
       const float* q = row + h * hs;
       const float* k = row + C + (h / group) * hs;
       const float* v = k + Ckv;
-      float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+      float* a = att + (static_cast<int64_t>(b) * NH + h) * kept;
       float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
       for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
         const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
         const int nb = i1 - i0;
-        float* ab = a + static_cast<int64_t>(i0) * T;
+        float* ab = a + causal_block_offset(i0);  // nb x i1
         // S = scale * Q_blk K[0:i1]^T   (nb x i1)
-        gemm(false, true, nb, i1, hs, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3, 0.0f,
-             ab, T);
-        Kokkos::parallel_for("pipetrain::attention_softmax", HostRange(i0, i1),
-                             [=](const int64_t i) {
-                               causal_softmax_row(a + i * T, static_cast<int>(i) + 1, T);
-                             });
+        gemm(false, true, nb, i1, hs, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3, 0.0f, ab, i1);
+        Kokkos::parallel_for("pipetrain::attention_softmax", HostRange(0, nb), [=](const int64_t r) {
+          causal_softmax_row(ab + r * i1, i0 + static_cast<int>(r) + 1, i1);
+        });
         // out_blk = P_blk V[0:i1]   (nb x hs)
-        gemm(false, false, nb, hs, i1, 1.0f, ab, T, v, C3, 0.0f, o + static_cast<int64_t>(i0) * C,
-             C);
+        gemm(false, false, nb, hs, i1, 1.0f, ab, i1, v, C3, 0.0f, o + static_cast<int64_t>(i0) * C, C);
       }
     }
   }
@@ -116,6 +70,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const int C3 = C + 2 * Ckv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int nblocks = (T + kAttnBlock - 1) / kAttnBlock;
+  const int64_t kept = causal_block_elements(T);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const int64_t row = static_cast<int64_t>(b) * T * C3, qo = h * hs, ko = C + (h / group) * hs;
@@ -126,8 +81,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       float* dk = dqkv + row + ko;
       float* dv = dk + Ckv;
       const bool first_of_group = h % group == 0;  // it overwrites the group's dK and dV
-      const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-      float* s = scratch + (static_cast<int64_t>(b) * NH + h) * T * T;
+      const float* a = att + (static_cast<int64_t>(b) * NH + h) * kept;
+      float* s = scratch + (static_cast<int64_t>(b) * NH + h) * kept;
       const float* dO = dout + static_cast<int64_t>(b) * T * C + h * hs;
       // Last block first: it touches every key row, so for the group's first query head
       // it overwrites dK and dV (beta = 0); earlier blocks and the group's other heads
@@ -137,25 +92,21 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
         const int nb = i1 - i0;
         const float beta = blk == nblocks - 1 && first_of_group ? 0.0f : 1.0f;
-        const float* ab = a + static_cast<int64_t>(i0) * T;
-        float* sb = s + static_cast<int64_t>(i0) * T;
+        const float* ab = a + causal_block_offset(i0);  // nb x i1, as forward kept it
+        float* sb = s + causal_block_offset(i0);
         const float* dOb = dO + static_cast<int64_t>(i0) * C;
         // dV[0:i1] (+)= P_blk^T dO_blk   (i1 x hs)
-        gemm(true, false, i1, hs, nb, 1.0f, ab, T, dOb, C, beta, dv, C3);
+        gemm(true, false, i1, hs, nb, 1.0f, ab, i1, dOb, C, beta, dv, C3);
         // dP_blk = dO_blk V[0:i1]^T   (nb x i1)
-        gemm(false, true, nb, i1, hs, 1.0f, dOb, C, v, C3, 0.0f, sb, T);
+        gemm(false, true, nb, i1, hs, 1.0f, dOb, C, v, C3, 0.0f, sb, i1);
         // dS = scale * P (dP - rowsum(P dP)), in place over dP
-        Kokkos::parallel_for("pipetrain::attention_softmax_backward", HostRange(i0, i1),
-                             [=](const int64_t i) {
-                               causal_softmax_backward_row(s + i * T, a + i * T,
-                                                           static_cast<int>(i) + 1, i1, scale);
-                             });
+        Kokkos::parallel_for("pipetrain::attention_softmax_backward", HostRange(0, nb), [=](const int64_t r) {
+          causal_softmax_backward_row(sb + r * i1, ab + r * i1, i0 + static_cast<int>(r) + 1, i1, scale);
+        });
         // dQ_blk = dS_blk K[0:i1]   (nb x hs)
-        gemm(false, false, nb, hs, i1, 1.0f, sb, T, k, C3, 0.0f,
-             dq + static_cast<int64_t>(i0) * C3, C3);
+        gemm(false, false, nb, hs, i1, 1.0f, sb, i1, k, C3, 0.0f, dq + static_cast<int64_t>(i0) * C3, C3);
         // dK[0:i1] (+)= dS_blk^T Q_blk   (i1 x hs)
-        gemm(true, false, i1, hs, nb, 1.0f, sb, T, q + static_cast<int64_t>(i0) * C3, C3, beta,
-             dk, C3);
+        gemm(true, false, i1, hs, nb, 1.0f, sb, i1, q + static_cast<int64_t>(i0) * C3, C3, beta, dk, C3);
       }
     }
   }

@@ -106,7 +106,9 @@ class CpuBackend final : public Backend {
   }
 
   // The probabilities, kept for backward (one pass of products each way, no recompute),
-  // in the storage precision: bf16 storage keeps them as bf16.
+  // block by block without the causal upper triangle (pipetrain/backend/attention.hpp), in
+  // the storage precision: bf16 storage keeps them as bf16 (written so by the softmax itself
+  // where the products take bf16 operands too: bf16_attention).
   struct ProbabilityStash final : AttentionStash {
     Tensor att;
     size_t bytes() const override { return att.bytes(); }
@@ -120,7 +122,16 @@ class CpuBackend final : public Backend {
                                                     int NKV, MemoryPool& pool, DType storage) override {
     check_heads("attention_forward", C, NH, NKV);
     auto s = std::make_unique<ProbabilityStash>();
-    Tensor att = Tensor::empty(pool, {B, NH, T, T});
+    if (bf16_attention(storage)) {
+      s->att = Tensor::empty(pool, {B, NH, causal_block_elements(T)}, DType::BF16);
+      const Tensor heads = Tensor::empty(pool, {T, qkv_width(C, NH, NKV)}, DType::BF16);
+      const Tensor scores = Tensor::empty(pool, {kAttnBlock, T});
+      const Tensor out_heads = Tensor::empty(pool, {T, C});
+      cpu::attention_forward_bf16(out, s->att.bf16_data(), qkv, heads.bf16_data(), scores.f32(), out_heads.f32(), B, T,
+                                  C, NH, NKV, gemm_scratch_);
+      return s;
+    }
+    Tensor att = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
     cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH, NKV);
     if (storage == DType::BF16) {
       s->att = Tensor::empty(pool, att.shape(), DType::BF16);
@@ -134,14 +145,27 @@ class CpuBackend final : public Backend {
                           int C, int NH, int NKV, MemoryPool& pool) override {
     check_heads("attention_backward", C, NH, NKV);
     const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
+    if (bf16_attention(kept.dtype())) {
+      const int R = qkv_width(C, NH, NKV);
+      const Tensor heads = Tensor::empty(pool, {T, R}, DType::BF16), grad_heads = Tensor::empty(pool, {T, R});
+      const Tensor dout_heads = Tensor::empty(pool, {T, C}, DType::BF16);
+      const Tensor dp = Tensor::empty(pool, {kAttnBlock, T}), ds = Tensor::empty(pool, {kAttnBlock, T}, DType::BF16);
+      cpu::attention_backward_bf16(dqkv, dout, qkv, kept.bf16_data(), heads.bf16_data(), dout_heads.bf16_data(),
+                                   grad_heads.f32(), dp.f32(), ds.bf16_data(), B, T, C, NH, NKV, gemm_scratch_);
+      return;
+    }
     Tensor att = kept;
     if (kept.dtype() == DType::BF16) {
       att = Tensor::empty(pool, kept.shape());
       cpu::cast_to_f32(att.f32(), kept.bf16_data(), static_cast<size_t>(kept.numel()));
     }
-    const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
+    const Tensor scratch = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
     cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH, NKV);
   }
+  // bf16 storage where the products take bf16 operands too: attention multiplies bf16
+  // (attention_bf16.cpp); elsewhere it multiplies f32 and keeps P in `storage`.
+  bool bf16_attention(DType storage) const { return storage == DType::BF16 && bf16_path_ == Bf16Products::kOnednn; }
+  static int qkv_width(int C, int NH, int NKV) { return C + 2 * NKV * (C / NH); }
   static void check_heads(const char* kernel, int C, int NH, int NKV) {
     if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || C % NH != 0)
       fail("{}: {} query heads, {} key/value heads and {} channels (need NKV | NH and NH | C)", kernel, NH, NKV, C);

@@ -11,6 +11,7 @@
 #include <vector>
 #include <cstdint>
 
+#include "pipetrain/backend/attention.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/dtype.hpp"
@@ -187,14 +188,23 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
                                const float* mean, const float* rstd, int N, int C);
 
 // ---- attention ----
-// Queries are processed in blocks of this many rows; block i multiplies only
-// against keys 0 .. end of block i (the causal upper triangle is skipped).
-inline constexpr int kAttnBlock = 64;
+// Queries in blocks of kAttnBlock rows, probabilities kept block by block
+// (pipetrain/backend/attention.hpp): att and scratch hold causal_block_elements(T) per
+// (sequence, head).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV);
 void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n, int pos,
                       int NH, int NKV, int hs);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH, int NKV);
+// The same with bf16 products where the CPU has them (attention_bf16.cpp): att is the bf16
+// stash (B, NH, causal_block_elements(T)) forward writes and backward reads. Workspace, per
+// call: heads bf16 and grad_heads f32 of T (C + 2 NKV hs) each, dout_heads bf16 and
+// out_heads f32 of T C, scores / dp f32 and ds bf16 of kAttnBlock T; `widened`: gemm_bf16's.
+void attention_forward_bf16(float* out, bf16* att, const float* qkv, bf16* heads, float* scores, float* out_heads,
+                            int B, int T, int C, int NH, int NKV, std::vector<float>& widened);
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const bf16* att, bf16* heads,
+                             bf16* dout_heads, float* grad_heads, float* dp, bf16* ds, int B, int T, int C, int NH,
+                             int NKV, std::vector<float>& widened);
 
 // ---- Llama (rmsnorm.cpp, rope.cpp, swiglu.cpp) ----
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
