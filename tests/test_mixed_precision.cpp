@@ -12,13 +12,16 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
 
 #include "model_fixtures.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
+#include "pipetrain/model/precision.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -267,6 +270,48 @@ TEST(MixedPrecisionTraining, OnednnAndWidenedProductsTrainAlike) {
   }
   EXPECT_GT(onednn_products_run(), before) << "the oneDNN backend ran no product";
   std::printf("  20 steps: worst relative loss difference %.2e (bound %.2e)\n", worst, bound);
+}
+
+// Where a backend multiplies bf16 itself, a matrix only bf16 products read keeps no widened
+// (f32) copy: only the vectors (norms, biases) and the embedding's tables do, and a kernel
+// asking for a missing one gets an Error naming the parameter. Where products widen, every
+// parameter keeps one. (Both train alike: OnednnAndWidenedProductsTrainAlike.)
+TEST(MixedPrecisionTraining, WidenedCopiesOnlyWhereKernelsReadThem) {
+  if (!onednn_bf16_usable()) GTEST_SKIP() << "oneDNN is not built in or cannot run bf16 here";
+  auto widened = make_cpu_backend(Bf16Products::kSgemm), onednn = make_cpu_backend(Bf16Products::kOnednn);
+  for (const std::string arch : {"gpt2", "llama"}) {
+    SCOPED_TRACE(arch);
+    Config c = train_config("bf16");
+    c.model.arch = arch;
+    Grid grid(MPI_COMM_SELF, c.parallel);
+    Trainer w(c, grid, *widened, pattern_source(16)), n(c, grid, *onednn, pattern_source(16));
+    EXPECT_EQ(w.params().widened_numel(), w.params().numel());
+    int64_t expect = 0;
+    for (const auto& p : n.params().params()) {
+      const bool kept = p.shape.size() == 1 || p.name == "wte" || p.name == "wpe";
+      EXPECT_EQ(p.compute.defined(), kept) << p.name;
+      ASSERT_TRUE(p.compute_bf16.defined()) << p.name;
+      if (kept) {
+        expect += (p.numel() + 15) / 16 * 16;
+        for (int64_t i = 0; i < p.numel(); i += 7)  // the widened copy holds the bf16 values
+          ASSERT_EQ(p.compute.f32()[i], to_float(p.compute_bf16.bf16_data()[i])) << p.name << " " << i;
+      } else {
+        try {
+          layer_util::compute_weight(p);
+          ADD_FAILURE() << p.name << ": no error";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find(p.name), std::string::npos) << e.what();
+        }
+      }
+    }
+    EXPECT_EQ(n.params().widened_numel(), expect);
+    EXPECT_LT(n.params().widened_numel(), n.params().numel() / 2);
+    n.train_step(0);  // every kernel found the copy it reads
+    const Parameter* table = n.params().find("wte");
+    ASSERT_NE(table, nullptr);
+    for (int64_t i = 0; i < table->numel(); i += 101)  // refreshed after the update
+      ASSERT_EQ(table->compute.f32()[i], to_float(to_bf16(table->value.f32()[i]))) << i;
+  }
 }
 
 TEST(MixedPrecisionTraining, StashedActivationsTakeAboutHalf) {

@@ -185,11 +185,32 @@ TEST(CostModel, UnitParametersMatchTheModelsDeclarations) {
                                        std::pair{last, UnitKind::Head}}) {
         const UnitParams want = declared(m, unit, tp), got = unit_params(m, kind);
         EXPECT_DOUBLE_EQ(got.on_rank(tp), want.on_rank(tp)) << m.arch << " unit " << unit << " tp " << tp;
+        for (bool native : {false, true}) {  // bf16's widened copies, as the store decides them
+          ParameterStore one;
+          ModelStage a(m, unit, unit + 1, one, TensorParallel{0, tp});
+          double widened = 0;
+          for (const auto& p : one.params())
+            if (ParameterStore::needs_widened_copy(p, native)) widened += static_cast<double>(p.numel());
+          EXPECT_DOUBLE_EQ(widened_params(m, kind, tp, native), widened)
+              << m.arch << " unit " << unit << " tp " << tp << " native " << native;
+        }
         if (tp == 2) {
           EXPECT_DOUBLE_EQ(got.replicated, want.replicated) << m.arch << " unit " << unit;
         }
       }
     }
+}
+
+TEST(CostModel, Bf16ProductsAreNativeOnGpusAndWhereTheyOutrunFp32) {
+  DeviceSpec d;
+  EXPECT_FALSE(multiplies_bf16(d));
+  d.peak_flops = {{"fp32", 100e9}, {"bf16", 100e9}};  // widened products run at the f32 rate
+  EXPECT_FALSE(multiplies_bf16(d));
+  d.peak_flops["bf16"] = 400e9;  // AVX512_BF16 / AMX
+  EXPECT_TRUE(multiplies_bf16(d));
+  d.peak_flops.clear();
+  d.kind = "cuda";
+  EXPECT_TRUE(multiplies_bf16(d));
 }
 
 TEST(CostModel, FlopsByHand) {
@@ -273,7 +294,9 @@ TEST(CostModel, RankMemoryByHand) {
   EXPECT_DOUBLE_EQ(m.weights, 4e6);
   EXPECT_DOUBLE_EQ(m.gradients, 4e6);
   EXPECT_DOUBLE_EQ(m.optimizer, 2e6);  // 8 bytes per parameter over 4 replicas
-  EXPECT_DOUBLE_EQ(m.compute_copy, 4e6);
+  EXPECT_DOUBLE_EQ(m.compute_copy, 2e6);  // the bf16 copy; nothing widened
+  in.widened = 1e5;
+  EXPECT_DOUBLE_EQ(rank_memory(in).compute_copy, 2e6 + 4e5);
   EXPECT_DOUBLE_EQ(m.activations, 3500);
   EXPECT_DOUBLE_EQ(m.buffers, 65);
   in.zero1 = false, in.dp = 1, in.bf16 = false;

@@ -163,8 +163,8 @@ int run_train(const TrainOptions& opt) {
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
   // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
   // parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
-  // another rank updates; bf16's compute copy, kept
-  // widened), the stashed activations the schedule keeps alive at its peak, what
+  // another rank updates; bf16's compute copy, and its
+  // widened f32 copy where kernels read one), the stashed activations the schedule keeps alive at its peak, what
   // recomputation rebuilds for one block at a time, receive buffers and a dp bucket.
   const bool bf16 = cfg.train.precision == "bf16";
   double est = 0;
@@ -176,6 +176,7 @@ int run_train(const TrainOptions& opt) {
     in.dp = grid.dp();
     in.zero1 = cfg.parallel.zero1;
     in.bf16 = bf16;
+    in.widened = static_cast<double>(trainer.params().widened_numel());
     const DType storage = bf16 ? DType::BF16 : DType::F32;
     const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
     for (int st = 0; st < sched.num_stages; ++st)

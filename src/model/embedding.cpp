@@ -37,7 +37,11 @@ Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParal
       row_end_(cfg.padded_vocab() / tp.size * (tp.rank + 1)),
       wte_(declare_wte(cfg, params, tp)),
       wpe_(cfg.arch == "gpt2" ? &params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02) : nullptr),
-      max_seq_len_(cfg.max_seq_len) {}
+      max_seq_len_(cfg.max_seq_len) {
+  // The lookup reads the tables in f32: under bf16 they keep a widened copy of their values.
+  wte_.read_in_f32 = true;
+  if (wpe_) wpe_->read_in_f32 = true;
+}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {
   const int pos = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones

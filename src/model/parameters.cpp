@@ -1,5 +1,6 @@
 #include "pipetrain/model/parameters.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -110,21 +111,47 @@ void ParameterStore::initialize(uint64_t seed, Backend& backend) {
   }
 }
 
+bool ParameterStore::needs_widened_copy(const Parameter& p, bool native_bf16_products) {
+  return !native_bf16_products || p.shape.size() == 1 || p.read_in_f32;
+}
+
 void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {
-  compute_ = Tensor::empty(pool, {total_});
   compute_bf16_ = Tensor::empty(pool, {total_}, DType::BF16);
+  const bool native = backend.bf16_products_native();
+  int64_t widened = 0;  // each 16-float aligned, as in the flat buffers
   for (auto& p : params_) {
-    p.compute = compute_.view(p.offset, p.shape);
     p.compute_bf16 = compute_bf16_.view(p.offset, p.shape);
+    p.compute_offset = -1;
+    if (needs_widened_copy(p, native)) {
+      p.compute_offset = widened;
+      widened += (p.numel() + 15) / 16 * 16;
+    }
   }
+  compute_ = Tensor::empty(pool, {std::max<int64_t>(widened, 16)});
+  for (auto& p : params_) p.compute = p.compute_offset < 0 ? Tensor{} : compute_.view(p.compute_offset, p.shape);
   refresh_compute(pool, backend);
 }
 
 void ParameterStore::refresh_compute(MemoryPool& /*pool*/, Backend& backend) {
-  if (!compute_.defined()) return;
-  const auto n = static_cast<size_t>(total_);
-  backend.cast_to_bf16(compute_bf16_.bf16_data(), values_.f32(), n);
-  backend.cast_to_f32(compute_.f32(), compute_bf16_.bf16_data(), n);
+  if (!compute_bf16_.defined()) return;
+  backend.cast_to_bf16(compute_bf16_.bf16_data(), values_.f32(), static_cast<size_t>(total_));
+  // The widened copies: consecutive widened parameters lie alike in both buffers (the same
+  // order and alignment), so each run of them is one cast, padding included.
+  const Parameter* run = nullptr;
+  int64_t run_n = 0;
+  auto flush = [&] {
+    if (run) backend.cast_to_f32(run->compute.f32(), run->compute_bf16.bf16_data(), static_cast<size_t>(run_n));
+    run = nullptr;
+  };
+  for (const auto& p : params_) {
+    if (p.compute_offset < 0) {
+      flush();
+      continue;
+    }
+    if (!run) run = &p;
+    run_n = p.offset - run->offset + p.numel();
+  }
+  flush();
 }
 
 void ParameterStore::zero_grads(Backend& backend) {

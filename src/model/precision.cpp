@@ -1,7 +1,8 @@
-// working_f32() and store() of pipetrain/model/precision.hpp.
+// working_f32(), store() and compute_weight() of pipetrain/model/precision.hpp.
 #include "pipetrain/model/precision.hpp"
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
 
 namespace pipetrain::layer_util {
 
@@ -20,6 +21,15 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
   const auto n = static_cast<size_t>(x.numel());
   ctx.backend->round_to_bf16(out.bf16_data(), x.f32(), n);
   return out;
+}
+
+const Tensor& compute_weight(const Parameter& p) {
+  if (p.compute.defined()) return p.compute;
+  if (p.compute_bf16.defined())
+    fail("parameter {} has no f32 copy of its bf16 values: only bf16 products read it (set read_in_f32 where a "
+         "layer reads it in f32)",
+         p.name);
+  return p.value;
 }
 
 }  // namespace pipetrain::layer_util

@@ -72,6 +72,23 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
   return {};
 }
 
+double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products) {
+  const double C = model.d_model;
+  const bool llama = model.arch == "llama";
+  if (!native_bf16_products || kind == UnitKind::Embedding) return unit_params(model, kind).on_rank(tp);
+  if (kind == UnitKind::Block) return llama ? 2 * C : 7 * C / tp + 6 * C;  // GPT-2: qkv and fc biases sharded
+  return llama ? C : 2 * C;                                                // the head's norm
+}
+
+bool multiplies_bf16(const DeviceSpec& device) {
+  if (device.kind == "cuda") return true;
+  auto rate = [&](const std::string& precision) {
+    const auto p = device.peak_flops.find(precision);
+    return p == device.peak_flops.end() ? 0.0 : p->second;
+  };
+  return rate("bf16") > rate("fp32");
+}
+
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link) {
   if (ranks <= 1) return 0;
   const double n = ranks;
@@ -152,7 +169,7 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.weights = 4.0 * in.params;
   m.gradients = 4.0 * in.params;
   m.optimizer = in.zero1 && in.dp > 1 ? 8.0 * in.params / in.dp : 8.0 * (in.params - in.not_updated);
-  m.compute_copy = in.bf16 ? 4.0 * in.params : 0.0;  // bf16-rounded weights, kept widened
+  m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
   m.activations = in.largest_stash * in.peak_inflight + in.recompute;
   m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0);
   return m;

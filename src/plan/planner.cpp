@@ -120,7 +120,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     stage_tp[static_cast<size_t>(st)] = comm;
     stage_bwd[static_cast<size_t>(st)] = I + W;
   }
-  const bool bf16 = l.precision == "bf16";
+  const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
   const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
@@ -135,7 +135,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
-    double params = 0, largest = 0, backward = 0;
+    double params = 0, widened = 0, largest = 0, backward = 0;
     bool embedding = false, head_here = false, block = false;
     for (int st = 0; st < S; ++st) {
       if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
@@ -146,6 +146,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       backward += stage_bwd[static_cast<size_t>(st)];
       largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, keeps));
       for (int k = u.first; k < u.last; ++k) {
+        widened += widened_params(model, k == 0 ? UnitKind::Embedding : k == last_unit ? UnitKind::Head : UnitKind::Block,
+                                  tp, native_bf16);
         if (k == 0) {
           embedding = true, params += up_emb.on_rank(tp);
         } else if (k == last_unit) {
@@ -155,7 +157,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
         }
       }
     }
-    if (embedding && head_here && model.tied()) params -= up_head.sharded / tp;  // one table serves both
+    if (embedding && head_here && model.tied()) {  // one table serves both
+      params -= up_head.sharded / tp;
+      if (!native_bf16) widened -= up_head.sharded / tp;
+    }
     const double grads = 4.0 * params;
     const LinkSpec& dp_link = group_link(c, tp, l.dp);
     // Buckets go out while the last microbatch's backward still runs; the last one cannot.
@@ -186,6 +191,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.dp = l.dp;
     in.zero1 = l.zero1;
     in.bf16 = bf16;
+    in.widened = widened;
     in.largest_stash = largest;
     in.peak_inflight = built.peaks[static_cast<size_t>(r)];
     in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps) : 0.0;

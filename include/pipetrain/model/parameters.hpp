@@ -34,8 +34,12 @@ struct Parameter {
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
   // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
   // products) and widened to f32 (compute: LayerNorm, bias and embedding kernels, and
-  // products whose other operand is f32 or whose backend has no native bf16 products).
+  // every product where the backend has no native bf16 products). Where it has, a matrix
+  // gets the widened copy only when a layer reads it in f32 (`read_in_f32`: the embedding's
+  // tables); vectors (norms, biases) always do.
   Tensor compute, compute_bf16;
+  bool read_in_f32 = false;
+  int64_t compute_offset = -1;  // into the widened flat buffer (-1: none)
   int64_t numel() const;
 };
 
@@ -58,9 +62,12 @@ class ParameterStore {
   void initialize(uint64_t seed, Backend& backend);
   void zero_grads(Backend& backend);
   // Mixed precision: allocates the compute copies (allocate() first) and keeps them equal
-  // to bf16(value) — call refresh_compute after every change of the values.
+  // to bf16(value) — call refresh_compute after every change of the values. The widened
+  // (f32) copies are those of needs_widened_copy(p, backend.bf16_products_native()).
   void allocate_compute(MemoryPool& pool, Backend& backend);
   void refresh_compute(MemoryPool& pool, Backend& backend);
+  static bool needs_widened_copy(const Parameter& p, bool native_bf16_products);
+  int64_t widened_numel() const { return compute_.defined() ? compute_.numel() : 0; }
 
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }

@@ -14,7 +14,9 @@ Tensor working_f32(const MicrobatchContext& ctx, const Tensor& t);
 // The stored form of an f32 result: `x` itself in f32; in bf16, x is rounded to bf16 in
 // place (what follows computes with the stored values) and a pooled bf16 copy returned.
 Tensor store(const MicrobatchContext& ctx, const Tensor& x);
-// The weights products use (the bf16-rounded copy under bf16, else the master weights).
-inline const Tensor& compute_weight(const Parameter& p) { return p.compute.defined() ? p.compute : p.value; }
+// The weights f32 kernels use: the master weights in fp32; under bf16 their rounded values
+// widened to f32 (an Error naming the parameter where it has no widened copy: a matrix only
+// bf16 products read, see Parameter::read_in_f32).
+const Tensor& compute_weight(const Parameter& p);
 
 }  // namespace pipetrain::layer_util

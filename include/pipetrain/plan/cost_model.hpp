@@ -2,7 +2,7 @@
 // (FLOPs, bytes, tensor-parallel collectives), what messages cost on a link, what AdamW
 // costs, and what one rank holds in memory (the run header uses the same estimate).
 // docs/cost-model.md writes the formulas down.
-// Exports: UnitKind, UnitWork, unit_work, unit_params, ActionTimes, unit_times,
+// Exports: UnitKind, UnitWork, unit_work, unit_params, widened_params, multiplies_bf16, ActionTimes, unit_times,
 // allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
 // MemoryInputs, RankMemory, rank_memory.
 #pragma once
@@ -36,6 +36,14 @@ struct UnitParams {
 };
 // The head's count includes its weight (a tied head holds a copy of the embedding's).
 UnitParams unit_params(const ModelConfig& model, UnitKind kind);
+// Of a unit's parameters on one rank, those bf16 keeps widened to f32 as well
+// (ParameterStore::needs_widened_copy): all of them where the device widens bf16 products;
+// else the embedding's tables and the vectors (norms, biases).
+double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products);
+// Whether a device multiplies bf16 itself: a GPU, or a device whose bf16 product rate
+// (peak_flops: what --calibrate measured, or the file's) is above its fp32 one (products
+// that widen their operands run at the f32 rate).
+bool multiplies_bf16(const DeviceSpec& device);
 
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link);   // ring
 double allgather_seconds(double bytes, int ranks, const LinkSpec& link);   // bytes = the gathered whole
@@ -67,6 +75,7 @@ struct MemoryInputs {
   int dp = 1;
   bool zero1 = false;
   bool bf16 = false;
+  double widened = 0;            // bf16: of the parameters, those also kept widened to f32
   double largest_stash = 0;      // the biggest of its stages' per-microbatch stash
   int peak_inflight = 0;
   double recompute = 0;          // the one block recomputation rebuilds at a time
