@@ -22,6 +22,7 @@
 #include "kernel_reference.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/core/dtype.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
@@ -96,6 +97,18 @@ Tokens awkward_tokens(int N) {
   return tok;
 }
 
+std::vector<bf16> rounded(const Vec& v) {
+  std::vector<bf16> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
+  return h;
+}
+
+Vec widened(const std::vector<bf16>& h) {
+  Vec v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = to_float(h[i]);
+  return v;
+}
+
 struct RowRange {
   int begin, end;
 };
@@ -115,6 +128,14 @@ TEST_P(KernelTpTest, EmbeddingLookup) {
       DevBuf<float> w(be(), wte), out(be(), Vec(size_t(N) * C, kNaN));  // overwritten
       be().embedding_lookup(out.get(), dt.get(), w.get(), r.begin, r.end, N, C);
       EXPECT_TRUE(close(out.host(), want, 0, 0));
+      // From the table's bf16 copy: each value widened exactly.
+      const std::vector<bf16> half = rounded(wte);
+      DVec want_half;
+      ref::embedding_lookup(want_half, tok, widened(half), r.begin, r.end, N, C);
+      DevBuf<bf16> wh(be(), half);
+      DevBuf<float> out_half(be(), Vec(size_t(N) * C, kNaN));
+      be().embedding_lookup(out_half.get(), dt.get(), wh.get(), r.begin, r.end, N, C);
+      EXPECT_TRUE(close(out_half.host(), want_half, 0, 0));
     }
   }
 }
@@ -160,6 +181,13 @@ TEST_P(KernelTpTest, PositionAddAndBackward) {
     DevBuf<float> dw(be(), wpe), out(be(), out0);
     be().position_add(out.get(), dw.get(), s.B, s.T, s.C);
     EXPECT_TRUE(close(out.host(), want, 1e-6, 1e-7));
+    const std::vector<bf16> half = rounded(wpe);  // from the bf16 copy: widened exactly
+    DVec want_half(out0.begin(), out0.end());
+    ref::position_add(want_half, widened(half), s.B, s.T, s.C);
+    DevBuf<bf16> dh(be(), half);
+    DevBuf<float> out_half(be(), out0);
+    be().position_add(out_half.get(), dh.get(), s.B, s.T, s.C);
+    EXPECT_TRUE(close(out_half.host(), want_half, 1e-6, 1e-7));
 
     const Vec dout = random_vec(n, 122), g0 = random_vec(wpe.size(), 123);
     DVec gwant(g0.begin(), g0.end());

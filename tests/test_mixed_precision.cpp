@@ -272,10 +272,10 @@ TEST(MixedPrecisionTraining, OnednnAndWidenedProductsTrainAlike) {
   std::printf("  20 steps: worst relative loss difference %.2e (bound %.2e)\n", worst, bound);
 }
 
-// Where a backend multiplies bf16 itself, a matrix only bf16 products read keeps no widened
-// (f32) copy: only the vectors (norms, biases) and the embedding's tables do, and a kernel
-// asking for a missing one gets an Error naming the parameter. Where products widen, every
-// parameter keeps one. (Both train alike: OnednnAndWidenedProductsTrainAlike.)
+// Where a backend multiplies bf16 itself, no matrix keeps a widened (f32) copy of its bf16
+// values (products and the embedding's lookup read the bf16 copy): only the vectors (norms,
+// biases) do, and a kernel asking for a missing one gets an Error naming the parameter. Where
+// products widen, every parameter keeps one. (Both train alike: OnednnAndWidenedProductsTrainAlike.)
 TEST(MixedPrecisionTraining, WidenedCopiesOnlyWhereKernelsReadThem) {
   if (!onednn_bf16_usable()) GTEST_SKIP() << "oneDNN is not built in or cannot run bf16 here";
   auto widened = make_cpu_backend(Bf16Products::kSgemm), onednn = make_cpu_backend(Bf16Products::kOnednn);
@@ -288,7 +288,7 @@ TEST(MixedPrecisionTraining, WidenedCopiesOnlyWhereKernelsReadThem) {
     EXPECT_EQ(w.params().widened_numel(), w.params().numel());
     int64_t expect = 0;
     for (const auto& p : n.params().params()) {
-      const bool kept = p.shape.size() == 1 || p.name == "wte" || p.name == "wpe";
+      const bool kept = p.shape.size() == 1;
       EXPECT_EQ(p.compute.defined(), kept) << p.name;
       ASSERT_TRUE(p.compute_bf16.defined()) << p.name;
       if (kept) {
@@ -305,12 +305,15 @@ TEST(MixedPrecisionTraining, WidenedCopiesOnlyWhereKernelsReadThem) {
       }
     }
     EXPECT_EQ(n.params().widened_numel(), expect);
-    EXPECT_LT(n.params().widened_numel(), n.params().numel() / 2);
+    EXPECT_LT(n.params().widened_numel(), n.params().numel() / 10);
     n.train_step(0);  // every kernel found the copy it reads
-    const Parameter* table = n.params().find("wte");
-    ASSERT_NE(table, nullptr);
-    for (int64_t i = 0; i < table->numel(); i += 101)  // refreshed after the update
-      ASSERT_EQ(table->compute.f32()[i], to_float(to_bf16(table->value.f32()[i]))) << i;
+    for (const auto& p : n.params().params())  // refreshed after the update
+      for (int64_t i = 0; i < p.numel(); i += 5) {
+        ASSERT_EQ(p.compute_bf16.bf16_data()[i].bits, to_bf16(p.value.f32()[i]).bits) << p.name << " " << i;
+        if (p.compute.defined()) {
+          ASSERT_EQ(p.compute.f32()[i], to_float(p.compute_bf16.bf16_data()[i])) << p.name;
+        }
+      }
   }
 }
 

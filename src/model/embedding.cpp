@@ -37,11 +37,7 @@ Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParal
       row_end_(cfg.padded_vocab() / tp.size * (tp.rank + 1)),
       wte_(declare_wte(cfg, params, tp)),
       wpe_(cfg.arch == "gpt2" ? &params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02) : nullptr),
-      max_seq_len_(cfg.max_seq_len) {
-  // The lookup reads the tables in f32: under bf16 they keep a widened copy of their values.
-  wte_.read_in_f32 = true;
-  if (wpe_) wpe_->read_in_f32 = true;
-}
+      max_seq_len_(cfg.max_seq_len) {}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {
   const int pos = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones
@@ -49,13 +45,22 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   const int N = ctx.B * ctx.T;
   Tensor out = Tensor::empty(*ctx.pool, {N, C_});
   // Each tensor-parallel rank looks up the tokens of its vocabulary slice (0 elsewhere);
-  // the sum over ranks is the full lookup.
-  ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), layer_util::compute_weight(wte_).f32(), row_begin_,
-                                row_end_, N, C_);
+  // the sum over ranks is the full lookup. Under bf16 the tables are read as their bf16
+  // copies (the rounded weights; no f32 copy of a table is kept for the lookup).
+  const bool bf16 = wte_.compute_bf16.defined();
+  if (bf16)
+    ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), wte_.compute_bf16.bf16_data(), row_begin_, row_end_, N,
+                                  C_);
+  else
+    ctx.backend->embedding_lookup(out.f32(), ctx.tokens.i32(), wte_.value.f32(), row_begin_, row_end_, N, C_);
   layer_util::tp_allreduce(ctx, out);
-  if (wpe_)
-    ctx.backend->position_add(out.f32(), layer_util::compute_weight(*wpe_).f32() + static_cast<int64_t>(pos) * C_,
-                              ctx.B, ctx.T, C_);
+  if (wpe_) {
+    const int64_t at = static_cast<int64_t>(pos) * C_;
+    if (bf16)
+      ctx.backend->position_add(out.f32(), wpe_->compute_bf16.bf16_data() + at, ctx.B, ctx.T, C_);
+    else
+      ctx.backend->position_add(out.f32(), wpe_->value.f32() + at, ctx.B, ctx.T, C_);
+  }
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
   stash = std::move(s);

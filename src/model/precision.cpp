@@ -26,8 +26,8 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
 const Tensor& compute_weight(const Parameter& p) {
   if (p.compute.defined()) return p.compute;
   if (p.compute_bf16.defined())
-    fail("parameter {} has no f32 copy of its bf16 values: only bf16 products read it (set read_in_f32 where a "
-         "layer reads it in f32)",
+    fail("parameter {} has no f32 copy of its bf16 values: a kernel that reads a matrix under bf16 reads its bf16 "
+         "copy (compute_bf16)",
          p.name);
   return p.value;
 }

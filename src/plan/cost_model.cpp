@@ -75,9 +75,16 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
 double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products) {
   const double C = model.d_model;
   const bool llama = model.arch == "llama";
-  if (!native_bf16_products || kind == UnitKind::Embedding) return unit_params(model, kind).on_rank(tp);
-  if (kind == UnitKind::Block) return llama ? 2 * C : 7 * C / tp + 6 * C;  // GPT-2: qkv and fc biases sharded
-  return llama ? C : 2 * C;                                                // the head's norm
+  if (!native_bf16_products) return unit_params(model, kind).on_rank(tp);
+  switch (kind) {
+    case UnitKind::Embedding:
+      return 0.0;  // tables only
+    case UnitKind::Block:
+      return llama ? 2 * C : 7 * C / tp + 6 * C;  // GPT-2: qkv and fc biases sharded
+    case UnitKind::Head:
+      return llama ? C : 2 * C;  // the final norm
+  }
+  return 0.0;
 }
 
 bool multiplies_bf16(const DeviceSpec& device) {

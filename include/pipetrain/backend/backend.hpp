@@ -174,11 +174,15 @@ class Backend : public DeviceAllocator {
   // out[n, :] = wte[tokens[n] - row_begin, :] if row_begin <= tokens[n] < row_end, else 0.
   virtual void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
                                 int row_end, int N, int C) = 0;
+  // The same from a bf16 table (bf16 runs' rounded weights), each value widened exactly.
+  virtual void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int row_begin,
+                                int row_end, int N, int C) = 0;
   // dwte[tokens[n] - row_begin, :] += dout[n, :] for the tokens in range   (accumulates)
   virtual void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens,
                                  int row_begin, int row_end, int N, int C) = 0;
   // out[b, t, :] += wpe[t, :]
   virtual void position_add(float* out, const float* wpe, int B, int T, int C) = 0;
+  virtual void position_add(float* out, const bf16* wpe, int B, int T, int C) = 0;
   // dwpe[t, :] += sum_b dout[b, t, :]   (accumulates)
   virtual void position_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
 

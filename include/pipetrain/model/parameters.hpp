@@ -34,11 +34,10 @@ struct Parameter {
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
   // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
   // products) and widened to f32 (compute: LayerNorm, bias and embedding kernels, and
-  // every product where the backend has no native bf16 products). Where it has, a matrix
-  // gets the widened copy only when a layer reads it in f32 (`read_in_f32`: the embedding's
-  // tables); vectors (norms, biases) always do.
+  // every product where the backend has no native bf16 products). Where it has, only the
+  // vectors (norms, biases) keep the widened copy: products read a matrix's bf16 copy, and so
+  // does the embedding's lookup.
   Tensor compute, compute_bf16;
-  bool read_in_f32 = false;
   int64_t compute_offset = -1;  // into the widened flat buffer (-1: none)
   int64_t numel() const;
 };

@@ -15,8 +15,8 @@ Tensor working_f32(const MicrobatchContext& ctx, const Tensor& t);
 // place (what follows computes with the stored values) and a pooled bf16 copy returned.
 Tensor store(const MicrobatchContext& ctx, const Tensor& x);
 // The weights f32 kernels use: the master weights in fp32; under bf16 their rounded values
-// widened to f32 (an Error naming the parameter where it has no widened copy: a matrix only
-// bf16 products read, see Parameter::read_in_f32).
+// widened to f32 (an Error naming the parameter where it has no widened copy: a matrix where
+// products are native bf16, see Parameter::compute).
 const Tensor& compute_weight(const Parameter& p);
 
 }  // namespace pipetrain::layer_util

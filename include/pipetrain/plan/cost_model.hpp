@@ -38,7 +38,7 @@ struct UnitParams {
 UnitParams unit_params(const ModelConfig& model, UnitKind kind);
 // Of a unit's parameters on one rank, those bf16 keeps widened to f32 as well
 // (ParameterStore::needs_widened_copy): all of them where the device widens bf16 products;
-// else the embedding's tables and the vectors (norms, biases).
+// else the vectors (norms, biases).
 double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products);
 // Whether a device multiplies bf16 itself: a GPU, or a device whose bf16 product rate
 // (peak_flops: what --calibrate measured, or the file's) is above its fp32 one (products

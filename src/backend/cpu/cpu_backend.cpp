@@ -211,6 +211,11 @@ class CpuBackend final : public Backend {
                          int row_end, int N, int C) override {
     cpu::embedding_scatter(dwte, dout, tokens, row_begin, row_end, N, C);
   }
+  void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int row_begin, int row_end, int N,
+                        int C) override {
+    cpu::embedding_lookup(out, tokens, wte, row_begin, row_end, N, C);
+  }
+  void position_add(float* out, const bf16* wpe, int B, int T, int C) override { cpu::position_add(out, wpe, B, T, C); }
   void position_add(float* out, const float* wpe, int B, int T, int C) override {
     cpu::position_add(out, wpe, B, T, C);
   }

@@ -224,9 +224,12 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // ---- vocabulary-sharded embedding (embedding_sharded.cpp) ----
 void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
                       int row_end, int N, int C);
+void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int row_begin,
+                      int row_end, int N, int C);
 void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
                        int row_end, int N, int C);
 void position_add(float* out, const float* wpe, int B, int T, int C);
+void position_add(float* out, const bf16* wpe, int B, int T, int C);
 void position_backward(float* dwpe, const float* dout, int B, int T, int C);
 
 // ---- cross-entropy ----

@@ -1,7 +1,8 @@
 // Vocabulary-sharded token embedding and the separate position embedding
 // (tensor parallelism: each rank holds rows [row_begin, row_end) of the padded
 // token table; tokens outside them contribute zero and are summed in by the
-// all-reduce). Lookup and position_add are parallel over tokens. The two
+// all-reduce). Lookup and position_add read an f32 table, or a bf16 one (bf16 runs'
+// rounded weights: no f32 copy of a table is kept for them). Lookup and position_add are parallel over tokens. The two
 // backward kernels scatter-add into shared rows (repeated tokens, every batch
 // row into the same position), so their work items own disjoint column blocks
 // and each walks its rows in token order, like embedding_backward: race-free
@@ -23,22 +24,33 @@ void check_range(const char* kernel, int row_begin, int row_end) {
   }
 }
 
-}  // namespace
+KOKKOS_INLINE_FUNCTION float widen(float x) { return x; }
+KOKKOS_INLINE_FUNCTION float widen(bf16 x) { return to_float(x); }
 
-void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
-                      int row_end, int N, int C) {
+template <class W>
+void lookup_rows(float* out, const int32_t* tokens, const W* wte, int row_begin, int row_end, int N, int C) {
   check_shape("embedding_lookup", N, C);
   check_range("embedding_lookup", row_begin, row_end);
   Kokkos::parallel_for("pipetrain::embedding_lookup", HostRange(0, N), [=](const int64_t n) {
     const int32_t tok = tokens[n];
     float* o = out + n * C;
     if (tok >= row_begin && tok < row_end) {
-      const float* e = wte + static_cast<int64_t>(tok - row_begin) * C;
-      for (int c = 0; c < C; ++c) o[c] = e[c];
+      const W* e = wte + static_cast<int64_t>(tok - row_begin) * C;
+      for (int c = 0; c < C; ++c) o[c] = widen(e[c]);
     } else {
       for (int c = 0; c < C; ++c) o[c] = 0.0f;
     }
   });
+}
+
+}  // namespace
+
+void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin, int row_end, int N, int C) {
+  lookup_rows(out, tokens, wte, row_begin, row_end, N, C);
+}
+
+void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int row_begin, int row_end, int N, int C) {
+  lookup_rows(out, tokens, wte, row_begin, row_end, N, C);
 }
 
 void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
@@ -62,16 +74,25 @@ void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, in
                        });
 }
 
-void position_add(float* out, const float* wpe, int B, int T, int C) {
+namespace {
+
+template <class W>
+void add_positions(float* out, const W* wpe, int B, int T, int C) {
   if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
   const int64_t N = static_cast<int64_t>(B) * T;
   check_shape("position_add", N, C);
   Kokkos::parallel_for("pipetrain::position_add", HostRange(0, N), [=](const int64_t n) {
-    const float* p = wpe + (n % T) * C;
+    const W* p = wpe + (n % T) * C;
     float* o = out + n * C;
-    for (int c = 0; c < C; ++c) o[c] += p[c];
+    for (int c = 0; c < C; ++c) o[c] += widen(p[c]);
   });
 }
+
+}  // namespace
+
+void position_add(float* out, const float* wpe, int B, int T, int C) { add_positions(out, wpe, B, T, C); }
+
+void position_add(float* out, const bf16* wpe, int B, int T, int C) { add_positions(out, wpe, B, T, C); }
 
 void position_backward(float* dwpe, const float* dout, int B, int T, int C) {
   if (B < 0 || T < 0) fail("position_backward: negative size (B={}, T={})", B, T);

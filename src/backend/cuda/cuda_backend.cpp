@@ -349,6 +349,17 @@ class CudaBackend final : public Backend {
     check_range("embedding_scatter", row_begin, row_end);
     cuda::embedding_scatter(ctx(), dwte, dout, tokens, row_begin, row_end, N, C);
   }
+  void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int row_begin, int row_end, int N,
+                        int C) override {
+    check_shape("embedding_lookup", N, C);
+    check_range("embedding_lookup", row_begin, row_end);
+    cuda::embedding_lookup(ctx(), out, tokens, reinterpret_cast<const uint16_t*>(wte), row_begin, row_end, N, C);
+  }
+  void position_add(float* out, const bf16* wpe, int B, int T, int C) override {
+    if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
+    check_shape("position_add", static_cast<int64_t>(B) * T, C);
+    cuda::position_add(ctx(), out, reinterpret_cast<const uint16_t*>(wpe), B, T, C);
+  }
   void position_add(float* out, const float* wpe, int B, int T, int C) override {
     if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
     check_shape("position_add", static_cast<int64_t>(B) * T, C);

@@ -158,7 +158,10 @@ void embedding_scatter(const Ctx& ctx, float* dwte, const float* dout, const int
                        int row_begin, int row_end, int N, int C);
 void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const float* wte,
                       int row_begin, int row_end, int N, int C);
+void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const uint16_t* wte,
+                      int row_begin, int row_end, int N, int C);
 void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C);
+void position_add(const Ctx& ctx, float* out, const uint16_t* wpe, int B, int T, int C);
 void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C);
 
 // ---- cross-entropy (crossentropy.cu, crossentropy_parallel.cu); targets checked ----
