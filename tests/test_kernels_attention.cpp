@@ -164,6 +164,33 @@ TEST_P(KernelAttentionTest, AttentionWithBf16Storage) {
   }
 }
 
+// qkv handed over as a bf16 run stores it (Backend's bf16-qkv forms): the same results, bit
+// for bit, as its values widened to f32 — on the path that widens it and on the one that
+// multiplies it as bf16 (cpu_onednn).
+TEST_P(KernelAttentionTest, StoredBf16QkvGivesWhatItsWidenedValuesGive) {
+  const int B = 2, T = 70, C = 24, NH = 6, NKV = 2, R = C + 2 * NKV * (C / NH);
+  Vec qkv = random_vec(size_t(B) * T * R, 69, -2.0f, 2.0f);
+  std::vector<bf16> stored(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) stored[i] = to_bf16(qkv[i]), qkv[i] = to_float(stored[i]);
+  const Vec dout = random_vec(size_t(B) * T * C, 70);
+  for (DType storage : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(storage));
+    auto pool = MemoryPool::create(be());
+    DevBuf<float> wide(be(), qkv), d(be(), dout);
+    DevBuf<bf16> half(be(), stored);
+    DevBuf<float> out_w(be(), Vec(size_t(B) * T * C)), out_h(be(), Vec(size_t(B) * T * C));
+    DevBuf<float> dq_w(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
+    DevBuf<float> dq_h(be(), Vec(qkv.size(), std::numeric_limits<float>::quiet_NaN()));
+    auto sw = be().attention_forward(out_w.get(), wide.get(), B, T, C, NH, NKV, *pool, storage);
+    auto sh = be().attention_forward(out_h.get(), static_cast<const bf16*>(half.get()), B, T, C, NH, NKV, *pool,
+                                     storage);
+    EXPECT_TRUE(close(out_h.host(), out_w.host(), 0, 0));
+    be().attention_backward(dq_w.get(), d.get(), wide.get(), *sw, B, T, C, NH, NKV, *pool);
+    be().attention_backward(dq_h.get(), d.get(), static_cast<const bf16*>(half.get()), *sh, B, T, C, NH, NKV, *pool);
+    EXPECT_TRUE(close(dq_h.host(), dq_w.host(), 0, 0));
+  }
+}
+
 // The CPU keeps each (sequence, head)'s probabilities block by block without the causal
 // upper triangle: causal_block_elements(T) of them, in the storage precision.
 TEST(AttentionBlocks, KeptElementsAreTheBlocksRowsTimesKeys) {

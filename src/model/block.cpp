@@ -141,8 +141,7 @@ void Block::recompute_selective(const MicrobatchContext& ctx, Stash& stash) cons
   auto& s = as<BlockStash>(stash);
   const int N = ctx.B * ctx.T, Cl = Cl_;
   Tensor atty = Tensor::empty(*ctx.pool, {N, Cl});
-  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cl, NH_, NH_, *ctx.pool,
-                               ctx.storage);
+  s.att = attention_forward_stored(ctx, atty, s.qkv, Cl, NH_, NH_);
   s.atty = store(ctx, atty);
   const Tensor fch = working_f32(ctx, s.fch);
   const Tensor fch_gelu = Tensor::empty(*ctx.pool, {N, 4 * Cl});
@@ -179,7 +178,7 @@ Tensor Block::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Sta
   Tensor datty = Tensor::empty(pool, {N, Cl});
   linear_backward_input(ctx, datty, s.dres2, projw_);
   Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
-  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, B, T, Cl, NH_, NH_, pool);
+  attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cl, NH_, NH_);
   s.att.reset();  // the probabilities are the biggest part of the stash
   datty = {};
   s.dqkv = store(ctx, dqkv);

@@ -142,8 +142,7 @@ void LlamaBlock::recompute_selective(const MicrobatchContext& ctx, Stash& stash)
   auto& s = as<LlamaStash>(stash);
   const int N = ctx.B * ctx.T, Cq = NHl_ * hs_;
   Tensor atty = f32_like(ctx, N, Cq);
-  s.att = be.attention_forward(atty.f32(), working_f32(ctx, s.qkv).f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool,
-                               ctx.storage);
+  s.att = attention_forward_stored(ctx, atty, s.qkv, Cq, NHl_, NKVl_);
   s.atty = store(ctx, atty);
   const Tensor g = working_f32(ctx, s.g), u = working_f32(ctx, s.u), a = f32_like(ctx, N, Fl_);
   be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
@@ -186,8 +185,7 @@ Tensor LlamaBlock::backward_input(const MicrobatchContext& ctx, const Tensor& dy
   Tensor datty = f32_like(ctx, N, Cq);
   linear_backward_input(ctx, datty, s.dh, ow_);
   Tensor dqkv = f32_like(ctx, N, R);
-  be.attention_backward(dqkv.f32(), datty.f32(), working_f32(ctx, s.qkv).f32(), *s.att, ctx.B, ctx.T, Cq, NHl_,
-                        NKVl_, *ctx.pool);
+  attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cq, NHl_, NKVl_);
   s.att.reset();
   datty = {};
   rotate(ctx, dqkv, true);  // the rotation's transpose: gradients of the unrotated projections

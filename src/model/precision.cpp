@@ -1,4 +1,4 @@
-// working_f32(), store() and compute_weight() of pipetrain/model/precision.hpp.
+// working_f32(), store(), compute_weight() and the stored-qkv attention calls of pipetrain/model/precision.hpp.
 #include "pipetrain/model/precision.hpp"
 
 #include "pipetrain/backend/backend.hpp"
@@ -21,6 +21,23 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
   const auto n = static_cast<size_t>(x.numel());
   ctx.backend->round_to_bf16(out.bf16_data(), x.f32(), n);
   return out;
+}
+
+std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext& ctx, const Tensor& out,
+                                                         const Tensor& qkv, int C, int NH, int NKV) {
+  Backend& be = *ctx.backend;
+  if (qkv.dtype() == DType::BF16)
+    return be.attention_forward(out.f32(), qkv.bf16_data(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage);
+  return be.attention_forward(out.f32(), qkv.f32(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage);
+}
+
+void attention_backward_stored(const MicrobatchContext& ctx, const Tensor& dqkv, const Tensor& dout,
+                               const Tensor& qkv, AttentionStash& stash, int C, int NH, int NKV) {
+  Backend& be = *ctx.backend;
+  if (qkv.dtype() == DType::BF16)
+    be.attention_backward(dqkv.f32(), dout.f32(), qkv.bf16_data(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool);
+  else
+    be.attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool);
 }
 
 const Tensor& compute_weight(const Parameter& p) {

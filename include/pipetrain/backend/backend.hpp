@@ -13,6 +13,7 @@
 
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/device_allocator.hpp"
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/core/stream.hpp"
@@ -137,6 +138,18 @@ class Backend : public DeviceAllocator {
   // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
                                   int T, int C, int NH, int NKV, MemoryPool& pool) = 0;
+  // Both with qkv as a bf16 run stores it. These widen it into `pool` and run the f32 forms
+  // (the same values); a backend whose attention multiplies bf16 reads it as it is.
+  virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH,
+                                                            int NKV, MemoryPool& pool, DType storage) {
+    const Tensor wide = widened_qkv(qkv, B, T, C, NH, NKV, pool);
+    return attention_forward(out, wide.f32(), B, T, C, NH, NKV, pool, storage);
+  }
+  virtual void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B,
+                                  int T, int C, int NH, int NKV, MemoryPool& pool) {
+    const Tensor wide = widened_qkv(qkv, B, T, C, NH, NKV, pool);
+    attention_backward(dqkv, dout, wide.f32(), stash, B, T, C, NH, NKV, pool);
+  }
 
   // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
   // out = inp * rstd * weight with rstd[n] = 1 / sqrt(mean_c inp[n, c]^2 + eps) (saved).
@@ -222,6 +235,15 @@ class Backend : public DeviceAllocator {
   virtual void adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int step,
                      float grad_scale) = 0;
+
+ private:
+  Tensor widened_qkv(const bf16* qkv, int B, int T, int C, int NH, int NKV, MemoryPool& pool) {
+    if (NH <= 0 || NKV <= 0 || C % NH != 0) fail("attention: {} query heads, {} key/value heads, {} channels", NH, NKV, C);
+    const int64_t n = static_cast<int64_t>(B) * T * (C + 2 * NKV * (C / NH));
+    Tensor wide = Tensor::empty(pool, {n});
+    cast_to_f32(wide.f32(), qkv, static_cast<size_t>(n));
+    return wide;
+  }
 };
 
 // The CPU backend (Kokkos host execution space + BLAS). Kokkos must be initialised

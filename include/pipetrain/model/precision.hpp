@@ -5,7 +5,13 @@
 // product's inputs are the rounded values a bf16 product would see). Parameter
 // gradients, reductions and the loss stay f32.
 #pragma once
+#include <memory>
+
 #include "pipetrain/model/layer.hpp"
+
+namespace pipetrain {
+class AttentionStash;
+}
 
 namespace pipetrain::layer_util {
 
@@ -18,5 +24,12 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x);
 // widened to f32 (an Error naming the parameter where it has no widened copy: a matrix where
 // products are native bf16, see Parameter::compute).
 const Tensor& compute_weight(const Parameter& p);
+// Attention's forward (as recomputation runs it) and backward from qkv as stored: a bf16
+// stash is handed over as it is (the backend widens it, or multiplies it as bf16), an f32
+// one as f32. C, NH, NKV as Backend::attention_forward.
+std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext& ctx, const Tensor& out,
+                                                         const Tensor& qkv, int C, int NH, int NKV);
+void attention_backward_stored(const MicrobatchContext& ctx, const Tensor& dqkv, const Tensor& dout,
+                               const Tensor& qkv, AttentionStash& stash, int C, int NH, int NKV);
 
 }  // namespace pipetrain::layer_util

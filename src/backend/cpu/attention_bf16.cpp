@@ -6,7 +6,8 @@
 // oneDNN runs a product on its fast (brgemm, AMX) kernels only when its operands are dense,
 // and attention's products are small (64 query rows against at most T keys, head size 64),
 // so every operand is laid out densely first: Q, K, V (and dO) are cast to bf16 head-major,
-// (head, token, channel); P and dS are dense (rows x keys so far) blocks, P block by block as
+// (head, token, channel) — qkv arrives in f32 holding bf16 values, or as a bf16 run stores
+// it, and is then only reordered; P and dS are dense (rows x keys so far) blocks, P block by block as
 // the stash keeps it (pipetrain/backend/attention.hpp), written in bf16 by the softmax
 // itself; outputs gather head-major in f32 and are scattered into their rows once per
 // sequence.
@@ -49,13 +50,18 @@ void product(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, 
             Bf16Products::kOnednn);
 }
 
-// rows x (G hs) row-major (row stride ld) -> G x rows x hs, cast to bf16.
-void to_heads(bf16* dst, const float* src, int rows, int G, int hs, int ld) {
+KOKKOS_INLINE_FUNCTION bf16 as_bf16(float x) { return to_bf16(x); }
+KOKKOS_INLINE_FUNCTION bf16 as_bf16(bf16 x) { return x; }
+
+// rows x (G hs) row-major (row stride ld) -> G x rows x hs, in bf16 (cast from f32, or
+// copied from a stored bf16 tensor).
+template <class S>
+void to_heads(bf16* dst, const S* src, int rows, int G, int hs, int ld) {
   Kokkos::parallel_for("pipetrain::attention_to_heads", HostRange(0, rows), [=](const int64_t t) {
     for (int g = 0; g < G; ++g) {
-      const float* in = src + t * ld + static_cast<int64_t>(g) * hs;
+      const S* in = src + t * ld + static_cast<int64_t>(g) * hs;
       bf16* o = dst + (static_cast<int64_t>(g) * rows + t) * hs;
-      for (int e = 0; e < hs; ++e) o[e] = to_bf16(in[e]);
+      for (int e = 0; e < hs; ++e) o[e] = as_bf16(in[e]);
     }
   });
 }
@@ -73,8 +79,9 @@ void from_heads(float* dst, const float* src, int rows, int G, int hs, int ld) {
 
 }  // namespace
 
-void attention_forward_bf16(float* out, bf16* att, const float* qkv, bf16* heads, float* scores, float* out_heads,
-                            int B, int T, int C, int NH, int NKV, std::vector<float>& widened) {
+template <class Q>
+void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, float* scores, float* out_heads, int B,
+                            int T, int C, int NH, int NKV, std::vector<float>& widened) {
   const int hs = C / NH, group = NH / NKV, G = NH + 2 * NKV, C3 = G * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t kept = causal_block_elements(T), head = static_cast<int64_t>(T) * hs;
@@ -104,7 +111,8 @@ void attention_forward_bf16(float* out, bf16* att, const float* qkv, bf16* heads
   }
 }
 
-void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const bf16* att, bf16* heads,
+template <class Q>
+void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const bf16* att, bf16* heads,
                              bf16* dout_heads, float* grad_heads, float* dp, bf16* ds, int B, int T, int C, int NH,
                              int NKV, std::vector<float>& widened) {
   const int hs = C / NH, group = NH / NKV, G = NH + 2 * NKV, C3 = G * hs;
@@ -151,5 +159,14 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
     from_heads(dqkv + static_cast<int64_t>(b) * T * C3, grad_heads, T, G, hs, C3);
   }
 }
+
+#define PIPETRAIN_ATTENTION_BF16(Q)                                                                            \
+  template void attention_forward_bf16(float*, bf16*, const Q*, bf16*, float*, float*, int, int, int, int, int,   \
+                                       std::vector<float>&);                                                     \
+  template void attention_backward_bf16(float*, const float*, const Q*, const bf16*, bf16*, bf16*, float*, float*, \
+                                        bf16*, int, int, int, int, int, std::vector<float>&);
+PIPETRAIN_ATTENTION_BF16(float)
+PIPETRAIN_ATTENTION_BF16(bf16)
+#undef PIPETRAIN_ATTENTION_BF16
 
 }  // namespace pipetrain::cpu

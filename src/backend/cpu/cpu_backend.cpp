@@ -121,16 +121,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
                                                     int NKV, MemoryPool& pool, DType storage) override {
     check_heads("attention_forward", C, NH, NKV);
+    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool);
     auto s = std::make_unique<ProbabilityStash>();
-    if (bf16_attention(storage)) {
-      s->att = Tensor::empty(pool, {B, NH, causal_block_elements(T)}, DType::BF16);
-      const Tensor heads = Tensor::empty(pool, {T, qkv_width(C, NH, NKV)}, DType::BF16);
-      const Tensor scores = Tensor::empty(pool, {kAttnBlock, T});
-      const Tensor out_heads = Tensor::empty(pool, {T, C});
-      cpu::attention_forward_bf16(out, s->att.bf16_data(), qkv, heads.bf16_data(), scores.f32(), out_heads.f32(), B, T,
-                                  C, NH, NKV, gemm_scratch_);
-      return s;
-    }
     Tensor att = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
     cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH, NKV);
     if (storage == DType::BF16) {
@@ -141,19 +133,17 @@ class CpuBackend final : public Backend {
     }
     return s;
   }
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH,
+                                                    int NKV, MemoryPool& pool, DType storage) override {
+    check_heads("attention_forward", C, NH, NKV);
+    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool);
+    return Backend::attention_forward(out, qkv, B, T, C, NH, NKV, pool, storage);
+  }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
                           int C, int NH, int NKV, MemoryPool& pool) override {
     check_heads("attention_backward", C, NH, NKV);
     const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
-    if (bf16_attention(kept.dtype())) {
-      const int R = qkv_width(C, NH, NKV);
-      const Tensor heads = Tensor::empty(pool, {T, R}, DType::BF16), grad_heads = Tensor::empty(pool, {T, R});
-      const Tensor dout_heads = Tensor::empty(pool, {T, C}, DType::BF16);
-      const Tensor dp = Tensor::empty(pool, {kAttnBlock, T}), ds = Tensor::empty(pool, {kAttnBlock, T}, DType::BF16);
-      cpu::attention_backward_bf16(dqkv, dout, qkv, kept.bf16_data(), heads.bf16_data(), dout_heads.bf16_data(),
-                                   grad_heads.f32(), dp.f32(), ds.bf16_data(), B, T, C, NH, NKV, gemm_scratch_);
-      return;
-    }
+    if (bf16_attention(kept.dtype())) return backward_bf16(dqkv, dout, qkv, kept, B, T, C, NH, NKV, pool);
     Tensor att = kept;
     if (kept.dtype() == DType::BF16) {
       att = Tensor::empty(pool, kept.shape());
@@ -161,6 +151,36 @@ class CpuBackend final : public Backend {
     }
     const Tensor scratch = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
     cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH, NKV);
+  }
+  void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B, int T,
+                          int C, int NH, int NKV, MemoryPool& pool) override {
+    check_heads("attention_backward", C, NH, NKV);
+    const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
+    if (bf16_attention(kept.dtype())) return backward_bf16(dqkv, dout, qkv, kept, B, T, C, NH, NKV, pool);
+    Backend::attention_backward(dqkv, dout, qkv, stash, B, T, C, NH, NKV, pool);
+  }
+  // attention_bf16.cpp's forms, qkv in f32 (bf16 values) or bf16; workspace from `pool`.
+  template <class Q>
+  std::unique_ptr<AttentionStash> forward_bf16(float* out, const Q* qkv, int B, int T, int C, int NH, int NKV,
+                                               MemoryPool& pool) {
+    auto s = std::make_unique<ProbabilityStash>();
+    s->att = Tensor::empty(pool, {B, NH, causal_block_elements(T)}, DType::BF16);
+    const Tensor heads = Tensor::empty(pool, {T, qkv_width(C, NH, NKV)}, DType::BF16);
+    const Tensor scores = Tensor::empty(pool, {kAttnBlock, T});
+    const Tensor out_heads = Tensor::empty(pool, {T, C});
+    cpu::attention_forward_bf16(out, s->att.bf16_data(), qkv, heads.bf16_data(), scores.f32(), out_heads.f32(), B, T, C,
+                                NH, NKV, gemm_scratch_);
+    return s;
+  }
+  template <class Q>
+  void backward_bf16(float* dqkv, const float* dout, const Q* qkv, const Tensor& kept, int B, int T, int C, int NH,
+                     int NKV, MemoryPool& pool) {
+    const int R = qkv_width(C, NH, NKV);
+    const Tensor heads = Tensor::empty(pool, {T, R}, DType::BF16), grad_heads = Tensor::empty(pool, {T, R});
+    const Tensor dout_heads = Tensor::empty(pool, {T, C}, DType::BF16);
+    const Tensor dp = Tensor::empty(pool, {kAttnBlock, T}), ds = Tensor::empty(pool, {kAttnBlock, T}, DType::BF16);
+    cpu::attention_backward_bf16(dqkv, dout, qkv, kept.bf16_data(), heads.bf16_data(), dout_heads.bf16_data(),
+                                 grad_heads.f32(), dp.f32(), ds.bf16_data(), B, T, C, NH, NKV, gemm_scratch_);
   }
   // bf16 storage where the products take bf16 operands too: attention multiplies bf16
   // (attention_bf16.cpp); elsewhere it multiplies f32 and keeps P in `storage`.

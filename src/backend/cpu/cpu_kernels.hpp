@@ -200,9 +200,12 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // stash (B, NH, causal_block_elements(T)) forward writes and backward reads. Workspace, per
 // call: heads bf16 and grad_heads f32 of T (C + 2 NKV hs) each, dout_heads bf16 and
 // out_heads f32 of T C, scores / dp f32 and ds bf16 of kAttnBlock T; `widened`: gemm_bf16's.
-void attention_forward_bf16(float* out, bf16* att, const float* qkv, bf16* heads, float* scores, float* out_heads,
-                            int B, int T, int C, int NH, int NKV, std::vector<float>& widened);
-void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const bf16* att, bf16* heads,
+// qkv in f32 (holding bf16 values: a bf16 run's rounded activations) or as stored, in bf16.
+template <class Q>
+void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, float* scores, float* out_heads, int B,
+                            int T, int C, int NH, int NKV, std::vector<float>& widened);
+template <class Q>
+void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const bf16* att, bf16* heads,
                              bf16* dout_heads, float* grad_heads, float* dp, bf16* ds, int B, int T, int C, int NH,
                              int NKV, std::vector<float>& widened);
 

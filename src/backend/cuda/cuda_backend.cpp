@@ -269,6 +269,8 @@ class CudaBackend final : public Backend {
       fail("attention_decode: {} cached tokens exceed the 48 KiB of shared memory a block's scores use", pos + n);
     cuda::attention_decode(ctx(), out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
   }
+  using Backend::attention_backward;  // the bf16-qkv forms: widened, then these
+  using Backend::attention_forward;
   std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
                                                     int NKV, MemoryPool& pool, DType /*storage*/) override {
     check_heads("attention_forward", C, NH, NKV);
