@@ -37,12 +37,16 @@ int main(int argc, char** argv) {
   auto be = device == "cuda" ? pipetrain::make_cuda_backend() : pipetrain::make_cpu_backend();
   std::printf("backend: %s\n", be->name().c_str());
   const int C = 768;
-  // The block's products, forward and backward (Y = X W^T; dX = dY W; dW += dY^T X).
+  // The block's products, forward and backward (Y = X W^T; dX = dY W; dW += dY^T X), and
+  // the LM head's (a 50304-row table: its weights do not fit in a core's caches).
   const Shape shapes[] = {{"qkv forward", false, true, tokens, 3 * C, C},
                           {"fc forward", false, true, tokens, 4 * C, C},
                           {"fc proj forward", false, true, tokens, C, 4 * C},
                           {"fc backward input", false, false, tokens, C, 4 * C},
-                          {"fc backward weight", true, false, 4 * C, C, tokens}};
+                          {"fc backward weight", true, false, 4 * C, C, tokens},
+                          {"head forward", false, true, tokens, 50304, C},
+                          {"head backward input", false, false, tokens, C, 50304},
+                          {"head backward weight", true, false, 50304, C, tokens}};
   double best = 0;
   for (const Shape& s : shapes) {
     const size_t na = size_t(s.M) * s.K, nb = size_t(s.N) * s.K, nc = size_t(s.M) * s.N;
