@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/model/parameters.hpp"
@@ -30,6 +31,12 @@ UnitTimings time_layer(Layer& layer, const MicrobatchContext& ctx, const Tensor&
   layer.backward_weight(ctx, *stash);
   u.backward_weight = since(t);
   return u;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void keep_fastest(UnitTimings& best, const UnitTimings& u) {
@@ -75,33 +82,51 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
   };
   const Tensor x = activation(), dy = activation();
   auto& layers = stage.layers();
-  // A warm-up (it also fills the pool), then rounds of the three units in turn, each
-  // action's fastest: on a machine whose speed drifts over seconds (a shared VM) every unit
-  // gets the same chances, so the split sees their true ratio (measured one unit after
-  // the other, GPT-2 124M's auto split once came out 10,2 on such a machine, which takes
-  // a head measured above 7 blocks: it weighs 5.3).
+  // A warm-up (it also fills the pool), then rounds of the three units in turn: each
+  // action's fastest, and the median of each round's ratios. On a machine whose speed
+  // drifts over seconds (a shared VM), measured one unit after the other, GPT-2 124M's auto
+  // split once came out 10,2, which takes a head measured above 7 blocks (it weighs 5.3);
+  // the ratio of the fastest runs still moved by 8% between two trainers of one process,
+  // enough to flip 9,3 to 8,4 (a head under 5 blocks).
   constexpr double kNone = 1e300;
+  constexpr int kRounds = 7;
   MeasuredUnits m{{kNone, kNone, kNone}, {kNone, kNone, kNone}, {kNone, kNone, kNone}};
-  for (int round = 0; round < 4; ++round) {
+  std::vector<double> e_ratio, h_ratio;
+  for (int round = 0; round <= kRounds; ++round) {
     const UnitTimings e = time_layer(*layers[0], ctx, {}, dy), b = time_layer(*layers[1], ctx, x, dy),
                       h = time_layer(*layers[2], ctx, x, {});
     if (round == 0) continue;
     keep_fastest(m.embedding, e);
     keep_fastest(m.block, b);
     keep_fastest(m.head, h);
+    e_ratio.push_back(e.total() / b.total());
+    h_ratio.push_back(h.total() / b.total());
   }
+  m.embedding_per_block = median_of(e_ratio);
+  m.head_per_block = median_of(h_ratio);
   return m;
 }
 
 
 UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& grid, int B, int T, DType storage) {
-  double v[3] = {0, 0, 0};
-  if (grid.world().rank() == 0) {
-    const MeasuredUnits u = time_units_here(model, backend, B, T, storage);
-    v[0] = u.embedding.total(), v[1] = u.block.total(), v[2] = u.head.total();
-  }
-  MPI_Bcast(v, 3, MPI_DOUBLE, 0, grid.world().comm());
-  return {v[0], v[1], v[2]};
+  // Every rank measures at once; rank 0 takes the median over the ranks of the block's time
+  // and of each ratio (a rank on a slower core moves them least) and broadcasts them.
+  const MeasuredUnits u = time_units_here(model, backend, B, T, storage);
+  constexpr int kValues = 3;
+  const double mine[kValues] = {u.block.total(), u.embedding_per_block, u.head_per_block};
+  const MPI_Comm world = grid.world().comm();
+  const auto ranks = static_cast<size_t>(grid.world().size());
+  std::vector<double> all(grid.world().rank() == 0 ? kValues * ranks : 0);
+  MPI_Gather(mine, kValues, MPI_DOUBLE, all.data(), kValues, MPI_DOUBLE, 0, world);
+  double v[kValues] = {0, 0, 0};
+  if (grid.world().rank() == 0)
+    for (int k = 0; k < kValues; ++k) {
+      std::vector<double> of(ranks);
+      for (size_t r = 0; r < ranks; ++r) of[r] = all[kValues * r + static_cast<size_t>(k)];
+      v[k] = median_of(of);
+    }
+  MPI_Bcast(v, kValues, MPI_DOUBLE, 0, world);
+  return {v[1] * v[0], v[0], v[2] * v[0]};
 }
 
 }  // namespace pipetrain

@@ -1,6 +1,9 @@
 // The short measurement behind parallel.layers_per_stage = "auto": one microbatch's
 // forward and backward through an embedding, a block and the head of this model, on this
-// machine's backend, timed on world rank 0 and broadcast (every rank must split alike).
+// machine's backend, timed on every rank at once (so a node's memory is as busy as in the
+// run: a head's memory-bound passes slow down more than a block's products when every core
+// works) and combined on world rank 0, which broadcasts the result (every rank must split
+// alike).
 #pragma once
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/model/layer.hpp"
@@ -9,14 +12,18 @@
 
 namespace pipetrain {
 
-// Seconds of one microbatch through one unit, per action (the faster of two runs after a
-// warm-up), and the three kinds of unit of one model, timed on the calling rank alone.
+// Seconds of one microbatch through one unit, per action (the fastest of the rounds after a
+// warm-up), and the three kinds of unit of one model, timed on the calling rank; with the
+// median over the rounds of each unit's cost against the block's of the same round (a
+// round times the three back to back, so a machine whose speed drifts over seconds moves
+// both sides of each ratio alike).
 struct UnitTimings {
   double forward = 0, backward_input = 0, backward_weight = 0;
   double total() const { return forward + backward_input + backward_weight; }
 };
 struct MeasuredUnits {
   UnitTimings embedding, block, head;
+  double embedding_per_block = 0, head_per_block = 0;
 };
 MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B, int T, DType storage);
 
