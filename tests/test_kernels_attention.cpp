@@ -102,12 +102,13 @@ TEST_P(KernelAttentionTest, GradCheckAttention) {
   }));
 }
 
+struct GqaShape {
+  int B, T, C, NH, NKV;  // NKV key/value heads (NKV divides NH)
+};
+
 TEST_P(KernelAttentionTest, GroupedQueryAttention) {
-  struct Shape {
-    int B, T, C, NH, NKV;
-  };
   // Two query heads per key/value head; multi-query (one K/V head for all six).
-  for (Shape s : {Shape{2, 37, 32, 4, 2}, Shape{1, 70, 24, 6, 1}}) {
+  for (GqaShape s : {GqaShape{2, 37, 32, 4, 2}, GqaShape{1, 70, 24, 6, 1}}) {
     SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " T=" << s.T);
     const int hs = s.C / s.NH, R = s.C + 2 * s.NKV * hs;
     const Vec qkv = random_vec(size_t(s.B) * s.T * R, 60, -2.0f, 2.0f);
@@ -128,14 +129,12 @@ TEST_P(KernelAttentionTest, GroupedQueryAttention) {
 }
 
 // bf16 storage: the stash keeps the probabilities in bf16, and where the backend multiplies
-// bf16 natively (cpu_onednn, CUDA) attention's products take bf16 operands (P, dO, dS rounded). Every element is within the bf16 bound of
+// bf16 natively (cpu_onednn, CUDA) attention's products take bf16 operands (P, dO, dS
+// rounded). Every element is within the bf16 bound of
 // ref::attention_bf16_bounds (4u times its bound, u = 2^-9) plus f32's share (sums of at
 // most T terms and the scores' dot products: T 2^-23 of the bound).
 TEST_P(KernelAttentionTest, AttentionWithBf16Storage) {
-  struct Shape {
-    int B, T, C, NH, NKV;
-  };
-  for (Shape s : {Shape{2, 131, 48, 4, 4}, Shape{1, 70, 24, 6, 2}}) {
+  for (GqaShape s : {GqaShape{2, 131, 48, 4, 4}, GqaShape{1, 70, 24, 6, 2}}) {
     SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " T=" << s.T);
     const int hs = s.C / s.NH, R = s.C + 2 * s.NKV * hs;
     Vec qkv = random_vec(size_t(s.B) * s.T * R, 66, -2.0f, 2.0f);

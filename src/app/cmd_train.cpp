@@ -163,9 +163,9 @@ int run_train(const TrainOptions& opt) {
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
   // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
   // parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
-  // another rank updates; bf16's compute copy, and its
-  // widened f32 copy where kernels read one), the stashed activations the schedule keeps alive at its peak, what
-  // recomputation rebuilds for one block at a time, receive buffers and a dp bucket.
+  // another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
+  // one), the stashed activations the schedule keeps alive at its peak, what recomputation
+  // rebuilds for one block at a time, receive buffers and a dp bucket.
   const bool bf16 = cfg.train.precision == "bf16";
   double est = 0;
   {

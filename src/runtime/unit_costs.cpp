@@ -86,8 +86,8 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
   // action's fastest, and the median of each round's ratios. On a machine whose speed
   // drifts over seconds (a shared VM), measured one unit after the other, GPT-2 124M's auto
   // split once came out 10,2, which takes a head measured above 7 blocks (it weighs 5.3);
-  // the ratio of the fastest runs still moved by 8% between two trainers of one process,
-  // enough to flip 9,3 to 8,4 (a head under 5 blocks).
+  // the ratio of the fastest runs still put the head on either side of 5 blocks (9,3 or
+  // 8,4) for two trainers of one process.
   constexpr double kNone = 1e300;
   constexpr int kRounds = 7;
   MeasuredUnits m{{kNone, kNone, kNone}, {kNone, kNone, kNone}, {kNone, kNone, kNone}};

@@ -236,10 +236,14 @@ class Backend : public DeviceAllocator {
                      float beta1, float beta2, float eps, float weight_decay, int step,
                      float grad_scale) = 0;
 
+ protected:
+  // A qkv row's width: C query channels and NKV key and value heads of C / NH channels each.
+  static int qkv_width(int C, int NH, int NKV) { return C + 2 * NKV * (C / NH); }
+
  private:
   Tensor widened_qkv(const bf16* qkv, int B, int T, int C, int NH, int NKV, MemoryPool& pool) {
     if (NH <= 0 || NKV <= 0 || C % NH != 0) fail("attention: {} query heads, {} key/value heads, {} channels", NH, NKV, C);
-    const int64_t n = static_cast<int64_t>(B) * T * (C + 2 * NKV * (C / NH));
+    const int64_t n = static_cast<int64_t>(B) * T * qkv_width(C, NH, NKV);
     Tensor wide = Tensor::empty(pool, {n});
     cast_to_f32(wide.f32(), qkv, static_cast<size_t>(n));
     return wide;

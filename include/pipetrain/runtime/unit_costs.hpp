@@ -1,9 +1,8 @@
 // The short measurement behind parallel.layers_per_stage = "auto": one microbatch's
 // forward and backward through an embedding, a block and the head of this model, on this
 // machine's backend, timed on every rank at once (so a node's memory is as busy as in the
-// run: a head's memory-bound passes slow down more than a block's products when every core
-// works) and combined on world rank 0, which broadcasts the result (every rank must split
-// alike).
+// run, where a head's memory-bound passes may slow more than a block's products) and
+// combined on world rank 0, which broadcasts the result (every rank must split alike).
 #pragma once
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/model/layer.hpp"

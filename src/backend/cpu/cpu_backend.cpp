@@ -185,7 +185,6 @@ class CpuBackend final : public Backend {
   // bf16 storage where the products take bf16 operands too: attention multiplies bf16
   // (attention_bf16.cpp); elsewhere it multiplies f32 and keeps P in `storage`.
   bool bf16_attention(DType storage) const { return storage == DType::BF16 && bf16_path_ == Bf16Products::kOnednn; }
-  static int qkv_width(int C, int NH, int NKV) { return C + 2 * NKV * (C / NH); }
   static void check_heads(const char* kernel, int C, int NH, int NKV) {
     if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || C % NH != 0)
       fail("{}: {} query heads, {} key/value heads and {} channels (need NKV | NH and NH | C)", kernel, NH, NKV, C);

@@ -1,8 +1,8 @@
 // Vocabulary-sharded token embedding and the separate position embedding
 // (tensor parallelism: each rank holds rows [row_begin, row_end) of the padded
 // token table; tokens outside them contribute zero and are summed in by the
-// all-reduce). Lookup and position_add read an f32 table, or a bf16 one (bf16 runs'
-// rounded weights: no f32 copy of a table is kept for them). Lookup and position_add are parallel over tokens. The two
+// all-reduce). Lookup and position_add read an f32 table, or a bf16 one (a bf16 run
+// keeps no f32 copy of its tables), and are parallel over tokens. The two
 // backward kernels scatter-add into shared rows (repeated tokens, every batch
 // row into the same position), so their work items own disjoint column blocks
 // and each walks its rows in token order, like embedding_backward: race-free

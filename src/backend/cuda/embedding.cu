@@ -1,6 +1,7 @@
 // Token and position embedding, forward side (gathers, one thread per output
 // element): embedding_forward, the vocabulary-sharded embedding_lookup and
-// position_add (from an f32 table, or a bf16 one widened exactly). The backend checked the tokens of embedding_forward (>= 0).
+// position_add (from an f32 table, or a bf16 one widened exactly). The backend checked
+// the tokens of embedding_forward (>= 0).
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
 
