@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, microbatches = 8, steps = 5;
-    std::vector<int> split;  // empty: parallel.layers_per_stage = "auto" (the default)
+    std::vector<double> split;  // empty: parallel.layers_per_stage = "auto" (the default)
     CLI::App app{"pipeline-parallel throughput vs single rank and vs simulate()"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);

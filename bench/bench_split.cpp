@@ -1,8 +1,8 @@
 // How good is parallel.layers_per_stage = "auto"? Measures GPT-2's unit costs on this
 // machine (the same measurement the trainer makes), then for pp = 2, 4, 8 simulates the
 // 1f1b step of every possible split with those costs and compares the auto split's step
-// with the best one (target: within 3%) and with the even split; for pp = 2, 4 also what
-// boundaries inside blocks (between attention and MLP) would buy.
+// with the best one (target: within 3%) and with the even split; for pp = 2, 4 the best
+// also over boundaries inside blocks (between attention and MLP, which auto may choose).
 //   build/bin/bench_split [--layers 12] [--seq-len 128] [--microbatches 16] [--schedule 1f1b]
 #include <mpi.h>
 
@@ -42,42 +42,38 @@ double step_of_costs(const std::vector<double>& stage_costs, const Sim& sim) {
       .makespan;
 }
 
-double step_of(const ModelConfig& m, const std::vector<int>& blocks, const UnitCosts& c, const Sim& sim) {
+double step_of(const ModelConfig& m, const std::vector<double>& blocks, const UnitCosts& c, const Sim& sim) {
   std::vector<double> t;
   for (const auto& u : partition_gpt2(m, static_cast<int>(blocks.size()), blocks)) t.push_back(stage_cost(m, u, c));
   return step_of_costs(t, sim);
 }
 
-// What a finer split would buy: stage boundaries also between a block's attention half
-// (LayerNorm, QKV, attention, projection) and its MLP half. Not a layout pipetrain runs:
-// the halves' costs are the measured block's, shared by the halves' forward FLOPs per token
-// (attention 8C² + 2TC for the causal scores and values, MLP 16C²). Returns the best
-// simulated step and its stages' sizes in blocks (halves as .5).
-std::pair<double, std::vector<double>> best_with_halves(const ModelConfig& m, int S, const UnitCosts& c, int T,
-                                                        const Sim& sim) {
-  const double C = m.d_model, attn = 8 * C * C + 2.0 * T * C, mlp = 16 * C * C;
-  const double a = c.block * attn / (attn + mlp), b = c.block - a;
-  const int halves = 2 * m.n_layer;
-  double best = std::numeric_limits<double>::infinity();
-  std::vector<double> best_sizes, sizes(static_cast<size_t>(S)), cost(static_cast<size_t>(S));
-  // Stage s takes halves [at, at + k): half h is attention when h is even.
-  std::function<void(int, int)> go = [&](int s, int at) {
-    const bool last = s == S - 1;
-    // Middle stages take at least one half; the first and the last may take none.
-    for (int k = last ? halves - at : (s == 0 ? 0 : 1); k <= halves - at - std::max(0, S - 2 - s); ++k) {
-      double t = (s == 0 ? c.embedding : 0) + (last ? c.head : 0);
-      for (int h = at; h < at + k; ++h) t += h % 2 == 0 ? a : b;
-      cost[static_cast<size_t>(s)] = t;
-      sizes[static_cast<size_t>(s)] = k / 2.0;
-      if (!last) {
-        go(s + 1, at + k);
-      } else if (const double step = step_of_costs(cost, sim); step < best) {
-        best = step, best_sizes = sizes;
-      }
+// The best simulated step over every split in steps of `step` halves (2: whole blocks; 1:
+// also between a block's attention and MLP halves, priced by the measured attention share),
+// its stages' sizes in blocks, and how many splits were tried.
+struct Best {
+  double step = std::numeric_limits<double>::infinity();
+  std::vector<double> split;
+  long count = 0;
+};
+Best best_split(const ModelConfig& m, int S, const UnitCosts& c, int step, const Sim& sim) {
+  Best best;
+  std::vector<double> blocks(static_cast<size_t>(S));
+  std::function<void(int, int)> go = [&](int s, int left) {  // left: halves
+    if (s == S - 1) {
+      blocks[static_cast<size_t>(s)] = 0.5 * left;
+      ++best.count;
+      if (const double t = step_of(m, blocks, c, sim); t < best.step) best.step = t, best.split = blocks;
+      return;
+    }
+    // Middle stages take at least one step; the first and the last may take none.
+    for (int k = (s == 0 ? 0 : step); k <= left; k += step) {
+      blocks[static_cast<size_t>(s)] = 0.5 * k;
+      go(s + 1, left - k);
     }
   };
-  go(0, 0);
-  return {best, best_sizes};
+  go(0, 2 * m.n_layer);
+  return best;
 }
 
 }  // namespace
@@ -107,42 +103,25 @@ int main(int argc, char** argv) {
     const UnitCosts c = measure_unit_costs(m, *backend, grid, 1, seq_len, DType::F32);
     fmt::print("GPT-2 {} layers, d_model {}, vocab {}, seq {}; BLAS {}, 1 thread\n", layers, m.d_model, m.vocab_size,
                seq_len, blas_kernel_name());
-    fmt::print("measured per microbatch (forward + backward): embedding {:.2f} ms, block {:.2f} ms, head {:.2f} ms "
-               "(head = {:.2f} blocks)\n",
-               1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head, c.head / c.block);
+    fmt::print("measured per microbatch (forward + backward): embedding {:.2f} ms, block {:.2f} ms (attention half "
+               "{:.0f}%), head {:.2f} ms (head = {:.2f} blocks)\n",
+               1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share, 1e3 * c.head, c.head / c.block);
     for (int S : {2, 4, 8}) {
       if (S - 2 > layers) continue;
-      double best = std::numeric_limits<double>::infinity();
-      std::vector<int> best_split, blocks(static_cast<size_t>(S));
-      long count = 0;
-      std::function<void(int, int)> go = [&](int s, int left) {
-        if (s == S - 1) {
-          blocks[static_cast<size_t>(s)] = left;
-          ++count;
-          if (const double t = step_of(m, blocks, c, sim); t < best) best = t, best_split = blocks;
-          return;
-        }
-        for (int k = (s == 0 ? 0 : 1); k <= left; ++k) {
-          blocks[static_cast<size_t>(s)] = k;
-          go(s + 1, left - k);
-        }
-      };
-      go(0, layers);
-      const std::vector<int> automatic = balanced_blocks(m, S, c);
-      std::vector<int> even;
+      const Best whole = best_split(m, S, c, 2, sim);
+      // Exhaustive over half-block boundaries too; pp = 8 would take minutes.
+      const Best halves = S <= 4 ? best_split(m, S, c, 1, sim) : whole;
+      const Best& best = halves.step < whole.step ? halves : whole;
+      const std::vector<double> automatic = balanced_blocks(m, S, c);
+      std::vector<double> even;
       for (int s = 0; s < S; ++s) even.push_back(layers / S + (s < layers % S ? 1 : 0));
       const double t_auto = step_of(m, automatic, c, sim), t_even = step_of(m, even, c, sim);
-      fmt::print("pp = {}, m = {}: auto [{}] step {:.3f} s = {:.4f} x best [{}] of {} splits ({:.3f} s); even [{}] "
-                 "= {:.3f} x best\n",
-                 S, sim.microbatches, fmt::join(automatic, ","), t_auto, t_auto / best, fmt::join(best_split, ","), count,
-                 best, fmt::join(even, ","), t_even / best);
-      if (t_auto > 1.03 * best) rc = 1;
-      if (S <= 4) {  // exhaustive over half-block boundaries; pp = 8 would take minutes
-        const auto [t_half, sizes] = best_with_halves(m, S, c, seq_len, sim);
-        fmt::print("  with attention | MLP boundaries inside blocks too: best [{}] blocks, step {:.3f} s = {:.4f} x the "
-                   "whole-block best\n",
-                   fmt::join(sizes, ","), t_half, t_half / best);
-      }
+      fmt::print("pp = {}, m = {}: auto [{}] step {:.3f} s = {:.4f} x best [{}] of {} splits ({:.3f} s); best of whole "
+                 "blocks [{}] = {:.4f} x best; even [{}] = {:.3f} x best\n",
+                 S, sim.microbatches, fmt::join(automatic, ","), t_auto, t_auto / best.step, fmt::join(best.split, ","),
+                 whole.count + (S <= 4 ? halves.count : 0), best.step, fmt::join(whole.split, ","),
+                 whole.step / best.step, fmt::join(even, ","), t_even / best.step);
+      if (t_auto > 1.03 * best.step) rc = 1;
     }
   }
   MPI_Finalize();

@@ -3,6 +3,8 @@
 // pruning, the branch-and-bound ranking against an exhaustive one, and the errors.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -161,10 +163,10 @@ TEST(ClusterFile, MeasuredRatesInterpolateInLogTokens) {
   EXPECT_NEAR(r.head_at(200), 2, 1e-12);
 }
 
-// Counts what ModelStage declares for each unit, on one rank of tp.
-UnitParams declared(const ModelConfig& m, int unit, int tp_size) {
+// Counts what ModelStage declares for units [unit, unit + count), on one rank of tp.
+UnitParams declared(const ModelConfig& m, int unit, int count, int tp_size) {
   ParameterStore one;
-  ModelStage a(m, unit, unit + 1, one, TensorParallel{0, tp_size});
+  ModelStage a(m, unit, unit + count, one, TensorParallel{0, tp_size});
   double replicated = 0, total = 0;
   for (const auto& p : one.params()) {
     total += static_cast<double>(p.numel());
@@ -181,13 +183,15 @@ TEST(CostModel, UnitParametersMatchTheModelsDeclarations) {
   for (const ModelConfig& m : {tiny_gpt2(), llama})
     for (int tp : {1, 2}) {
       const int last = model_num_units(m) - 1;
-      for (const auto& [unit, kind] : {std::pair{0, UnitKind::Embedding}, std::pair{1, UnitKind::Block},
-                                       std::pair{last, UnitKind::Head}}) {
-        const UnitParams want = declared(m, unit, tp), got = unit_params(m, kind);
+      // units: the embedding, block 0's attention and MLP halves, and both, the head
+      for (const auto& [unit, count, kind] :
+           {std::tuple{0, 1, UnitKind::Embedding}, std::tuple{1, 1, UnitKind::Attention},
+            std::tuple{2, 1, UnitKind::Mlp}, std::tuple{1, 2, UnitKind::Block}, std::tuple{last, 1, UnitKind::Head}}) {
+        const UnitParams want = declared(m, unit, count, tp), got = unit_params(m, kind);
         EXPECT_DOUBLE_EQ(got.on_rank(tp), want.on_rank(tp)) << m.arch << " unit " << unit << " tp " << tp;
         for (bool native : {false, true}) {  // bf16's widened copies, as the store decides them
           ParameterStore one;
-          ModelStage a(m, unit, unit + 1, one, TensorParallel{0, tp});
+          ModelStage a(m, unit, unit + count, one, TensorParallel{0, tp});
           double widened = 0;
           for (const auto& p : one.params())
             if (ParameterStore::needs_widened_copy(p, native)) widened += static_cast<double>(p.numel());
@@ -361,7 +365,7 @@ TEST(Planner, OneRankStepIsTheSumOfItsActions) {
   const double tail = adamw_seconds(params, c.device) + gradient_passes_seconds(params, c.device);
   EXPECT_NEAR(p.optimizer_s, tail, 1e-15);
   EXPECT_NEAR(p.step_s, compute + tail + p.other_s, 1e-15);
-  EXPECT_EQ(l.blocks_per_stage, std::vector<int>{4});
+  EXPECT_EQ(l.blocks_per_stage, std::vector<double>{4});
 }
 
 TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {

@@ -112,9 +112,17 @@ TEST(Recompute, TheEstimateFollowsTheMode) {
   EXPECT_LT(full, sel);
   EXPECT_LT(sel, none);
   // Full keeps each block's input: N x C per block.
-  EXPECT_EQ(full, 4.0 * 16 * m.d_model * 4 * (units - 2));
+  EXPECT_EQ(full, 4.0 * 16 * m.d_model * 4 * m.n_layer);
   // What recomputation rebuilds is what the mode dropped from one block.
-  EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::Full), (none - full) / (units - 2));
+  EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::Full), (none - full) / m.n_layer);
+  // A block split between two stages keeps what the whole block keeps, except under full
+  // recomputation, where each half keeps its own input.
+  for (Recompute mode : {Recompute::None, Recompute::Selective}) {
+    EXPECT_EQ(stash_bytes(m, 1, 2, 1, 4, 16, DType::F32, mode) + stash_bytes(m, 2, 3, 1, 4, 16, DType::F32, mode),
+              stash_bytes(m, 1, 3, 1, 4, 16, DType::F32, mode));
+  }
+  EXPECT_EQ(stash_bytes(m, 1, 2, 1, 4, 16, DType::F32, Recompute::Full), 4.0 * 16 * m.d_model * 4);
+  EXPECT_EQ(stash_bytes(m, 2, 4, 1, 4, 16, DType::F32, Recompute::Full), 2 * 4.0 * 16 * m.d_model * 4);
   EXPECT_EQ(recompute_bytes(m, 1, 4, 16, DType::F32, Recompute::None), 0.0);
 }
 
@@ -127,7 +135,7 @@ TEST(Recompute, TheEstimateCountsWhatAttentionKeeps) {
   EXPECT_EQ(attention_keeps("cuda", 256), AttentionKeeps::kSquare);
   ModelConfig m = testing::tiny_model();
   const int B = 2, T = 200, NH = m.n_head;  // one block, a microbatch of B sequences
-  auto block = [&](AttentionKeeps k) { return stash_bytes(m, 1, 2, 1, B, T, DType::BF16, Recompute::None, k); };
+  auto block = [&](AttentionKeeps k) { return stash_bytes(m, 1, 3, 1, B, T, DType::BF16, Recompute::None, k); };
   EXPECT_EQ(block(AttentionKeeps::kSquare) - block(AttentionKeeps::kCausalBlocks),
             2.0 * B * NH * (double(T) * T - double(causal_block_elements(T))));
   EXPECT_EQ(block(AttentionKeeps::kCausalBlocks) - block(AttentionKeeps::kLogSumExp),

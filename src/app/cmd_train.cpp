@@ -186,7 +186,10 @@ int run_train(const TrainOptions& opt) {
         in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
                                                                   trainer.microbatch_size(), cfg.train.seq_len, storage,
                                                                   mode, keeps));
-        if (u.last - u.first > (u.first == 0) + (u.last == model_num_units(cfg.model)))  // it holds a block
+        const auto pieces = stage_pieces(cfg.model, u);
+        if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
+              return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
+            }))
           in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
                                                                 cfg.train.seq_len, storage, mode, keeps));
       }
@@ -262,9 +265,10 @@ int run_train(const TrainOptions& opt) {
     log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
                          "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
                          fmt::join(blocks_per_stage(cfg.model, units), ", "),
-                         automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms, "
-                                                 "head {:.2f} ms",
-                                                 1e3 * c.embedding, 1e3 * c.block, 1e3 * c.head)
+                         automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms "
+                                                 "(attention half {:.0f}%), head {:.2f} ms",
+                                                 1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share,
+                                                 1e3 * c.head)
                                    : std::string("parallel.layers_per_stage"),
                          fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
                          with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan));

@@ -26,7 +26,7 @@ namespace pipetrain {
 namespace {
 
 using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                         std::vector<int>*, DataConfig*>;  // DataConfig*: data.train (paths, or a blend)
+                         std::vector<int>*, std::vector<double>*, DataConfig*>;  // DataConfig*: data.train (paths, or a blend)
 
 struct KeyDesc {
   std::string_view section, name;
@@ -214,6 +214,22 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
             if (!e || e->get() < std::numeric_limits<int>::min() || e->get() > std::numeric_limits<int>::max())
               ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", *a->get(i), key);
             field->push_back(static_cast<int>(e->get()));
+          }
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          // An array of numbers, or the word that means empty ("auto").
+          field->clear();
+          const std::string word = list_word(key);
+          if (const auto* s = n.as_string(); s && s->get() == word) return;
+          const auto* a = n.as_array();
+          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of numbers", word), n);
+          for (size_t i = 0; i < a->size(); ++i) {
+            const toml::node& e = *a->get(i);
+            if (const auto* f = e.as_floating_point())
+              field->push_back(f->get());
+            else if (const auto* k = e.as_integer())
+              field->push_back(static_cast<double>(k->get()));
+            else
+              ctx.type_error(fmt::format("{}[{}]", key, i), "a number", e, key);
           }
         } else if constexpr (std::is_same_v<T, DataConfig>) {
           // data.train: a path, an array of paths, or a blend: an array of {path, weight}.
@@ -441,13 +457,18 @@ void validate_config(const Config& cfg) {
           fmt::format("parallel.layers_per_stage has {} entries, expected parallel.pp * "
                       "parallel.virtual_stages = {}",
                       p.layers_per_stage.size(), stages));
-    int64_t sum = 0;
+    double sum = 0;
     for (size_t i = 0; i < p.layers_per_stage.size(); ++i) {
+      const double n = p.layers_per_stage[i];
       const bool end = i == 0 || i + 1 == p.layers_per_stage.size();
-      check(p.layers_per_stage[i] >= (end ? 0 : 1), pre,
-            fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, p.layers_per_stage[i],
-                        end ? ">= 0" : ">= 1 (only the first and last stage may hold no block)"));
-      sum += p.layers_per_stage[i];
+      check(2 * n == std::floor(2 * n), pre,
+            fmt::format("parallel.layers_per_stage[{}] ({}) must be a whole or half number of blocks (x.5 splits a "
+                        "block between its attention and its MLP)",
+                        i, n));
+      check(n >= (end ? 0 : 0.5), pre,
+            fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, n,
+                        end ? ">= 0" : ">= 0.5 (only the first and last stage may hold no block)"));
+      sum += n;
     }
     check(sum == m.n_layer, pre,
           fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
@@ -541,7 +562,7 @@ std::string to_toml(const Config& cfg) {
     std::visit(
         [&](auto* field) {
           using T = std::remove_pointer_t<decltype(field)>;
-          if constexpr (std::is_same_v<T, std::vector<int>>) {
+          if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
             if (field->empty()) {  // parallel.layers_per_stage = "auto", recompute_stages = "all"
               section->insert_or_assign(name, list_word(k.full()));
               return;
@@ -555,6 +576,13 @@ std::string to_toml(const Config& cfg) {
               } else {
                 a.push_back(toml::table{{"path", field->train[i]}, {"weight", field->train_weights[i]}});
               }
+            }
+            section->insert_or_assign(name, std::move(a));
+          } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+            toml::array a;  // whole numbers as integers: [9, 3], [8.5, 3.5]
+            for (double x : *field) {
+              if (x == std::floor(x) && std::abs(x) < 1e15) a.push_back(static_cast<int64_t>(x));
+              else a.push_back(x);
             }
             section->insert_or_assign(name, std::move(a));
           } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {

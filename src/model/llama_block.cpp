@@ -1,4 +1,5 @@
-// Llama block: forward, the two backward halves, and selective recomputation.
+// Llama's block halves (pipetrain/model/llama_block.hpp): forward, the two backward
+// halves and selective recomputation of each.
 #include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/kv_cache.hpp"
 
@@ -15,12 +16,14 @@ using namespace layer_util;
 
 namespace {
 
-struct LlamaStash : Stash {
-  // forward
-  Tensor x, rstd1, n1, qkv, atty, h, rstd2, n2, g, u, a;
+struct AttentionHalfStash : Stash {
+  Tensor x, rstd1, n1, qkv, atty;  // forward
   std::unique_ptr<AttentionStash> att;
-  // backward_input, kept for backward_weight
-  Tensor dy, dg, du, dn2, dh, dqkv, dn1;
+  Tensor dy, dqkv, dn1;            // backward_input, kept for backward_weight
+};
+struct MlpHalfStash : Stash {
+  Tensor x, rstd2, n2, g, u, a;  // forward
+  Tensor dy, dg, du, dn2;        // backward_input, kept for backward_weight
 };
 
 std::string key(int layer, const char* leaf) { return "h." + std::to_string(layer) + "." + leaf; }
@@ -40,44 +43,78 @@ Shard slice(int dim, int64_t total, TensorParallel tp) {
 
 Tensor f32_like(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
 
+// out = residual + the row-parallel product's result summed over the tp ranks (the residual
+// joins after the tp sum, else in the product).
+void row_parallel_residual(const MicrobatchContext& ctx, const Tensor& out, const Tensor& in, const Parameter& w,
+                           const Tensor& residual) {
+  const bool tp = tensor_parallel(ctx);
+  linear_forward(ctx, out, in, w, nullptr, tp ? nullptr : &residual);
+  tp_allreduce(ctx, out);
+  if (tp) ctx.backend->accumulate(out.f32(), residual.f32(), static_cast<size_t>(out.numel()));
+}
+
+// y = x + norm-branch(x) backward's input half: dx = dy + RMSNorm's input gradient of dn.
+Tensor residual_rmsnorm_dx(const MicrobatchContext& ctx, const Tensor& dyf, const Tensor& dn, const Tensor& x,
+                           const Parameter& w, const Tensor& rstd, int N, int C) {
+  const Tensor dx = f32_like(ctx, N, C);
+  ctx.backend->copy(dx.f32(), dyf.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  ctx.backend->rmsnorm_backward_input(dx.f32(), dn.f32(), working_f32(ctx, x).f32(), compute_weight(w).f32(),
+                                      rstd.f32(), N, C);
+  return dx;
+}
+
 }  // namespace
 
-LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& p, TensorParallel tp)
+LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp)
+    : BlockPair("llama block " + std::to_string(index), [&] {
+        BlockHalves h;
+        h.attention = std::make_unique<LlamaAttention>(cfg, index, params, tp);
+        h.mlp = std::make_unique<LlamaMlp>(cfg, index, params, tp);
+        return h;
+      }()) {}
+
+LlamaAttention::LlamaAttention(const ModelConfig& cfg, int index, ParameterStore& p, TensorParallel tp)
     : index_(index),
       C_(cfg.d_model),
       hs_(cfg.d_model / cfg.n_head),
       NHl_(cfg.n_head / tp.size),
       NKVl_(cfg.kv_heads() / tp.size),
-      Fl_(cfg.ffn() / tp.size),
       eps_(static_cast<float>(cfg.norm_eps)),
       theta_(static_cast<float>(cfg.rope_theta)),
       n1w_(p.declare(key(index, "attn_norm.w"), {C_}, Init::Ones)),
       qkvw_(p.declare_shard(key(index, "attn.qkv.w"), {(cfg.n_head + 2 * cfg.kv_heads()) * int64_t{hs_}, C_},
                             qkv_rows(cfg, tp), Init::Normal, 0.02)),
       ow_(p.declare_shard(key(index, "attn.o.w"), {C_, C_}, slice(1, C_, tp), Init::Normal,
-                          0.02 / std::sqrt(2.0 * cfg.n_layer))),
-      n2w_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
-      gatew_(p.declare_shard(key(index, "mlp.gate.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
-      upw_(p.declare_shard(key(index, "mlp.up.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
-      downw_(p.declare_shard(key(index, "mlp.down.w"), {C_, cfg.ffn()}, slice(1, cfg.ffn(), tp), Init::Normal,
-                             0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+                          0.02 / std::sqrt(2.0 * cfg.n_layer))) {
   if (cfg.kv_heads() % tp.size != 0)
     fail("parallel.tp = {} does not divide model.n_kv_head = {} (each rank needs whole key/value heads)", tp.size,
          cfg.kv_heads());
 }
 
-void LlamaBlock::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {
+LlamaMlp::LlamaMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorParallel tp)
+    : index_(index),
+      C_(cfg.d_model),
+      Fl_(cfg.ffn() / tp.size),
+      eps_(static_cast<float>(cfg.norm_eps)),
+      n2w_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
+      gatew_(p.declare_shard(key(index, "mlp.gate.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      upw_(p.declare_shard(key(index, "mlp.up.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      downw_(p.declare_shard(key(index, "mlp.down.w"), {C_, cfg.ffn()}, slice(1, cfg.ffn(), tp), Init::Normal,
+                             0.02 / std::sqrt(2.0 * cfg.n_layer))) {}
+
+void LlamaAttention::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {
   const int ld = (NHl_ + 2 * NKVl_) * hs_;
   const int pos0 = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones
   ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse, pos0);
   ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse, pos0);
 }
 
-Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
+// store() rounds its f32 argument in place, so what follows computes with stored values.
+Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
   const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
-  auto s = std::make_unique<LlamaStash>();
-  Tensor xf = working_f32(ctx, x);
+  auto s = std::make_unique<AttentionHalfStash>();
+  const Tensor xf = working_f32(ctx, x);
   s->x = x;
   Tensor n1 = f32_like(ctx, N, C);
   s->rstd1 = Tensor::empty(*ctx.pool, {N});
@@ -101,15 +138,61 @@ Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::u
   s->atty = store(ctx, atty);
   atty = {};
   const Tensor h = f32_like(ctx, N, C);  // x + O(atty), summed over the tp ranks
-  const bool tp = tensor_parallel(ctx);  // the residual joins after the tp sum, else in the product
-  linear_forward(ctx, h, s->atty, ow_, nullptr, tp ? nullptr : &xf);
-  tp_allreduce(ctx, h);
-  if (tp) be.accumulate(h.f32(), xf.f32(), static_cast<size_t>(N) * C);
-  xf = {};
-  s->h = store(ctx, h);
+  row_parallel_residual(ctx, h, s->atty, ow_, xf);
+  if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
+    s->att.reset();
+    s->atty = {};
+  }
+  out = std::move(s);
+  return store(ctx, h);
+}
+
+// dh -> datty -> dqkv (rotated back) -> dn1 -> dx = dh + ...; under selective
+// recomputation attention first, from the stored, rotated qkv with the forward's kernels.
+Tensor LlamaAttention::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+  auto& s = as<AttentionHalfStash>(stash);
+  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
+  if (!s.att) {
+    Tensor atty = f32_like(ctx, N, Cq);
+    s.att = attention_forward_stored(ctx, atty, s.qkv, Cq, NHl_, NKVl_);
+    s.atty = store(ctx, atty);
+  }
+  const Tensor dyf = working_f32(ctx, dy);
+  s.dy = dy;
+  Tensor datty = f32_like(ctx, N, Cq);
+  linear_backward_input(ctx, datty, dy, ow_);
+  Tensor dqkv = f32_like(ctx, N, R);
+  attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cq, NHl_, NKVl_);
+  s.att.reset();
+  datty = {};
+  rotate(ctx, dqkv, true);  // the rotation's transpose: gradients of the unrotated projections
+  s.dqkv = store(ctx, dqkv);
+  dqkv = {};
+  Tensor dn1 = f32_like(ctx, N, C);
+  linear_backward_input(ctx, dn1, s.dqkv, qkvw_);
+  tp_allreduce(ctx, dn1);
+  s.dn1 = store(ctx, dn1);
+  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn1, s.x, n1w_, s.rstd1, N, C));
+}
+
+void LlamaAttention::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
+  auto& s = as<AttentionHalfStash>(stash);
+  const int N = ctx.B * ctx.T, C = C_;
+  linear_backward_weight(ctx, s.dy, s.atty, ow_, nullptr);
+  linear_backward_weight(ctx, s.dqkv, s.n1, qkvw_, nullptr);
+  ctx.backend->rmsnorm_backward_weight(n1w_.grad.f32(), working_f32(ctx, s.dn1).f32(), working_f32(ctx, s.x).f32(),
+                                       s.rstd1.f32(), N, C);
+}
+
+Tensor LlamaMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
+  Backend& be = *ctx.backend;
+  const int N = ctx.B * ctx.T, C = C_;
+  auto s = std::make_unique<MlpHalfStash>();
+  const Tensor hf = working_f32(ctx, x);
+  s->x = x;
   Tensor n2 = f32_like(ctx, N, C);
   s->rstd2 = Tensor::empty(*ctx.pool, {N});
-  be.rmsnorm_forward(n2.f32(), s->rstd2.f32(), h.f32(), compute_weight(n2w_).f32(), N, C, eps_);
+  be.rmsnorm_forward(n2.f32(), s->rstd2.f32(), hf.f32(), compute_weight(n2w_).f32(), N, C, eps_);
   s->n2 = store(ctx, n2);
   n2 = {};
   Tensor g = f32_like(ctx, N, Fl_), u = f32_like(ctx, N, Fl_), a = f32_like(ctx, N, Fl_);
@@ -123,46 +206,30 @@ Tensor LlamaBlock::forward(const MicrobatchContext& ctx, const Tensor& x, std::u
   s->a = store(ctx, a);
   a = {};
   const Tensor y = f32_like(ctx, N, C);
-  linear_forward(ctx, y, s->a, downw_, nullptr, tp ? nullptr : &h);
-  tp_allreduce(ctx, y);
-  if (tp) be.accumulate(y.f32(), h.f32(), static_cast<size_t>(N) * C);
-  if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
-    s->att.reset();
-    s->atty = {};
-    s->a = {};
-  }
+  row_parallel_residual(ctx, y, s->a, downw_, hf);
+  if (ctx.recompute == Recompute::Selective) s->a = {};  // recomputed at backward_input
   out = std::move(s);
   return store(ctx, y);
 }
 
-// Selective recomputation: attention (probabilities and output) from the stored, rotated
-// qkv and the SwiGLU from the stored gate and up, with the forward's kernels.
-void LlamaBlock::recompute_selective(const MicrobatchContext& ctx, Stash& stash) const {
+// dy -> da -> (dg, du) -> dn2 -> dh = dy + ...; under selective recomputation the SwiGLU
+// first, from the stored gate and up.
+Tensor LlamaMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
   Backend& be = *ctx.backend;
-  auto& s = as<LlamaStash>(stash);
-  const int N = ctx.B * ctx.T, Cq = NHl_ * hs_;
-  Tensor atty = f32_like(ctx, N, Cq);
-  s.att = attention_forward_stored(ctx, atty, s.qkv, Cq, NHl_, NKVl_);
-  s.atty = store(ctx, atty);
-  const Tensor g = working_f32(ctx, s.g), u = working_f32(ctx, s.u), a = f32_like(ctx, N, Fl_);
-  be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
-  s.a = store(ctx, a);
-}
-
-Tensor LlamaBlock::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
-  Backend& be = *ctx.backend;
-  auto& s = as<LlamaStash>(stash);
-  if (!s.att) recompute_selective(ctx, stash);
-  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
-  const size_t NC = static_cast<size_t>(N) * C;
+  auto& s = as<MlpHalfStash>(stash);
+  const int N = ctx.B * ctx.T, C = C_;
+  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * Fl_;
+  if (!s.a.defined()) {
+    const Tensor g = working_f32(ctx, s.g), u = working_f32(ctx, s.u), a = f32_like(ctx, N, Fl_);
+    be.swiglu_forward(a.f32(), g.f32(), u.f32(), NF);
+    s.a = store(ctx, a);
+  }
   const Tensor dyf = working_f32(ctx, dy);
   s.dy = dy;
-  // MLP branch: dy -> da -> (dg, du) -> dn2 -> dh += ...
   Tensor da = f32_like(ctx, N, Fl_);
   linear_backward_input(ctx, da, dy, downw_);
   Tensor dg = f32_like(ctx, N, Fl_), du = f32_like(ctx, N, Fl_);
-  be.swiglu_backward(dg.f32(), du.f32(), da.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(),
-                     static_cast<size_t>(da.numel()));
+  be.swiglu_backward(dg.f32(), du.f32(), da.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(), NF);
   da = {};
   s.dg = store(ctx, dg);
   s.du = store(ctx, du);
@@ -175,48 +242,19 @@ Tensor LlamaBlock::backward_input(const MicrobatchContext& ctx, const Tensor& dy
   du = {};
   tp_allreduce(ctx, dn2);  // column-parallel inputs: sum the partial gradients
   s.dn2 = store(ctx, dn2);
-  Tensor dh = f32_like(ctx, N, C);
-  be.copy(dh.f32(), dyf.f32(), NC * sizeof(float));
-  be.rmsnorm_backward_input(dh.f32(), dn2.f32(), working_f32(ctx, s.h).f32(), compute_weight(n2w_).f32(),
-                            s.rstd2.f32(), N, C);
-  dn2 = {};
-  s.dh = store(ctx, dh);
-  // Attention branch: dh -> datty -> dqkv (rotated back) -> dn1 -> dx += ...
-  Tensor datty = f32_like(ctx, N, Cq);
-  linear_backward_input(ctx, datty, s.dh, ow_);
-  Tensor dqkv = f32_like(ctx, N, R);
-  attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cq, NHl_, NKVl_);
-  s.att.reset();
-  datty = {};
-  rotate(ctx, dqkv, true);  // the rotation's transpose: gradients of the unrotated projections
-  s.dqkv = store(ctx, dqkv);
-  dqkv = {};
-  Tensor dn1 = f32_like(ctx, N, C);
-  linear_backward_input(ctx, dn1, s.dqkv, qkvw_);
-  tp_allreduce(ctx, dn1);
-  s.dn1 = store(ctx, dn1);
-  const Tensor dx = f32_like(ctx, N, C);
-  be.copy(dx.f32(), dh.f32(), NC * sizeof(float));
-  dh = {};
-  be.rmsnorm_backward_input(dx.f32(), dn1.f32(), working_f32(ctx, s.x).f32(), compute_weight(n1w_).f32(),
-                            s.rstd1.f32(), N, C);
   s.g = {};  // needed by the input gradient only
   s.u = {};
-  return store(ctx, dx);
+  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn2, s.x, n2w_, s.rstd2, N, C));
 }
 
-void LlamaBlock::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
-  Backend& be = *ctx.backend;
-  auto& s = as<LlamaStash>(stash);
+void LlamaMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
+  auto& s = as<MlpHalfStash>(stash);
   const int N = ctx.B * ctx.T, C = C_;
-  auto f = [&](const Tensor& t) { return working_f32(ctx, t); };
   linear_backward_weight(ctx, s.dy, s.a, downw_, nullptr);
   linear_backward_weight(ctx, s.dg, s.n2, gatew_, nullptr);
   linear_backward_weight(ctx, s.du, s.n2, upw_, nullptr);
-  be.rmsnorm_backward_weight(n2w_.grad.f32(), f(s.dn2).f32(), f(s.h).f32(), s.rstd2.f32(), N, C);
-  linear_backward_weight(ctx, s.dh, s.atty, ow_, nullptr);
-  linear_backward_weight(ctx, s.dqkv, s.n1, qkvw_, nullptr);
-  be.rmsnorm_backward_weight(n1w_.grad.f32(), f(s.dn1).f32(), f(s.x).f32(), s.rstd1.f32(), N, C);
+  ctx.backend->rmsnorm_backward_weight(n2w_.grad.f32(), working_f32(ctx, s.dn2).f32(), working_f32(ctx, s.x).f32(),
+                                       s.rstd2.f32(), N, C);
 }
 
 }  // namespace pipetrain

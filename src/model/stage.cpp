@@ -9,8 +9,6 @@
 
 namespace pipetrain {
 
-int model_num_units(const ModelConfig& cfg) { return cfg.n_layer + 2; }
-
 ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
                      TensorParallel tp)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
@@ -21,15 +19,34 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
     fail("parallel.tp = {} does not divide the padded vocabulary of {}", tp.size, cfg.padded_vocab());
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);
-  for (int u = first_; u < last_; ++u) {
-    if (u == 0)
-      layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
-    else if (u == num_units_ - 1)
-      layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
-    else if (cfg.arch == "llama")
-      layers_.push_back(std::make_unique<LlamaBlock>(cfg, u - 1, params_, tp));
-    else
-      layers_.push_back(std::make_unique<Block>(cfg, u - 1, params_, tp));
+  const bool llama = cfg.arch == "llama";
+  for (const StagePiece& p : stage_pieces(cfg, {first_, last_})) {
+    switch (p.kind) {
+      case PieceKind::Embedding:
+        layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
+        break;
+      case PieceKind::Block:
+        if (llama)
+          layers_.push_back(std::make_unique<LlamaBlock>(cfg, p.block, params_, tp));
+        else
+          layers_.push_back(std::make_unique<Block>(cfg, p.block, params_, tp));
+        break;
+      case PieceKind::Attention:
+        if (llama)
+          layers_.push_back(std::make_unique<LlamaAttention>(cfg, p.block, params_, tp));
+        else
+          layers_.push_back(std::make_unique<GptAttention>(cfg, p.block, params_, tp));
+        break;
+      case PieceKind::Mlp:
+        if (llama)
+          layers_.push_back(std::make_unique<LlamaMlp>(cfg, p.block, params_, tp));
+        else
+          layers_.push_back(std::make_unique<GptMlp>(cfg, p.block, params_, tp));
+        break;
+      case PieceKind::Head:
+        layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
+        break;
+    }
   }
 }
 
@@ -46,40 +63,43 @@ namespace pipetrain {
 
 namespace {
 
-// One block's stash: what forward keeps (under `mode`) and the gradients kept for the
-// weight pass, in stored elements, and its f32 LayerNorm statistics.
+// The stash of one block half (Attention or Mlp) or of a whole Block: what forward keeps
+// (under `mode`) and the gradients kept for the weight pass, in stored elements, and its
+// f32 norm statistics. A half counts its input where the other half's output is it (the
+// MLP's input r / h); under full recomputation each layer keeps its input only.
 struct BlockBytes {
   double stored, stats;
 };
-BlockBytes block_stash(const ModelConfig& cfg, int tp, int B, int T, Recompute mode, AttentionKeeps keeps) {
+BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int tp, int B, int T, Recompute mode,
+                       AttentionKeeps keeps) {
+  if (kind == PieceKind::Block) {
+    if (mode == Recompute::Full) return {static_cast<double>(B) * T * cfg.d_model, 0};
+    const BlockBytes a = block_stash(cfg, PieceKind::Attention, tp, B, T, mode, keeps),
+                     m = block_stash(cfg, PieceKind::Mlp, tp, B, T, mode, keeps);
+    return {a.stored + m.stored, a.stats + m.stats};
+  }
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
+  if (mode == Recompute::Full) return {N * C, 0};
+  const bool attention = kind == PieceKind::Attention, selective = mode == Recompute::Selective;
   const double NH = static_cast<double>(cfg.n_head) / tp;
   const double per_head = keeps == AttentionKeeps::kCausalBlocks ? static_cast<double>(causal_block_elements(T))
                           : keeps == AttentionKeeps::kSquare     ? static_cast<double>(T) * T
                                                                  : T;
+  const double probs = B * NH * per_head;  // selective recomputation drops them and attention's output
   if (cfg.arch == "llama") {
-    // x, n1, h, n2 (N x C), qkv (Rl), atty (Cl), gate, up and their SwiGLU (3 Fl), the
-    // probabilities, RMSNorm statistics (2 N); for the weight pass dy, dn2, dh, dn1 (N x C),
-    // dg, du (2 Fl), dqkv (Rl).
     const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
-    const double probs = B * NH * per_head, grads = N * (4 * C + 2 * Fl + Rl);
-    switch (mode) {
-      case Recompute::Full: return {N * C, 0};
-      case Recompute::Selective: return {N * (4 * C + Rl + 2 * Fl) + grads, 2 * N};
-      case Recompute::None: break;
-    }
-    return {N * (4 * C + Rl + Cl + 3 * Fl) + probs + grads, 2 * N};
+    // Attention: x, n1 (N x C), qkv (Rl), atty (Cl), the probabilities; for the weight pass
+    // dh, dn1 (N x C), dqkv (Rl). MLP: h, n2 (N x C), gate, up and their SwiGLU (3 Fl); for
+    // the weight pass dy, dn2 (N x C), dg, du (2 Fl). RMSNorm statistics: N each.
+    if (attention) return {N * (2 * C + Rl + (selective ? 0 : Cl)) + (selective ? 0 : probs) + N * (2 * C + Rl), N};
+    return {N * (2 * C + (selective ? 2 : 3) * Fl) + N * (2 * C + 2 * Fl), N};
   }
-  // ln1, res2, ln2 (N x C each), qkv (3 Cl), atty (Cl), fch and its GELU (4 Cl each), the
-  // attention probabilities (NH x per_head per sequence), LayerNorm statistics (4 N); then
-  // the gradients kept for the weight pass (dy, dres2, dln1, dln2: N x C; dfch, dqkv).
-  const double probs = B * NH * per_head, grads = N * (4 * C + 7 * Cl);
-  switch (mode) {
-    case Recompute::Full: return {N * C, 0};  // the input only
-    case Recompute::Selective: return {N * (3 * C + 7 * Cl) + grads, 4 * N};  // no probabilities, atty, GELU
-    case Recompute::None: break;
-  }
-  return {N * (3 * C + 12 * Cl) + probs + grads, 4 * N};
+  // Attention: ln1 (N x C), qkv (3 Cl), atty (Cl), the probabilities (NH x per_head per
+  // sequence); for the weight pass dr, dln1 (N x C), dqkv (3 Cl). MLP: r, ln2 (N x C), fch and
+  // its GELU (4 Cl each); for the weight pass dy, dln2 (N x C), dfch (4 Cl). LayerNorm
+  // statistics: 2 N each.
+  if (attention) return {N * (C + (selective ? 3 : 4) * Cl) + (selective ? 0 : probs) + N * (2 * C + 3 * Cl), 2 * N};
+  return {N * (2 * C + (selective ? 4 : 8) * Cl) + N * (2 * C + 4 * Cl), 2 * N};
 }
 
 }  // namespace
@@ -92,19 +112,19 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size) {
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
                    Recompute mode, AttentionKeeps keeps) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
-  const BlockBytes block = block_stash(cfg, tp, B, T, mode, keeps);
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
   const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
   double stored = 0, stats = 0;
-  for (int u = first_unit; u < last_unit; ++u) {
-    if (u == 0) {
+  for (const StagePiece& p : stage_pieces(cfg, {first_unit, last_unit})) {
+    if (p.kind == PieceKind::Embedding) {
       stored += N * C;  // the embedding keeps its output gradient
-    } else if (u == model_num_units(cfg) - 1) {
+    } else if (p.kind == PieceKind::Head) {
       stored += head;
       stats += head_stats;
     } else {
-      stored += block.stored;
-      stats += block.stats;
+      const BlockBytes b = block_stash(cfg, p.kind, tp, B, T, mode, keeps);
+      stored += b.stored;
+      stats += b.stats;
     }
   }
   return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
@@ -113,8 +133,8 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
                        AttentionKeeps keeps) {
   if (mode == Recompute::None) return 0;
-  const BlockBytes all = block_stash(cfg, tp, B, T, Recompute::None, keeps),
-                   kept = block_stash(cfg, tp, B, T, mode, keeps);
+  const BlockBytes all = block_stash(cfg, PieceKind::Block, tp, B, T, Recompute::None, keeps),
+                   kept = block_stash(cfg, PieceKind::Block, tp, B, T, mode, keeps);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
 }
 

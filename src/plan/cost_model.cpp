@@ -6,16 +6,21 @@
 
 namespace pipetrain {
 
+bool is_block_part(UnitKind kind) {
+  return kind == UnitKind::Block || kind == UnitKind::Attention || kind == UnitKind::Mlp;
+}
+
 namespace {
 
-// Weights a block multiplies by (per token, forward: 2 FLOPs each).
-double block_matmul_params(const ModelConfig& m) {
+// Weights a block's attention and MLP halves multiply by (per token, forward: 2 FLOPs each).
+double attention_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
-  if (m.arch == "llama") {
-    const double hs = C / m.n_head;
-    return C * (m.n_head + 2.0 * m.kv_heads()) * hs + C * C + 3.0 * C * m.ffn();
-  }
-  return 12.0 * C * C;
+  if (m.arch == "llama") return C * (m.n_head + 2.0 * m.kv_heads()) * (C / m.n_head) + C * C;
+  return 4.0 * C * C;
+}
+double mlp_matmul_params(const ModelConfig& m) {
+  const double C = m.d_model;
+  return m.arch == "llama" ? 3.0 * C * m.ffn() : 8.0 * C * C;
 }
 
 }  // namespace
@@ -31,18 +36,32 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
       w.allreduces_f = tp > 1 ? 1 : 0;  // vocab-parallel: the partial lookups are summed
       break;
     case UnitKind::Block: {
-      const double P = block_matmul_params(model);
+      const UnitWork a = unit_work(model, UnitKind::Attention, tp, B, T, storage_bytes),
+                     m = unit_work(model, UnitKind::Mlp, tp, B, T, storage_bytes);
+      w.f_flops = a.f_flops + m.f_flops;
+      w.i_flops = a.i_flops + m.i_flops;
+      w.w_flops = a.w_flops + m.w_flops;
+      w.attention_flops = a.attention_flops;
+      w.bytes = a.bytes + m.bytes;
+      w.allreduces_f = a.allreduces_f + m.allreduces_f;
+      w.allreduces_i = a.allreduces_i + m.allreduces_i;
+      break;
+    }
+    case UnitKind::Attention:
+    case UnitKind::Mlp: {
+      const bool attention = kind == UnitKind::Attention;
+      const double P = attention ? attention_matmul_params(model) : mlp_matmul_params(model);
       // Attention over a causal window: QK^T and PV, each 2 T C FLOPs per token halved.
-      const double attn = 2.0 * N * T * C / tp;
+      const double attn = attention ? 2.0 * N * T * C / tp : 0.0;
       w.attention_flops = attn;
       w.f_flops = 2.0 * N * P / tp + attn;
       w.i_flops = 2.0 * N * P / tp + 2.0 * attn;
       w.w_flops = 2.0 * N * P / tp;
-      w.allreduces_f = w.allreduces_i = tp > 1 ? 2 : 0;  // after attention and after the MLP
-      // Elementwise traffic per token, forward + backward: the two norms and residual adds
-      // on the whole width (30 C, not sharded), the activation function and attention's
-      // reshapes on the shard (38 C / tp); flash attention keeps no T x T scores.
-      w.bytes = N * storage_bytes * (30.0 * C + 38.0 * C / tp);
+      w.allreduces_f = w.allreduces_i = tp > 1 ? 1 : 0;  // after the row-parallel product
+      // Elementwise traffic per token, forward + backward: a norm and a residual add on the
+      // whole width (15 C, not sharded), attention's reshapes (14 C / tp) or the activation
+      // function (24 C / tp) on the shard; flash attention keeps no T x T scores.
+      w.bytes = N * storage_bytes * (15.0 * C + (attention ? 14.0 : 24.0) * C / tp);
       break;
     }
     case UnitKind::Head:
@@ -61,11 +80,16 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
   switch (kind) {
     case UnitKind::Embedding:
       return {V * C, llama ? 0.0 : static_cast<double>(model.max_seq_len) * C};
-    case UnitKind::Block:
-      if (llama) return {block_matmul_params(model), 2 * C};
-      // shards: qkv and fc with their biases, both projections' weights; replicated:
-      // two LayerNorms, both projections' biases
-      return {12 * C * C + 7 * C, 6 * C};
+    case UnitKind::Block: {
+      const UnitParams a = unit_params(model, UnitKind::Attention), m = unit_params(model, UnitKind::Mlp);
+      return {a.sharded + m.sharded, a.replicated + m.replicated};
+    }
+    // Shards: qkv or fc with its bias, the projection's weight; replicated: the LayerNorm,
+    // the projection's bias (Llama: the matrices; the RMSNorm).
+    case UnitKind::Attention:
+      return llama ? UnitParams{attention_matmul_params(model), C} : UnitParams{4 * C * C + 3 * C, 3 * C};
+    case UnitKind::Mlp:
+      return llama ? UnitParams{mlp_matmul_params(model), C} : UnitParams{8 * C * C + 4 * C, 3 * C};
     case UnitKind::Head:
       return {V * C, llama ? C : 2 * C};
   }
@@ -81,6 +105,10 @@ double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool nati
       return 0.0;  // tables only
     case UnitKind::Block:
       return llama ? 2 * C : 7 * C / tp + 6 * C;  // GPT-2: qkv and fc biases sharded
+    case UnitKind::Attention:
+      return llama ? C : 3 * C / tp + 3 * C;
+    case UnitKind::Mlp:
+      return llama ? C : 4 * C / tp + 3 * C;
     case UnitKind::Head:
       return llama ? C : 2 * C;  // the final norm
   }
@@ -126,7 +154,7 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
   if (measured != d.measured.end()) {  // measured rates already include the unit's elementwise work
     // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width.
     const double tokens = static_cast<double>(B) * T / tp;
-    if (kind == UnitKind::Block) rate = measured->second.block_at(tokens), bytes_counted = false;
+    if (is_block_part(kind)) rate = measured->second.block_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;
   }
@@ -156,7 +184,7 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
   t.F += comm_f;
   t.I += comm_i;
   t.tp_comm = comm_f + comm_i;
-  if (kind == UnitKind::Block) {
+  if (is_block_part(kind)) {
     if (mode == Recompute::Full) {  // the forward again, collectives included, before backward_input
       t.I += t.F;
       t.tp_comm += comm_f;

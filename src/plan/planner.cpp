@@ -98,22 +98,34 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
   const Schedule& s = built.schedule;
   const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
-  const ActionTimes emb = unit_times(c, model, UnitKind::Embedding, tp, B, T, l.precision, l.recompute);
-  const ActionTimes blk = unit_times(c, model, UnitKind::Block, tp, B, T, l.precision, l.recompute);
-  const ActionTimes head = unit_times(c, model, UnitKind::Head, tp, B, T, l.precision, l.recompute);
-  auto total = [](const ActionTimes& t) { return t.F + t.I + t.W; };
+  // A stage's pieces (partition.hpp) are priced as the cost model's units of the same kind.
+  auto kind_of = [](PieceKind k) {
+    switch (k) {
+      case PieceKind::Embedding: return UnitKind::Embedding;
+      case PieceKind::Block: return UnitKind::Block;
+      case PieceKind::Attention: return UnitKind::Attention;
+      case PieceKind::Mlp: return UnitKind::Mlp;
+      case PieceKind::Head: break;
+    }
+    return UnitKind::Head;
+  };
+  std::map<UnitKind, ActionTimes> times;
+  for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head})
+    times[k] = unit_times(c, model, k, tp, B, T, l.precision, l.recompute);
+  auto total = [&](UnitKind k) { return times[k].F + times[k].I + times[k].W; };
   const std::vector<StageUnits> units =
-      partition_gpt2(model, S, {}, UnitCosts{total(emb), total(blk), total(head)});
+      partition_gpt2(model, S, {},
+                     UnitCosts{total(UnitKind::Embedding), total(UnitKind::Block), total(UnitKind::Head),
+                               total(UnitKind::Attention) / total(UnitKind::Block)});
   l.blocks_per_stage = blocks_per_stage(model, units);
 
   Costed out;
   out.costs.per_stage.resize(static_cast<size_t>(S));
-  const int last_unit = model_num_units(model) - 1;
   std::vector<double> stage_tp(static_cast<size_t>(S), 0.0), stage_bwd(static_cast<size_t>(S), 0.0);
   for (int st = 0; st < S; ++st) {
     double F = 0, I = 0, W = 0, comm = 0;
-    for (int u = units[st].first; u < units[st].last; ++u) {
-      const ActionTimes& t = u == 0 ? emb : u == last_unit ? head : blk;
+    for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
+      const ActionTimes& t = times[kind_of(p.kind)];
       F += t.F, I += t.I, W += t.W, comm += t.tp_comm;
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
@@ -127,8 +139,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it.
   out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) + allgather_seconds(act, tp, group_link(c, 1, tp)) : 0;
   const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
-  const UnitParams up_emb = unit_params(model, UnitKind::Embedding), up_blk = unit_params(model, UnitKind::Block),
-                   up_head = unit_params(model, UnitKind::Head);
+  const UnitParams up_head = unit_params(model, UnitKind::Head);
   const Recompute mode = l.recompute;
   const double world_latency = allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node
                                                                                                   : c.inter_node);
@@ -145,16 +156,13 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
       backward += stage_bwd[static_cast<size_t>(st)];
       largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, keeps));
-      for (int k = u.first; k < u.last; ++k) {
-        widened += widened_params(model, k == 0 ? UnitKind::Embedding : k == last_unit ? UnitKind::Head : UnitKind::Block,
-                                  tp, native_bf16);
-        if (k == 0) {
-          embedding = true, params += up_emb.on_rank(tp);
-        } else if (k == last_unit) {
-          head_here = true, params += up_head.on_rank(tp);
-        } else {
-          block = true, params += up_blk.on_rank(tp);
-        }
+      for (const StagePiece& p : stage_pieces(model, u)) {
+        const UnitKind k = kind_of(p.kind);
+        widened += widened_params(model, k, tp, native_bf16);
+        params += unit_params(model, k).on_rank(tp);
+        embedding = embedding || k == UnitKind::Embedding;
+        head_here = head_here || k == UnitKind::Head;
+        block = block || is_block_part(k);
       }
     }
     if (embedding && head_here && model.tied()) {  // one table serves both

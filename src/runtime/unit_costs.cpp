@@ -39,6 +39,10 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+UnitTimings operator+(const UnitTimings& a, const UnitTimings& b) {
+  return {a.forward + b.forward, a.backward_input + b.backward_input, a.backward_weight + b.backward_weight};
+}
+
 void keep_fastest(UnitTimings& best, const UnitTimings& u) {
   best.forward = std::min(best.forward, u.forward);
   best.backward_input = std::min(best.backward_input, u.backward_input);
@@ -49,13 +53,17 @@ void keep_fastest(UnitTimings& best, const UnitTimings& u) {
 
 MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B, int T, DType storage) {
   auto pool = MemoryPool::create(backend);
-  ParameterStore params;
-  ModelConfig one = model;  // embedding, one block (of the model's architecture), head
+  // Embedding, one block's two halves (of the model's architecture), head: two stages of
+  // a one-block model, so that each half is a layer of its own.
+  ParameterStore front_params, back_params;
+  ModelConfig one = model;
   one.n_layer = 1;
-  ModelStage stage(one, 0, model_num_units(one), params);
-  params.allocate(*pool, backend);
-  params.initialize(1, backend);
-  if (storage == DType::BF16) params.allocate_compute(*pool, backend);
+  ModelStage front(one, 0, 2, front_params), back(one, 2, model_num_units(one), back_params);
+  for (ParameterStore* params : {&front_params, &back_params}) {
+    params->allocate(*pool, backend);
+    params->initialize(1, backend);
+    if (storage == DType::BF16) params->allocate_compute(*pool, backend);
+  }
   const int64_t N = static_cast<int64_t>(B) * T;
   MicrobatchContext ctx;
   ctx.backend = &backend;
@@ -81,8 +89,9 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
     return h;
   };
   const Tensor x = activation(), dy = activation();
-  auto& layers = stage.layers();
-  // A warm-up (it also fills the pool), then rounds of the three units in turn: each
+  Layer &embedding = *front.layers()[0], &attention = *front.layers()[1], &mlp = *back.layers()[0],
+        &head = *back.layers()[1];
+  // A warm-up (it also fills the pool), then rounds of the four units in turn: each
   // action's fastest, and the median of each round's ratios. On a machine whose speed
   // drifts over seconds (a shared VM), measured one unit after the other, GPT-2 124M's auto
   // split once came out 10,2, which takes a head measured above 7 blocks (it weighs 5.3);
@@ -91,19 +100,22 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
   constexpr double kNone = 1e300;
   constexpr int kRounds = 7;
   MeasuredUnits m{{kNone, kNone, kNone}, {kNone, kNone, kNone}, {kNone, kNone, kNone}};
-  std::vector<double> e_ratio, h_ratio;
+  std::vector<double> e_ratio, h_ratio, a_ratio;
   for (int round = 0; round <= kRounds; ++round) {
-    const UnitTimings e = time_layer(*layers[0], ctx, {}, dy), b = time_layer(*layers[1], ctx, x, dy),
-                      h = time_layer(*layers[2], ctx, x, {});
+    const UnitTimings e = time_layer(embedding, ctx, {}, dy), a = time_layer(attention, ctx, x, dy),
+                      f = time_layer(mlp, ctx, x, dy), h = time_layer(head, ctx, x, {});
     if (round == 0) continue;
+    const UnitTimings b = a + f;
     keep_fastest(m.embedding, e);
     keep_fastest(m.block, b);
     keep_fastest(m.head, h);
     e_ratio.push_back(e.total() / b.total());
     h_ratio.push_back(h.total() / b.total());
+    a_ratio.push_back(a.total() / b.total());
   }
   m.embedding_per_block = median_of(e_ratio);
   m.head_per_block = median_of(h_ratio);
+  m.attention_share = median_of(a_ratio);
   return m;
 }
 
@@ -112,13 +124,13 @@ UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& g
   // Every rank measures at once; rank 0 takes the median over the ranks of the block's time
   // and of each ratio (a rank on a slower core moves them least) and broadcasts them.
   const MeasuredUnits u = time_units_here(model, backend, B, T, storage);
-  constexpr int kValues = 3;
-  const double mine[kValues] = {u.block.total(), u.embedding_per_block, u.head_per_block};
+  constexpr int kValues = 4;
+  const double mine[kValues] = {u.block.total(), u.embedding_per_block, u.head_per_block, u.attention_share};
   const MPI_Comm world = grid.world().comm();
   const auto ranks = static_cast<size_t>(grid.world().size());
   std::vector<double> all(grid.world().rank() == 0 ? kValues * ranks : 0);
   MPI_Gather(mine, kValues, MPI_DOUBLE, all.data(), kValues, MPI_DOUBLE, 0, world);
-  double v[kValues] = {0, 0, 0};
+  double v[kValues] = {0, 0, 0, 0};
   if (grid.world().rank() == 0)
     for (int k = 0; k < kValues; ++k) {
       std::vector<double> of(ranks);
@@ -126,7 +138,7 @@ UnitCosts measure_unit_costs(const ModelConfig& model, Backend& backend, Grid& g
       v[k] = median_of(of);
     }
   MPI_Bcast(v, kValues, MPI_DOUBLE, 0, world);
-  return {v[1] * v[0], v[0], v[2] * v[0]};
+  return {v[1] * v[0], v[0], v[2] * v[0], v[3]};
 }
 
 }  // namespace pipetrain

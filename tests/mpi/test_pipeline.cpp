@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +77,41 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineMatchesSingleRank,
                              if (ch == '-') ch = '_';
                            return n;
                          });
+
+// Stages that end after a block's attention half and begin with its MLP half (x.5 in
+// parallel.layers_per_stage), on schedules with deferred weight gradients and virtual
+// stages, under both recomputation modes and bf16.
+TEST(PipelineHalfBlocks, SplitInsideBlocksMatchesSingleRank) {
+  const int p = world_size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "pipeline suites run on 2 or 4 ranks";
+  struct Split {
+    std::string schedule;
+    int virtual_stages;
+    std::vector<double> on2, on4;  // blocks per stage on 2 and on 4 ranks
+    std::string recompute, precision;
+  };
+  for (const Split& c :
+       {Split{"1f1b", 1, {2.5, 5.5}, {1.5, 2.5, 2.5, 1.5}, "none", "fp32"},
+        Split{"zb-h1", 1, {5.5, 2.5}, {2.5, 1.5, 1.5, 2.5}, "full", "fp32"},
+        Split{"interleaved-1f1b", 2, {1.5, 2.5, 2.5, 1.5}, {0.5, 1.5, 1, 1, 1, 1, 1.5, 0.5}, "selective", "fp32"},
+        Split{"1f1b", 1, {3.5, 4.5}, {1.5, 1.5, 2.5, 2.5}, "selective", "bf16"}}) {
+    SCOPED_TRACE(::testing::Message() << c.schedule << " " << c.recompute << " " << c.precision);
+    Config cfg = base_config();
+    cfg.parallel.pp = p;
+    cfg.parallel.virtual_stages = c.virtual_stages;
+    cfg.parallel.layers_per_stage = p == 2 ? c.on2 : c.on4;
+    cfg.schedule.name = c.schedule;
+    cfg.train.recompute = c.recompute;
+    cfg.train.precision = c.precision;
+    if (c.precision == "bf16") {  // against the single rank in bf16, within the layout bound
+      Config single = base_config();
+      single.train.precision = "bf16";
+      expect_same_run(run(cfg, MPI_COMM_WORLD), run(single, MPI_COMM_SELF), cfg);
+    } else {
+      expect_matches_reference(cfg);
+    }
+  }
+}
 
 TEST(PipelineCsv, ScheduleFileMatchesSingleRank) {
   const int p = world_size();

@@ -36,7 +36,7 @@ struct ModelConfig {
 struct ParallelConfig {
   int dp = 1, pp = 1, tp = 1;
   int virtual_stages = 1;               // stages per pipeline rank
-  std::vector<int> layers_per_stage;    // blocks per stage; empty = "auto" (balanced by cost)
+  std::vector<double> layers_per_stage;  // blocks per stage (x.5: a half block); empty = "auto" (balanced by cost)
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
   std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
   double dp_bucket_mb = 25;             // most MiB of gradients one dp all-reduce carries

@@ -1,7 +1,7 @@
 // The model (GPT-2 or Llama, by model.arch) as a sequence of "units" a pipeline stage can
-// own a contiguous run of: unit 0 = embedding, units 1..n_layer = blocks, unit n_layer+1 =
-// the head (final norm, LM head, loss). Exports: ModelStage, model_num_units,
-// model_flops_per_token, stash_bytes, recompute_bytes, kLayerNormEps.
+// own a contiguous run of (partition.hpp: the embedding, each block's attention and MLP
+// halves, the head). Exports: ModelStage, model_flops_per_token, stash_bytes,
+// recompute_bytes, kLayerNormEps.
 #pragma once
 #include <memory>
 #include <string_view>
@@ -9,18 +9,18 @@
 
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/layer.hpp"
+#include "pipetrain/model/partition.hpp"
 
 namespace pipetrain {
 
 // GPT-2's LayerNorm epsilon (blocks and the final norm).
 constexpr float kLayerNormEps = 1e-5f;
 
-int model_num_units(const ModelConfig& cfg);
-
 class ModelStage {
  public:
-  // Builds units [first, last) and declares their parameters in `params` (shared by
-  // all stages of one rank, so a rank holding both ends keeps one tied embedding).
+  // Builds units [first, last) (a layer per stage_pieces entry) and declares their
+  // parameters in `params` (shared by all stages of one rank, so a rank holding both ends
+  // keeps one tied embedding).
   ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
             TensorParallel tp = {});
 
@@ -49,13 +49,14 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size);
 // [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
 // backward action (what the Block and LossHead stashes hold: activations in `storage`,
 // LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
-// attention probabilities and output and its GELU output; full keeps a block's input only.
+// attention probabilities and output and its GELU output; full keeps the input only of each
+// layer (a whole block, or a half block at the stage's ends).
 // `keeps`: what attention keeps per (sequence, head).
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
                    DType storage = DType::F32, Recompute mode = Recompute::None,
                    AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
-// the stash of the block being recomputed (0 for none).
+// the stash of the (whole) block being recomputed (0 for none).
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
                        AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
 

@@ -2,7 +2,7 @@
 // (FLOPs, bytes, tensor-parallel collectives), what messages cost on a link, what AdamW
 // costs, and what one rank holds in memory (the run header uses the same estimate).
 // docs/cost-model.md writes the formulas down.
-// Exports: UnitKind, UnitWork, unit_work, unit_params, widened_params, multiplies_bf16, ActionTimes, unit_times,
+// Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, multiplies_bf16, ActionTimes, unit_times,
 // allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
 // MemoryInputs, RankMemory, rank_memory.
 #pragma once
@@ -16,7 +16,9 @@
 
 namespace pipetrain {
 
-enum class UnitKind { Embedding, Block, Head };
+// A whole block is its Attention and Mlp halves together (block_pair.hpp).
+enum class UnitKind { Embedding, Block, Attention, Mlp, Head };
+bool is_block_part(UnitKind kind);  // Block, Attention or Mlp
 
 // One microbatch of N = B x T tokens through one unit, on one of tp ranks.
 struct UnitWork {

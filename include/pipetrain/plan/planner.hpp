@@ -39,7 +39,7 @@ struct Layout {
   Recompute recompute = Recompute::None;
   bool zero1 = false;
   std::string precision = "fp32";
-  std::vector<int> blocks_per_stage;  // the auto split under the cost model
+  std::vector<double> blocks_per_stage;  // the auto split under the cost model (x.5: half blocks)
 };
 
 struct Prediction {
