@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       fmt::print("pp = {}, m = {}: auto [{}] step {:.3f} s = {:.4f} x best [{}] of {} splits ({:.3f} s); best of whole "
                  "blocks [{}] = {:.4f} x best; even [{}] = {:.3f} x best\n",
                  S, sim.microbatches, fmt::join(automatic, ","), t_auto, t_auto / best.step, fmt::join(best.split, ","),
-                 whole.count + (S <= 4 ? halves.count : 0), best.step, fmt::join(whole.split, ","),
+                 (S <= 4 ? halves : whole).count, best.step, fmt::join(whole.split, ","),
                  whole.step / best.step, fmt::join(even, ","), t_even / best.step);
       if (t_auto > 1.03 * best.step) rc = 1;
     }

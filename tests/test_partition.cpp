@@ -111,6 +111,9 @@ TEST(Partition, HalfBlocksEvenOutTheHeadsStage) {
   EXPECT_EQ(back.back().kind, PieceKind::Head);
   EXPECT_NEAR(stage_cost(m, units[0], c), 0.05 + 8 + 1.0 / 3, 1e-12);
   EXPECT_NEAR(stage_cost(m, units[1], c), 2.0 / 3 + 3 + 4.9, 1e-12);
+  // Where the head's stage alone sets the pace (pp = 4), no block is cut and the other
+  // stages are as even as they can be.
+  EXPECT_EQ(balanced_blocks(m, 4, UnitCosts{0.05, 1.0, 5.2, 0.36}), (std::vector<double>{4, 4, 4, 0}));
   // An explicit list of the same split gives the same stages; a third of a block does not go.
   EXPECT_EQ(partition_gpt2(m, 2, {8.5, 3.5})[0].last, 18);
   EXPECT_THROW(partition_gpt2(m, 2, {8.25, 3.75}), Error);

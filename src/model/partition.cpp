@@ -67,32 +67,54 @@ std::vector<double> balanced_blocks(const ModelConfig& model, int S, const UnitC
     return prefix[static_cast<size_t>(b)] - prefix[static_cast<size_t>(a)] + (s == 0 ? c.embedding : 0.0) +
            (s == S - 1 ? c.head : 0.0);
   };
-  // Boundaries to try: whole blocks first, so equally slow splits prefer them; latest
-  // first, so a stage takes as little as it can and earlier stages the remainder.
+  // Boundaries to try, latest first: of equal splits a stage takes as little as it can and
+  // earlier stages the remainder.
   std::vector<int> bounds;
   for (int h = H; h >= 0; h -= 2) bounds.push_back(h);
   if (halves)
     for (int h = H - 1; h > 0; h -= 2) bounds.push_back(h);
-  // best[s][b]: the smallest possible slowest-stage cost of stages 0..s holding halves [0, b).
-  const double inf = std::numeric_limits<double>::infinity();
   const auto rows = static_cast<size_t>(S), cols = static_cast<size_t>(H) + 1;
-  std::vector<std::vector<double>> best(rows, std::vector<double>(cols, inf));
-  std::vector<std::vector<int>> from(rows, std::vector<int>(cols, 0));
-  for (int b : bounds) best[0][static_cast<size_t>(b)] = cost(0, 0, b);
-  for (int s = 1; s < S; ++s) {
-    const int min_units = s == S - 1 ? 0 : step;
-    for (int b : bounds) {
-      if (s == S - 1 && b != H) continue;
-      for (int a : bounds) {
-        if (b - a < min_units) continue;
-        const double v = std::max(best[static_cast<size_t>(s - 1)][static_cast<size_t>(a)], cost(s, a, b));
-        if (v < best[static_cast<size_t>(s)][static_cast<size_t>(b)]) {
-          best[static_cast<size_t>(s)][static_cast<size_t>(b)] = v;
-          from[static_cast<size_t>(s)][static_cast<size_t>(b)] = a;
-        }
+  const double inf = std::numeric_limits<double>::infinity();
+  // First the smallest possible slowest stage: slowest[s][b] over stages 0..s holding
+  // halves [0, b).
+  std::vector<std::vector<double>> slowest(rows, std::vector<double>(cols, inf));
+  for (int b : bounds) slowest[0][static_cast<size_t>(b)] = cost(0, 0, b);
+  auto for_each_stage = [&](auto&& visit) {  // visit(s, a, b): stage s holding halves [a, b)
+    for (int s = 1; s < S; ++s)
+      for (int b : bounds) {
+        if (s == S - 1 && b != H) continue;
+        for (int a : bounds)
+          if (b - a >= (s == S - 1 ? 0 : step)) visit(s, a, b);
       }
+  };
+  for_each_stage([&](int s, int a, int b) {
+    double& v = slowest[static_cast<size_t>(s)][static_cast<size_t>(b)];
+    v = std::min(v, std::max(slowest[static_cast<size_t>(s - 1)][static_cast<size_t>(a)], cost(s, a, b)));
+  });
+  const double limit = slowest[rows - 1][static_cast<size_t>(H)];
+  // Then, among the splits whose every stage is within that, the fewest blocks cut in two,
+  // then the most even (the smallest sum of squared stage costs): both add up over stages,
+  // so the same program finds them exactly. The first found wins a tie.
+  struct Score {
+    int cuts = 0;
+    double squares = 0;
+    bool operator<(const Score& o) const { return cuts != o.cuts ? cuts < o.cuts : squares < o.squares; }
+  };
+  const Score none{std::numeric_limits<int>::max(), inf};
+  std::vector<std::vector<Score>> score(rows, std::vector<Score>(cols, none));
+  std::vector<std::vector<int>> from(rows, std::vector<int>(cols, 0));
+  for (int b : bounds)
+    if (const double c0 = cost(0, 0, b); c0 <= limit) score[0][static_cast<size_t>(b)] = {b % 2, c0 * c0};
+  for_each_stage([&](int s, int a, int b) {
+    const Score& prev = score[static_cast<size_t>(s - 1)][static_cast<size_t>(a)];
+    const double cs = cost(s, a, b);
+    if (prev.cuts == none.cuts || cs > limit) return;
+    const Score v{prev.cuts + (b % 2), prev.squares + cs * cs};
+    if (v < score[static_cast<size_t>(s)][static_cast<size_t>(b)]) {
+      score[static_cast<size_t>(s)][static_cast<size_t>(b)] = v;
+      from[static_cast<size_t>(s)][static_cast<size_t>(b)] = a;
     }
-  }
+  });
   std::vector<double> blocks(rows);
   for (int s = S - 1, b = H; s >= 0; --s) {
     const int a = s == 0 ? 0 : from[static_cast<size_t>(s)][static_cast<size_t>(b)];

@@ -43,8 +43,9 @@ struct UnitCosts {
 
 // Blocks per stage (num_stages entries summing to model.n_layer; middle stages hold at
 // least one unit; halves, x.5, where costs.attention_share is in (0, 1)) minimising the
-// slowest stage's cost; among equally slow splits, one with whole-block boundaries and
-// earlier stages holding more, as a dynamic program over stages finds it (deterministic).
+// slowest stage's cost; among equally slow splits, the fewest blocks cut in two, then the
+// most even stages (smallest sum of squared costs), then earlier stages holding more
+// (deterministic: two dynamic programs over stages).
 std::vector<double> balanced_blocks(const ModelConfig& model, int num_stages, const UnitCosts& costs);
 
 // The units of every stage: layers_per_stage if given (multiples of 0.5), else
