@@ -5,6 +5,7 @@
 //
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
 //                                         [--layers-per-stage 9,3 (default auto)] [--steps 5]
+//                                         [--compare-split 9,3 (also this split, steps in turns)]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -128,11 +129,14 @@ int main(int argc, char** argv) {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, microbatches = 8, steps = 5;
     std::vector<double> split;  // empty: parallel.layers_per_stage = "auto" (the default)
+    std::vector<double> compare;  // a second split, its steps taken in turns with the first's
     CLI::App app{"pipeline-parallel throughput vs single rank and vs simulate()"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--microbatches", microbatches);
     app.add_option("--layers-per-stage", split, "blocks per stage (default: auto, balanced by measured costs)")
+        ->delimiter(',');
+    app.add_option("--compare-split", compare, "also run each schedule with these blocks per stage, in turns")
         ->delimiter(',');
     app.add_option("--steps", steps, "timed steps of each schedule (each between two single-rank steps)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
@@ -151,13 +155,18 @@ int main(int argc, char** argv) {
     Run single(cfg, MPI_COMM_SELF);
     Config pcfg = cfg;
     pcfg.parallel.pp = size;
-    pcfg.parallel.layers_per_stage = split;
     std::vector<std::unique_ptr<Run>> pipes;
-    const std::vector<std::string> names = {"1f1b", "zb-h1"};
-    for (const auto& name : names) {
-      pcfg.schedule.name = name;
-      pipes.push_back(std::make_unique<Run>(pcfg, MPI_COMM_WORLD));
-    }
+    std::vector<std::string> names, splits;  // each pipe's schedule and split
+    std::vector<std::vector<double>> layouts = {split};
+    if (!compare.empty()) layouts.push_back(compare);
+    for (const auto& blocks : layouts)
+      for (const std::string name : {"1f1b", "zb-h1"}) {
+        pcfg.schedule.name = name;
+        pcfg.parallel.layers_per_stage = blocks;
+        pipes.push_back(std::make_unique<Run>(pcfg, MPI_COMM_WORLD));
+        names.push_back(name);
+        splits.push_back(blocks.empty() ? "auto" : fmt::format("{}", fmt::join(blocks, ",")));
+      }
     // Single-rank steps bracket every pipelined step (S P1 S P2 S P1 ...): each pipelined
     // step is set against the mean of the single-rank steps just before and after it, so a
     // drift that is steady over the two cancels.
@@ -185,8 +194,7 @@ int main(int argc, char** argv) {
     bench::single_rank_mean(median(mine), rank);
     for (size_t k = 0; k < pipes.size(); ++k) {
       if (rank == 0)
-        fmt::print("{} on pp = {} (layers per stage {}):\n", names[k], size,
-                   split.empty() ? "auto" : fmt::format("{}", fmt::join(split, ",")));
+        fmt::print("{} on pp = {} (layers per stage {}):\n", names[k], size, splits[k]);
       const Measured m = summarise(*pipes[k], ratios[k], rank);
       if (rank == 0) {
         const double ideal = double(microbatches) / (microbatches + size - 1);
