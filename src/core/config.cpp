@@ -202,34 +202,26 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) ctx.type_error(key, "a string", n);
           *field = n.as_string()->get();
-        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+        } else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
           // An array, or the word that means empty (list_word: "auto", "all").
+          constexpr bool ints = std::is_same_v<T, std::vector<int>>;
           field->clear();
           const std::string word = list_word(key);
           if (const auto* s = n.as_string(); s && s->get() == word) return;
           const auto* a = n.as_array();
-          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of integers", word), n);
-          for (size_t i = 0; i < a->size(); ++i) {
-            const auto* e = a->get(i)->as_integer();
-            if (!e || e->get() < std::numeric_limits<int>::min() || e->get() > std::numeric_limits<int>::max())
-              ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", *a->get(i), key);
-            field->push_back(static_cast<int>(e->get()));
-          }
-        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
-          // An array of numbers, or the word that means empty ("auto").
-          field->clear();
-          const std::string word = list_word(key);
-          if (const auto* s = n.as_string(); s && s->get() == word) return;
-          const auto* a = n.as_array();
-          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of numbers", word), n);
+          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of {}", word, ints ? "integers" : "numbers"), n);
           for (size_t i = 0; i < a->size(); ++i) {
             const toml::node& e = *a->get(i);
-            if (const auto* f = e.as_floating_point())
-              field->push_back(f->get());
-            else if (const auto* k = e.as_integer())
-              field->push_back(static_cast<double>(k->get()));
-            else
-              ctx.type_error(fmt::format("{}[{}]", key, i), "a number", e, key);
+            const auto* k = e.as_integer();
+            if constexpr (ints) {
+              if (!k || k->get() < std::numeric_limits<int>::min() || k->get() > std::numeric_limits<int>::max())
+                ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", e, key);
+              field->push_back(static_cast<int>(k->get()));
+            } else {
+              const auto* f = e.as_floating_point();
+              if (!k && !f) ctx.type_error(fmt::format("{}[{}]", key, i), "a number", e, key);
+              field->push_back(f ? f->get() : static_cast<double>(k->get()));
+            }
           }
         } else if constexpr (std::is_same_v<T, DataConfig>) {
           // data.train: a path, an array of paths, or a blend: an array of {path, weight}.

@@ -9,6 +9,15 @@
 
 namespace pipetrain {
 
+namespace {
+// A block piece's layer for the model's architecture (model.arch).
+template <typename Gpt, typename Llama>
+std::unique_ptr<Layer> block_layer(const ModelConfig& cfg, int block, ParameterStore& params, TensorParallel tp) {
+  if (cfg.arch == "llama") return std::make_unique<Llama>(cfg, block, params, tp);
+  return std::make_unique<Gpt>(cfg, block, params, tp);
+}
+}  // namespace
+
 ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
                      TensorParallel tp)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
@@ -19,29 +28,19 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
     fail("parallel.tp = {} does not divide the padded vocabulary of {}", tp.size, cfg.padded_vocab());
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);
-  const bool llama = cfg.arch == "llama";
   for (const StagePiece& p : stage_pieces(cfg, {first_, last_})) {
     switch (p.kind) {
       case PieceKind::Embedding:
         layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
         break;
       case PieceKind::Block:
-        if (llama)
-          layers_.push_back(std::make_unique<LlamaBlock>(cfg, p.block, params_, tp));
-        else
-          layers_.push_back(std::make_unique<Block>(cfg, p.block, params_, tp));
+        layers_.push_back(block_layer<Block, LlamaBlock>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Attention:
-        if (llama)
-          layers_.push_back(std::make_unique<LlamaAttention>(cfg, p.block, params_, tp));
-        else
-          layers_.push_back(std::make_unique<GptAttention>(cfg, p.block, params_, tp));
+        layers_.push_back(block_layer<GptAttention, LlamaAttention>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Mlp:
-        if (llama)
-          layers_.push_back(std::make_unique<LlamaMlp>(cfg, p.block, params_, tp));
-        else
-          layers_.push_back(std::make_unique<GptMlp>(cfg, p.block, params_, tp));
+        layers_.push_back(block_layer<GptMlp, LlamaMlp>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Head:
         layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));

@@ -98,17 +98,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
   const Schedule& s = built.schedule;
   const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
-  // A stage's pieces (partition.hpp) are priced as the cost model's units of the same kind.
-  auto kind_of = [](PieceKind k) {
-    switch (k) {
-      case PieceKind::Embedding: return UnitKind::Embedding;
-      case PieceKind::Block: return UnitKind::Block;
-      case PieceKind::Attention: return UnitKind::Attention;
-      case PieceKind::Mlp: return UnitKind::Mlp;
-      case PieceKind::Head: break;
-    }
-    return UnitKind::Head;
-  };
+  // A stage's pieces (partition.hpp) are priced as the cost model's units.
   std::map<UnitKind, ActionTimes> times;
   for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head})
     times[k] = unit_times(c, model, k, tp, B, T, l.precision, l.recompute);
@@ -125,7 +115,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   for (int st = 0; st < S; ++st) {
     double F = 0, I = 0, W = 0, comm = 0;
     for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
-      const ActionTimes& t = times[kind_of(p.kind)];
+      const ActionTimes& t = times[p.kind];
       F += t.F, I += t.I, W += t.W, comm += t.tp_comm;
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
@@ -157,7 +147,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       backward += stage_bwd[static_cast<size_t>(st)];
       largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, keeps));
       for (const StagePiece& p : stage_pieces(model, u)) {
-        const UnitKind k = kind_of(p.kind);
+        const UnitKind k = p.kind;
         widened += widened_params(model, k, tp, native_bf16);
         params += unit_params(model, k).on_rank(tp);
         embedding = embedding || k == UnitKind::Embedding;

@@ -12,12 +12,14 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/dtype.hpp"
 #include "pipetrain/model/layer.hpp"
+#include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/cluster.hpp"
 
 namespace pipetrain {
 
-// A whole block is its Attention and Mlp halves together (block_pair.hpp).
-enum class UnitKind { Embedding, Block, Attention, Mlp, Head };
+// The cost model's units are a stage's pieces (partition.hpp): a whole Block is its
+// Attention and Mlp halves together (block_pair.hpp).
+using UnitKind = PieceKind;
 bool is_block_part(UnitKind kind);  // Block, Attention or Mlp
 
 // One microbatch of N = B x T tokens through one unit, on one of tp ranks.
