@@ -1,7 +1,9 @@
 // Benchmark: data parallelism (dp = 2) and tensor parallelism (tp = 2) on 2 ranks (one
 // core each) against the single-rank run measured in the same job, with the share of
 // the step spent blocked in collectives; dp with and without the progress thread and
-// with ZeRO-1. Each layout takes its timed steps in turns with a single-rank run (built
+// with ZeRO-1; and the ceiling dp can reach on this machine, "dp, no communication": each
+// rank trains its half of the batch alone (the same compute and whole-model update as a
+// replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run (built
 // beside it), and each of its steps is set against the single-rank steps just before and
 // after it: a shared VM's speed drifts over minutes, by more than the effects measured.
 //
@@ -42,11 +44,13 @@ struct Run {
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
     trainer.train_step(0);
   }
-  // This step's time (the slowest rank's, as the trainer reports it).
+  // This step's time (the slowest rank's, as the trainer reports it; a trainer on
+  // MPI_COMM_SELF reports its own, so the slowest is taken over the world here).
   double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
-    const StepMetrics m = trainer.train_step(s);
+    StepMetrics m = trainer.train_step(s);
+    MPI_Allreduce(MPI_IN_PLACE, &m.step_time_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     step_s.push_back(m.step_time_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
@@ -70,16 +74,24 @@ int main(int argc, char** argv) {
     int layers = 12, seq_len = 128, batch = 8, steps = 5;
     // Command-line names of the layouts, in the order they run.
     const std::vector<std::pair<std::string, std::string>> all = {
-        {"dp", "dp"}, {"dp-no-progress", "dp, no progress thread"}, {"zero1", "dp, ZeRO-1"}, {"tp", "tp"}};
+        {"dp", "dp"},
+        {"dp-no-progress", "dp, no progress thread"},
+        {"zero1", "dp, ZeRO-1"},
+        {"dp-no-comm", "dp, no communication"},
+        {"tp", "tp"}};
     std::vector<std::string> only;
     CLI::App app{"dp = 2 and tp = 2 vs a single rank, with the collectives' share of the step"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
-    app.add_option("--layouts", only, "only these layouts: dp, dp-no-progress, zero1, tp (default: all)")
-        ->check(CLI::IsMember({"dp", "dp-no-progress", "zero1", "tp"}));
+    app.add_option("--layouts", only, "only these layouts: dp, dp-no-progress, zero1, dp-no-comm, tp (default: all)")
+        ->check(CLI::IsMember({"dp", "dp-no-progress", "zero1", "dp-no-comm", "tp"}));
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
+    if (batch % size != 0) {
+      if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     set_blas_threads(1);
     Config cfg;
     cfg.model.n_layer = layers;
@@ -101,8 +113,13 @@ int main(int argc, char** argv) {
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
+      const bool alone = kind == "dp, no communication";
+      if (alone) {  // one replica's share of the batch, on its own
+        c.parallel.dp = 1;
+        c.train.global_batch = batch / size;
+      }
       // The single-rank run goes on every rank at once (both cores busy, as in the layout).
-      Run single(cfg, MPI_COMM_SELF), layout(c, MPI_COMM_WORLD);
+      Run single(cfg, MPI_COMM_SELF), layout(c, alone ? MPI_COMM_SELF : MPI_COMM_WORLD);
       // Single-rank steps bracket the layout's (S L S L ... S): each layout step is set
       // against the mean of the single-rank steps just before and after it.
       std::vector<double> ratios, one_s;
@@ -117,7 +134,7 @@ int main(int argc, char** argv) {
         ratios.push_back(0.5 * (before + after) / step);
         before = after;
       }
-      double comm = median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
+      double comm = alone ? 0.0 : median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       const double t = median(layout.step_s);
       if (rank == 0)
