@@ -1,6 +1,7 @@
-// Run configuration: TOML file + `--set section.key=value` overrides -> Config.
-// Every key is described once in kKeys (section, name, field reference); parsing,
-// type checks, unknown-key suggestions and to_toml are all driven by that table.
+// Run configuration: TOML file + `--set section.key=value` overrides -> Config, and back
+// (to_toml). Every key is described once in kKeys (config_keys.hpp: section, name, field
+// reference); parsing, type checks, unknown-key suggestions and to_toml are all driven by
+// that table. The rules between keys are validate_config's (config_validate.cpp).
 #include "pipetrain/core/config.hpp"
 
 #include <fmt/format.h>
@@ -20,62 +21,14 @@
 #include <type_traits>
 #include <variant>
 
+#include "config_keys.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
+
+using namespace config_keys;
+
 namespace {
-
-using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                         std::vector<int>*, std::vector<double>*, DataConfig*>;  // DataConfig*: data.train (paths, or a blend)
-
-struct KeyDesc {
-  std::string_view section, name;
-  Ref (*ref)(Config&);
-  std::string full() const { return fmt::format("{}.{}", section, name); }
-};
-
-#define PT_KEY(sec, field) \
-  KeyDesc { #sec, #field, [](Config& c) -> Ref { return &c.sec.field; } }
-constexpr std::array kKeys{
-    PT_KEY(model, arch),          PT_KEY(model, n_layer),          PT_KEY(model, n_head),
-    PT_KEY(model, d_model),       PT_KEY(model, vocab_size),       PT_KEY(model, max_seq_len),
-    PT_KEY(model, n_kv_head),     PT_KEY(model, ffn_hidden),       PT_KEY(model, multiple_of),
-    PT_KEY(model, norm_eps),      PT_KEY(model, rope_theta),       PT_KEY(model, tie_embeddings),
-    PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
-    PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
-    PT_KEY(parallel, recompute_stages), PT_KEY(parallel, dp_bucket_mb), PT_KEY(train, recompute),
-    PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
-    PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
-    PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),
-    PT_KEY(train, warmup_steps),  PT_KEY(train, min_lr),           PT_KEY(train, beta1),
-    PT_KEY(train, beta2),         PT_KEY(train, eps),              PT_KEY(train, weight_decay),
-    PT_KEY(train, decay_2d_only), PT_KEY(train, grad_clip),        PT_KEY(train, seed),
-    PT_KEY(train, eval_every),    PT_KEY(train, eval_batches),     PT_KEY(train, precision),
-    KeyDesc{"data", "train", [](Config& c) -> Ref { return &c.data; }},          PT_KEY(data, val),               PT_KEY(data, sampling),       PT_KEY(data, respect_documents),
-    PT_KEY(checkpoint, dir),      PT_KEY(checkpoint, every),       PT_KEY(checkpoint, keep),
-    PT_KEY(log, every),           PT_KEY(log, metrics),            PT_KEY(log, file),
-    PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),
-    PT_KEY(runtime, device),      PT_KEY(runtime, timeout_s),      PT_KEY(runtime, on_nonfinite),
-    PT_KEY(comm, p2p),            PT_KEY(comm, progress_us),
-};
-#undef PT_KEY
-
-// The word an integer-list key takes for its empty value: parallel.layers_per_stage =
-// "auto" (balanced by cost), parallel.recompute_stages = "all".
-std::string list_word(std::string_view key) { return key == "parallel.layers_per_stage" ? "auto" : "all"; }
-
-const KeyDesc* find_key(std::string_view section, std::string_view name) {
-  for (const auto& k : kKeys)
-    if (k.section == section && k.name == name) return &k;
-  return nullptr;
-}
-
-bool is_section(std::string_view s) {
-  return std::any_of(kKeys.begin(), kKeys.end(), [&](const KeyDesc& k) { return k.section == s; });
-}
-
-// "file: " (or nothing when the config has no source).
-std::string prefix(const std::string& source) { return source.empty() ? "" : source + ": "; }
 
 // Optimal-string-alignment edit distance (a transposition counts as one edit).
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -116,34 +69,6 @@ std::string suggest(std::string_view name, bool top_level) {
   }
   if (best.empty() || best_d > std::max<size_t>(2, name.size() / 4)) return "";
   return fmt::format(" (did you mean {}?)", best);
-}
-
-// A TOML basic string literal: quoted, with escapes, always on one line.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (u < 0x20 || u == 0x7f)
-          out += fmt::format("\\u{:04X}", u);
-        else
-          out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-// A double as a TOML float that parses back to exactly the same value.
-std::string format_double(double v) {
-  std::string s = fmt::format("{}", v);  // shortest round-trip representation
-  if (std::isfinite(v) && s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
 }
 
 // What a node holds, for messages: `string "abc"`, `float 2.5`, `table`, ...
@@ -338,10 +263,6 @@ void apply_override(toml::table& doc, const std::string& text, Ctx& ctx) {
   ctx.overridden[key] = text;
 }
 
-void check(bool ok, const std::string& pre, const std::string& msg) {
-  if (!ok) throw Error(pre + msg);
-}
-
 }  // namespace
 
 Config parse_config(const std::string& toml_text, const std::string& origin,
@@ -386,163 +307,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   text << in.rdbuf();
   if (in.bad()) fail("{}: cannot read file", path);
   return parse_config(text.str(), path, overrides);
-}
-
-void validate_config(const Config& cfg) {
-  const std::string pre = prefix(cfg.source);
-  Config copy = cfg;
-  for (const auto& k : kKeys)
-    if (const Ref r = k.ref(copy); const auto* d = std::get_if<double*>(&r))
-      check(std::isfinite(**d), pre,
-            fmt::format("{}: must be a finite number, got {}", k.full(), format_double(**d)));
-
-  const auto at_least = [&](const char* key, int64_t v, int64_t min) {
-    check(v >= min, pre, fmt::format("{} ({}) must be {}", key, v, min == 1 ? "> 0" : fmt::format(">= {}", min)));
-  };
-  const auto& m = cfg.model;
-  check(m.arch == "gpt2" || m.arch == "llama", pre,
-        fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
-  at_least("model.n_layer", m.n_layer, 1);
-  at_least("model.n_head", m.n_head, 1);
-  at_least("model.d_model", m.d_model, 1);
-  at_least("model.vocab_size", m.vocab_size, 1);
-  at_least("model.max_seq_len", m.max_seq_len, 1);
-  check(m.d_model % m.n_head == 0, pre,
-        fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
-  if (m.arch == "llama") {
-    at_least("model.n_kv_head", m.n_kv_head, 0);
-    at_least("model.ffn_hidden", m.ffn_hidden, 0);
-    at_least("model.multiple_of", m.multiple_of, 1);
-    check(m.n_head % m.kv_heads() == 0, pre,
-          fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves whole "
-                      "query heads",
-                      m.kv_heads(), m.n_head));
-    check((m.d_model / m.n_head) % 2 == 0, pre,
-          fmt::format("model.d_model / model.n_head = {} must be even (rotary embeddings turn channel pairs)",
-                      m.d_model / m.n_head));
-    check(m.norm_eps > 0, pre, fmt::format("model.norm_eps ({}) must be > 0", m.norm_eps));
-    check(m.rope_theta > 1, pre, fmt::format("model.rope_theta ({}) must be > 1", m.rope_theta));
-  }
-
-  const auto& p = cfg.parallel;
-  at_least("parallel.dp", p.dp, 1);
-  at_least("parallel.pp", p.pp, 1);
-  at_least("parallel.tp", p.tp, 1);
-  at_least("parallel.virtual_stages", p.virtual_stages, 1);
-  check(p.dp_bucket_mb > 0, pre, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
-  check(m.n_head % p.tp == 0, pre,
-        fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", p.tp, m.n_head));
-  if (m.arch == "llama") {
-    check(m.kv_heads() % p.tp == 0, pre,
-          fmt::format("parallel.tp ({}) must divide model.n_kv_head ({}): each rank holds whole key/value heads",
-                      p.tp, m.kv_heads()));
-    check(m.ffn() % p.tp == 0, pre,
-          fmt::format("parallel.tp ({}) must divide the MLP width ({}, model.ffn_hidden)", p.tp, m.ffn()));
-  }
-  check(m.padded_vocab() % p.tp == 0, pre,
-        fmt::format("parallel.tp ({}) must divide the padded vocabulary ({}, model.vocab_size rounded up to "
-                    "a multiple of 128)",
-                    p.tp, m.padded_vocab()));
-  const int64_t stages = int64_t{p.pp} * p.virtual_stages;
-  if (!p.layers_per_stage.empty()) {
-    check(static_cast<int64_t>(p.layers_per_stage.size()) == stages, pre,
-          fmt::format("parallel.layers_per_stage has {} entries, expected parallel.pp * "
-                      "parallel.virtual_stages = {}",
-                      p.layers_per_stage.size(), stages));
-    double sum = 0;
-    for (size_t i = 0; i < p.layers_per_stage.size(); ++i) {
-      const double n = p.layers_per_stage[i];
-      const bool end = i == 0 || i + 1 == p.layers_per_stage.size();
-      check(2 * n == std::floor(2 * n), pre,
-            fmt::format("parallel.layers_per_stage[{}] ({}) must be a whole or half number of blocks (x.5 splits a "
-                        "block between its attention and its MLP)",
-                        i, n));
-      check(n >= (end ? 0 : 0.5), pre,
-            fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, n,
-                        end ? ">= 0" : ">= 0.5 (only the first and last stage may hold no block)"));
-      sum += n;
-    }
-    check(sum == m.n_layer, pre,
-          fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
-  } else {
-    check(stages <= m.n_layer, pre,
-          fmt::format("parallel.pp * parallel.virtual_stages = {} stages is more than the "
-                      "model.n_layer = {} blocks to split",
-                      stages, m.n_layer));
-  }
-  for (size_t i = 0; i < p.recompute_stages.size(); ++i)
-    check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages, pre,
-          fmt::format("parallel.recompute_stages[{}] ({}) is not a stage: stages are 0..{}", i, p.recompute_stages[i],
-                      stages - 1));
-  check(cfg.schedule.placement == "loop" || cfg.schedule.placement == "v" ||
-            cfg.schedule.placement.find_first_not_of("0123456789, ") == std::string::npos,
-        pre,
-        fmt::format("schedule.placement: {} is not \"loop\", \"v\" or a list of ranks like \"0,1,1,0\"",
-                    quote(cfg.schedule.placement)));
-  check(!cfg.schedule.name.empty() || !cfg.schedule.file.empty(), pre,
-        "schedule.name: must not be empty (or set schedule.file)");
-
-  const auto& t = cfg.train;
-  at_least("train.steps", t.steps, 0);
-  at_least("train.global_batch", t.global_batch, 1);
-  at_least("train.microbatches", t.microbatches, 1);
-  const int64_t per_step = int64_t{p.dp} * t.microbatches;
-  check(t.global_batch % per_step == 0, pre,
-        fmt::format("train.global_batch ({}) must be divisible by parallel.dp * train.microbatches ({})",
-                    t.global_batch, per_step));
-  check(t.seq_len >= 1 && t.seq_len <= m.max_seq_len, pre,
-        fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
-                    m.max_seq_len));
-  check(t.lr > 0, pre, fmt::format("train.lr ({}) must be > 0", t.lr));
-  check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", pre,
-        fmt::format("train.recompute: unknown mode {} (expected \"none\", \"selective\" or \"full\")",
-                    quote(t.recompute)));
-  check(t.precision == "fp32" || t.precision == "bf16", pre,
-        fmt::format("train.precision: unknown precision {} (expected \"fp32\" or \"bf16\")", quote(t.precision)));
-  check(t.lr_schedule == "constant" || t.lr_schedule == "cosine", pre,
-        fmt::format("train.lr_schedule: unknown schedule {} (expected \"constant\" or \"cosine\")",
-                    quote(t.lr_schedule)));
-  at_least("train.warmup_steps", t.warmup_steps, 0);
-  check(t.min_lr >= 0 && t.min_lr <= t.lr, pre,
-        fmt::format("train.min_lr ({}) must be between 0 and train.lr ({})", t.min_lr, t.lr));
-  check(t.beta1 >= 0 && t.beta1 < 1, pre, fmt::format("train.beta1 ({}) must be in [0, 1)", t.beta1));
-  check(t.beta2 >= 0 && t.beta2 < 1, pre, fmt::format("train.beta2 ({}) must be in [0, 1)", t.beta2));
-  check(t.eps > 0, pre, fmt::format("train.eps ({}) must be > 0", t.eps));
-  check(t.weight_decay >= 0, pre, fmt::format("train.weight_decay ({}) must be >= 0", t.weight_decay));
-  check(t.grad_clip >= 0, pre, fmt::format("train.grad_clip ({}) must be >= 0 (0 = off)", t.grad_clip));
-
-  at_least("train.eval_every", t.eval_every, 0);
-  at_least("train.eval_batches", t.eval_batches, 1);
-  const auto& d = cfg.data;
-  check(t.eval_every == 0 || !d.val.empty(), pre, "train.eval_every is set but data.val names no validation dataset");
-  check(!d.train.empty(), pre, "data.train: no training dataset given");
-  check(d.train_weights.empty() || d.train_weights.size() == d.train.size(), pre, "data.train: one weight per source");
-  for (size_t i = 0; i < d.train_weights.size(); ++i)
-    check(d.train_weights[i] > 0 && std::isfinite(d.train_weights[i]), pre,
-          fmt::format("data.train[{}].weight ({}): blend weights must be positive", i, format_double(d.train_weights[i])));
-  for (const auto* list : {&d.train, &d.val})
-    for (size_t i = 0; i < list->size(); ++i)
-      check(!(*list)[i].empty(), pre,
-            fmt::format("data.{}[{}]: empty file name", list == &d.train ? "train" : "val", i));
-  check(d.sampling == "sequential" || d.sampling == "shuffle", pre,
-        fmt::format("data.sampling: unknown mode {} (expected \"sequential\" or \"shuffle\")",
-                    quote(d.sampling)));
-
-  at_least("checkpoint.every", cfg.checkpoint.every, 0);
-  at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
-  at_least("log.every", cfg.log.every, 1);
-  check(cfg.runtime.device == "cpu" || cfg.runtime.device == "cuda", pre,
-        fmt::format("runtime.device: unknown device {} (expected \"cpu\" or \"cuda\")", quote(cfg.runtime.device)));
-  check(cfg.comm.p2p == "auto" || cfg.comm.p2p == "nccl" || cfg.comm.p2p == "mpi", pre,
-        fmt::format("comm.p2p: unknown transport {} (expected \"auto\", \"nccl\" or \"mpi\")", quote(cfg.comm.p2p)));
-  check(cfg.comm.p2p != "nccl" || cfg.runtime.device == "cuda", pre,
-        "comm.p2p = \"nccl\" needs runtime.device = \"cuda\" (CPU runs move host memory with MPI)");
-  check(cfg.runtime.timeout_s >= 0, pre,
-        fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
-  check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip", pre,
-        fmt::format("runtime.on_nonfinite: unknown action {} (expected \"stop\" or \"skip\")",
-                    quote(cfg.runtime.on_nonfinite)));
-  check(cfg.log.peak_flops >= 0, pre, fmt::format("log.peak_flops ({}) must be >= 0 (0 = unknown)", cfg.log.peak_flops));
 }
 
 std::string to_toml(const Config& cfg) {

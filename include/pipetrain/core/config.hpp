@@ -1,6 +1,7 @@
 // Run configuration: the typed contents of a TOML config file plus
-// `--set section.key=value` overrides. Parsing and validation live in
-// src/core/config.cpp; every error names the offending key.
+// `--set section.key=value` overrides. Parsing lives in src/core/config.cpp, the key
+// table in config_keys.hpp, validation in config_validate.cpp; every error names the
+// offending key.
 #pragma once
 #include <cstdint>
 #include <string>
