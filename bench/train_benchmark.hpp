@@ -11,7 +11,7 @@
 //
 //   build/bin/bench_train_{gpt2,llama} [--layers 12] [--seq-len 256] [--mb-size 4]
 //       [--microbatches 1] [--steps 5] [--threads 1] [--recompute none|selective|full]
-//       [--precision fp32|bf16]
+//       [--precision fp32|bf16] [--pack-weights]
 // Under bf16 it also sets the model against the bf16 product rate of the path in use
 // (PIPETRAIN_BF16_GEMM=sgemm or onednn, run in turn, compares the two).
 #pragma once
@@ -180,6 +180,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   app.add_option("--recompute", recompute, "train.recompute: none, selective or full");
   std::string precision = "fp32";
   app.add_option("--precision", precision, "train.precision: fp32 or bf16");
+  bool pack_weights = false;
+  app.add_flag("--pack-weights", pack_weights, "runtime.pack_weights: weights in oneDNN's layout during each step");
   if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
@@ -198,6 +200,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   cfg.train.steps = steps + 1;
   cfg.train.recompute = recompute;
   cfg.train.precision = precision;
+  cfg.runtime.pack_weights = pack_weights;
   auto backend = make_cpu_backend();
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
@@ -290,6 +293,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
                    k.kernel, best->kernel, model_gflops / sq * k.square / best->square,
                    median(per_step) * k.square / best->square);
   }
+  if (pack_weights) fmt::print("packed weights: {} products by oneDNN's copies\n", packed_dense_products_run());
   fmt::print("recompute {}: activation memory {:.0f} MiB (the step's pool peak above its start)\n", recompute,
              activations / 1048576.0);
   fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",

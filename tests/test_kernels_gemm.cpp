@@ -4,6 +4,8 @@
 // reference of kernel_reference.hpp on every backend present.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <string>
 #include <vector>
 
 #include "kernel_backends.hpp"
@@ -75,6 +77,63 @@ TEST_P(KernelGemmTest, GemmBiasResidual) {
               << "ta=" << ta << " tb=" << tb << " bias=" << with_bias << " residual=" << with_residual;
         }
     }
+}
+
+// A dense layer's two products by its weight (dense_forward with and without its bias and
+// residual, dense_backward_input) against the double reference, as sgemm and, where the
+// backend packs weights (runtime.pack_weights), by the copy it keeps while they are held.
+// A hold after the weight changed multiplies by the new values (the copy is made again),
+// and products outside a hold read the weight as it stands. The bound is gemm's above.
+TEST_P(KernelGemmTest, DenseProductsByAHeldWeight) {
+  const int rows = 37, out = 29, in = 53;
+  const Vec X = random_vec(size_t(rows) * in, 31), DY = random_vec(size_t(rows) * out, 32),
+            bias = random_vec(size_t(out), 33), R = random_vec(size_t(rows) * out, 34);
+  const Vec W1 = random_vec(size_t(out) * in, 35), W2 = random_vec(size_t(out) * in, 36);
+  DevBuf<float> x(be(), X), dy(be(), DY), b(be(), bias), r(be(), R), w(be(), W1);
+  auto check = [&](const Vec& W, const std::string& when) {
+    for (bool with_bias : {false, true})
+      for (bool with_residual : {false, true}) {
+        Vec want(size_t(rows) * out);
+        ref::gemm(false, true, rows, out, in, 1.0, X.data(), in, W.data(), in, 0.0, want.data(), want.data(), out);
+        for (int i = 0; i < rows; ++i)
+          for (int j = 0; j < out; ++j) {
+            const size_t k = size_t(i) * out + j;
+            want[k] = static_cast<float>(double(want[k]) + (with_bias ? bias[j] : 0.0) + (with_residual ? R[k] : 0.0));
+          }
+        DevBuf<float> y(be(), Vec(want.size(), 7.0f));
+        be().dense_forward(rows, out, in, x.get(), w.get(), y.get(), with_bias ? b.get() : nullptr,
+                           with_residual ? r.get() : nullptr);
+        EXPECT_TRUE(close(y.host(), want, 1e-5, 1e-5)) << when << ": bias=" << with_bias << " residual=" << with_residual;
+      }
+    Vec want(size_t(rows) * in);
+    ref::gemm(false, false, rows, in, out, 1.0, DY.data(), out, W.data(), in, 0.0, want.data(), want.data(), in);
+    DevBuf<float> dx(be(), Vec(want.size(), 7.0f));
+    be().dense_backward_input(rows, out, in, dy.get(), w.get(), dx.get());
+    EXPECT_TRUE(close(dx.host(), want, 1e-5, 1e-5)) << when << ": dx";
+  };
+  for (bool pack : {false, true}) {
+    if (!be().set_pack_weights(pack)) {  // (false always succeeds)
+      std::cout << "[ INFO ] " << be().name() << " does not pack weights: its sgemm path only\n";
+      continue;
+    }
+    const std::string how = pack ? "packed" : "not packed";
+    be().copy(w.get(), W1.data(), W1.size() * sizeof(float));
+    const long before = packed_dense_products_run();
+    {
+      const HeldWeights held(be());
+      check(W1, how + ", held");
+    }
+    check(W1, how + ", outside a hold");
+    be().copy(w.get(), W2.data(), W2.size() * sizeof(float));  // an update between two holds
+    check(W2, how + ", changed, outside a hold");
+    {
+      const HeldWeights held(be());
+      check(W2, how + ", held after the change");
+    }
+    // Two held checks of four forwards and one dx each: all by the packed copy, or none.
+    EXPECT_EQ(packed_dense_products_run() - before, pack ? 10 : 0) << how;
+  }
+  be().set_pack_weights(false);
 }
 
 // bf16 operands, f32 accumulation and output: against the double reference on the

@@ -71,6 +71,35 @@ TEST(Trainer, MicrobatchSplitGivesTheSameSteps) {
   }
 }
 
+// runtime.pack_weights: the forward and input-gradient products by weights kept in
+// oneDNN's layout train the same steps as sgemm, within the split test's bounds above
+// (both change only the order of the products' sums), and every such product of a step
+// ran by the packed copy: forward and dx of each block's four dense layers and the head.
+TEST(Trainer, PackedWeightsGiveTheSameSteps) {
+  auto backend = make_cpu_backend();
+  if (!backend->set_pack_weights(true)) GTEST_SKIP() << "this build or CPU cannot pack weights";
+  constexpr int kSteps = 5;
+  std::vector<std::vector<double>> losses;
+  std::vector<std::vector<float>> params;
+  for (bool pack : {false, true}) {
+    Config cfg = tiny_config(2);
+    cfg.runtime.pack_weights = pack;
+    Grid grid(MPI_COMM_SELF, cfg.parallel);
+    Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
+    const long before = packed_dense_products_run();
+    losses.emplace_back();
+    for (int s = 0; s < kSteps; ++s) losses.back().push_back(trainer.train_step(s).loss);
+    const long per_step = cfg.train.microbatches * 2 * (4 * cfg.model.n_layer + 1);
+    EXPECT_EQ(packed_dense_products_run() - before, pack ? kSteps * per_step : 0) << "pack " << pack;
+    const Tensor& v = trainer.params().values();
+    params.emplace_back(v.f32(), v.f32() + v.numel());
+  }
+  for (size_t s = 0; s < losses[0].size(); ++s)
+    EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * losses[0][s]) << "step " << s;
+  for (size_t i = 0; i < params[0].size(); ++i)
+    ASSERT_NEAR(params[1][i], params[0][i], 1e-5 + 1e-4 * std::abs(params[0][i])) << "param " << i;
+}
+
 TEST(Trainer, FirstLossEqualsEvaluationBeforeUpdate) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(2);

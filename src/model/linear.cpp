@@ -39,8 +39,8 @@ void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor&
     return;
   }
   const Tensor xf = working_f32(ctx, x);
-  be.gemm_bias(false, true, N, out, in, xf.f32(), in, compute_weight(w).f32(), in, y.f32(), out,
-               b ? compute_weight(*b).f32() : nullptr, residual ? residual->f32() : nullptr);
+  be.dense_forward(N, out, in, xf.f32(), compute_weight(w).f32(), y.f32(), b ? compute_weight(*b).f32() : nullptr,
+                   residual ? residual->f32() : nullptr);
 }
 
 void linear_gelu_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
@@ -65,7 +65,7 @@ void linear_backward_input(const MicrobatchContext& ctx, const Tensor& dx, const
     return;
   }
   const Tensor dyf = working_f32(ctx, dy);
-  be.gemm(false, false, N, in, out, 1.0f, dyf.f32(), out, compute_weight(w).f32(), in, 0.0f, dx.f32(), in);
+  be.dense_backward_input(N, out, in, dyf.f32(), compute_weight(w).f32(), dx.f32());
 }
 
 void linear_backward_weight(const MicrobatchContext& ctx, const Tensor& dy, const Tensor& x, Parameter& w,

@@ -302,6 +302,7 @@ PipelineExecutor::PipelineExecutor(std::map<int, ModelStage*> stages, Communicat
 
 ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {
+  const HeldWeights held(backend_);  // no weight changes during a program: the optimizer runs after it
   Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
   for (size_t i = 0; i < program.size(); ++i) {
     const Instr& in = program[i];

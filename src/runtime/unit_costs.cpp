@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "pipetrain/core/rng.hpp"
@@ -101,6 +102,7 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
   constexpr int kRounds = 7;
   MeasuredUnits m{{kNone, kNone, kNone}, {kNone, kNone, kNone}, {kNone, kNone, kNone}};
   std::vector<double> e_ratio, h_ratio, a_ratio;
+  std::optional<HeldWeights> held(backend);  // as in a program: products by packed weights where the run packs them
   for (int round = 0; round <= kRounds; ++round) {
     const UnitTimings e = time_layer(embedding, ctx, {}, dy), a = time_layer(attention, ctx, x, dy),
                       f = time_layer(mlp, ctx, x, dy), h = time_layer(head, ctx, x, {});
@@ -112,6 +114,10 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
     e_ratio.push_back(e.total() / b.total());
     h_ratio.push_back(h.total() / b.total());
     a_ratio.push_back(a.total() / b.total());
+  }
+  held.reset();
+  {  // An empty hold frees the packed copies of these stages' weights, which end here.
+    const HeldWeights none(backend);
   }
   m.embedding_per_block = median_of(e_ratio);
   m.head_per_block = median_of(h_ratio);

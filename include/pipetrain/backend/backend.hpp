@@ -56,6 +56,25 @@ class Backend : public DeviceAllocator {
   // bias or residual pass over C.
   virtual void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
                          int ldb, float* C, int ldc, const float* bias, const float* residual) = 0;
+  // A dense layer's two products by its weight W (out x in, row-major, as stored), over
+  // `rows` rows: y = x W^T + bias + residual (as gemm_bias; either may be null) and
+  // dx = dy W. While the weights are held (hold_weights) and the backend packs them
+  // (set_pack_weights), it multiplies by a copy of W in its product library's own layout,
+  // made at W's first product of the hold; otherwise these are gemm_bias and gemm.
+  virtual void dense_forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
+                             const float* residual) {
+    gemm_bias(false, true, rows, out, in, x, in, w, in, y, out, bias, residual);
+  }
+  virtual void dense_backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) {
+    gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  }
+  // Begins (true) or ends (false) a span in which no weight changes: an executor run (the
+  // optimizer updates between runs). Outside a span the products read W as it stands.
+  virtual void hold_weights(bool held) { (void)held; }
+  // runtime.pack_weights: keep held weights in the product library's layout, at the cost
+  // of two copies of every weight a span multiplies by (the forward's and dx's layouts).
+  // False where this backend cannot: CPU without oneDNN's optimized f32 matmul; CUDA.
+  virtual bool set_pack_weights(bool on) { return !on; }
   // `batch` independent gemms; matrix i starts at A + i*stride_a (etc.).
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                                     const float* A, int lda, long stride_a, const float* B, int ldb,
@@ -257,7 +276,22 @@ std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cpu_backend(Bf16Products bf16_path);
 
 // Name of the BLAS kernel in use (OpenBLAS core name), or "unknown".
+// Holds the weights still for a scope (Backend::hold_weights), released however it ends.
+class HeldWeights {
+ public:
+  explicit HeldWeights(Backend& backend) : backend_(backend) { backend_.hold_weights(true); }
+  ~HeldWeights() { backend_.hold_weights(false); }
+  HeldWeights(const HeldWeights&) = delete;
+  HeldWeights& operator=(const HeldWeights&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
 std::string blas_kernel_name();
+// Products a CPU backend ran in this process by a weight kept in oneDNN's layout
+// (runtime.pack_weights): how a test or benchmark sees that packing took place.
+long packed_dense_products_run();
 // Restricts BLAS (and oneDNN, when built in) to `n` threads (no-op where the BLAS cannot be told).
 void set_blas_threads(int n);
 

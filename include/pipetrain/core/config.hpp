@@ -102,6 +102,10 @@ struct RuntimeConfig {
   std::string device = "cpu";  // cpu | cuda
   double timeout_s = 600;  // hang watchdog: longest single wait before the job aborts; 0 = off
   std::string on_nonfinite = "stop";  // non-finite loss or gradient: stop | skip (the update)
+  // Keep the weights in the product library's own layout during each step (CPU: oneDNN),
+  // so the forward and input-gradient products do not repack them on every microbatch;
+  // costs two more copies of the weights (Backend::set_pack_weights).
+  bool pack_weights = false;
 };
 
 // How device tensors move between ranks on GPUs (the CPU always uses MPI).

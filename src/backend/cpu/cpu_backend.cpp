@@ -50,6 +50,23 @@ class CpuBackend final : public Backend {
                  float* C, int ldc, const float* bias, const float* residual) override {
     cpu::gemm_bias(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, bias, residual);
   }
+  void dense_forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
+                     const float* residual) override {
+    if (!packed_ || !packed_->forward(rows, out, in, x, w, y, bias, residual))
+      Backend::dense_forward(rows, out, in, x, w, y, bias, residual);
+  }
+  void dense_backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) override {
+    if (!packed_ || !packed_->backward_input(rows, out, in, dy, w, dx))
+      Backend::dense_backward_input(rows, out, in, dy, w, dx);
+  }
+  void hold_weights(bool held) override {
+    if (packed_) packed_->hold(held);
+  }
+  bool set_pack_weights(bool on) override {
+    if (on && !packed_) packed_ = PackedDense::make();
+    if (!on) packed_.reset();
+    return on == (packed_ != nullptr);
+  }
   void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                  int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
                  float* pre_gelu) override {
@@ -274,6 +291,7 @@ class CpuBackend final : public Backend {
   HostAllocator memory_;
   Bf16Products bf16_path_;
   std::vector<float> gemm_scratch_;  // gemm_bf16's widened operands
+  std::unique_ptr<PackedDense> packed_;  // runtime.pack_weights: the held weights' copies
 };
 
 }  // namespace

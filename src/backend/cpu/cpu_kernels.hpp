@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 #include <cstdint>
@@ -139,6 +140,9 @@ void fill(float* x, float value, size_t n);
 // ---- matrix products (CBLAS sgemm, row-major) ----
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+// Starts C (M x N, leading dimension ldc; the residual's too) at bias + residual, for a
+// product accumulated into it (either may be null, not both).
+void start_rows(float* C, int M, int N, int ldc, const float* bias, const float* residual);
 // C = op(A) op(B) + bias + residual, as Backend::gemm_bias states it.
 void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                float* C, int ldc, const float* bias, const float* residual);
@@ -158,6 +162,25 @@ bool onednn_runs_bf16();    // built in, and its matmul runs bf16 here (natively
 bool onednn_native_bf16();  // its effective ISA has bf16 instructions (AVX512_BF16, AMX)
 std::string onednn_description();  // "oneDNN 2.6.3 (avx512_core_amx)"
 void onednn_set_threads(int n);
+// A dense layer's forward and input-gradient products by weights kept in oneDNN's own
+// layout while they are held (dense_packed.cpp; Backend::dense_forward states the
+// contract). Each call returns false where it did not run the product (not held, or no
+// optimized implementation for the shape): the caller runs sgemm.
+class PackedDense {
+ public:
+  // nullptr where this build or CPU cannot (no oneDNN, or only its reference matmul).
+  static std::unique_ptr<PackedDense> make();
+  ~PackedDense();
+  void hold(bool held);
+  bool forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
+               const float* residual);
+  bool backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx);
+
+ private:
+  PackedDense();
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                           const float* A, int lda, long stride_a, const float* B, int ldb,
                           long stride_b, float beta, float* C, int ldc, long stride_c, int batch);

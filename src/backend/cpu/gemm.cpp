@@ -34,6 +34,12 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void start_rows(float* C, int M, int N, int ldc, const float* bias, const float* residual) {
+  Kokkos::parallel_for("pipetrain::gemm_bias_start", HostRange(0, M > 0 ? M : 0), [=](const int64_t i) {
+    start_row(C + i * ldc, bias, residual ? residual + i * ldc : nullptr, N);
+  });
+}
+
 // sgemm with beta = 0 first zeroes C in a pass of its own (OpenBLAS's sgemm_beta), and
 // a bias or residual added afterwards is one more pass over C each: C is instead started
 // at bias + residual (one pass, written once) and the product accumulated into it.
@@ -43,9 +49,7 @@ void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, 
     gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
-  Kokkos::parallel_for("pipetrain::gemm_bias_start", HostRange(0, M > 0 ? M : 0), [=](const int64_t i) {
-    start_row(C + i * ldc, bias, residual ? residual + i * ldc : nullptr, N);
-  });
+  start_rows(C, M, N, ldc, bias, residual);
   gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 

@@ -1,0 +1,179 @@
+// A dense layer's products by a weight kept in oneDNN's own layout (runtime.pack_weights).
+// OpenBLAS packs B on every call; at a pipeline's small microbatches that copy of the
+// whole weight is a large part of the product (bench_gemm_libs: at 128 rows the forward
+// and input-gradient products take 0.72 of OpenBLAS's time with a reordered weight).
+// Here a weight is reordered once per hold (an executor run: no weight changes within
+// one) into the blocked layout oneDNN's f32 matmul chooses, and every product of the
+// hold reads that copy. The weight gradient stays with sgemm: it writes the plain layout,
+// and OpenBLAS is the faster there at every shape measured.
+#include "cpu_kernels.hpp"
+
+#include <atomic>
+
+#ifdef PIPETRAIN_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include "pipetrain/core/error.hpp"
+#endif
+
+namespace pipetrain {
+
+namespace {
+std::atomic<long> packed_products{0};
+}  // namespace
+
+long packed_dense_products_run() { return packed_products.load(std::memory_order_relaxed); }
+
+namespace cpu {
+
+#ifdef PIPETRAIN_HAVE_ONEDNN
+
+namespace {
+
+// One product of one weight: the forward (y = x W^T, accumulating into y when it was
+// started at bias + residual) or the input gradient (dx = dy W), at one row count.
+struct Key {
+  const float* w;
+  int rows, out, in;
+  bool input_gradient, accumulate;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<const void*>{}(k.w);
+    for (int v : {k.rows, k.out, k.in, static_cast<int>(k.input_gradient), static_cast<int>(k.accumulate)})
+      h = h * 1000003u ^ static_cast<size_t>(v);
+    return h;
+  }
+};
+
+}  // namespace
+
+class PackedDense::Impl {
+ public:
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory::desc src, dst, plain;  // plain: W as op(B) in its row-major storage
+    dnnl::memory weights;                // W in the primitive's layout
+    uint64_t hold = 0;                   // the hold whose values `weights` has (0: none yet)
+  };
+
+  // The entry for `k`, or nullptr when oneDNN has only its reference implementation for
+  // this product (slower than sgemm) or none.
+  Entry* get(const Key& k) {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) it = entries_.emplace(k, make(k)).first;
+    return it->second ? &*it->second : nullptr;
+  }
+
+  bool run(const Key& k, const float* a, float* c) {
+    Entry* e = get(k);
+    if (!e) return false;
+    if (e->hold != hold_) {  // this hold's first product by the weight: refresh the copy
+      dnnl::memory plain(e->plain, engine_, const_cast<float*>(k.w));
+      dnnl::reorder(plain, e->weights).execute(stream_, plain, e->weights);
+      e->hold = hold_;
+    }
+    e->prim.execute(stream_, {{DNNL_ARG_SRC, dnnl::memory(e->src, engine_, const_cast<float*>(a))},
+                              {DNNL_ARG_WEIGHTS, e->weights},
+                              {DNNL_ARG_DST, dnnl::memory(e->dst, engine_, c)}});
+    stream_.wait();
+    packed_products.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  void hold(bool held) {
+    held_ = held;
+    if (held) {
+      ++hold_;
+      return;
+    }
+    // The copies of weights this hold did not multiply by (a trainer gone, an evaluation's
+    // row count) are freed: what stays is two copies of the weights in use.
+    std::erase_if(entries_, [&](const auto& kv) { return kv.second && kv.second->hold != hold_; });
+  }
+  bool held() const { return held_; }
+
+ private:
+  std::optional<Entry> make(const Key& k) {
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // y[rows, out] = x[rows, in] W^T: op(B) = W^T, K = in. dx[rows, in] = dy[rows, out] W: op(B) = W, K = out.
+    const int K = k.input_gradient ? k.out : k.in, N = k.input_gradient ? k.in : k.out;
+    const dnnl::memory::desc src({k.rows, K}, dt::f32, dims{K, 1});
+    const dnnl::memory::desc plain({K, N}, dt::f32, k.input_gradient ? dims{k.in, 1} : dims{1, k.in});
+    const dnnl::memory::desc any({K, N}, dt::f32, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc dst({k.rows, N}, dt::f32, dims{N, 1});
+    dnnl::primitive_attr attr;
+    if (k.accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);  // y += x W^T: y was started at bias + residual
+      attr.set_post_ops(ops);
+    }
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), attr, engine_);
+      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
+      return Entry{dnnl::matmul(pd), src, dst, plain, dnnl::memory(pd.weights_desc(), engine_), 0};
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return std::nullopt;  // sgemm runs it instead
+      fail("oneDNN: cannot build the {}x{}x{} product by a packed weight: {}", k.rows, N, K, e.what());
+    }
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::unordered_map<Key, std::optional<Entry>, KeyHash> entries_;
+  uint64_t hold_ = 0;
+  bool held_ = false;
+};
+
+PackedDense::PackedDense() : impl_(std::make_unique<Impl>()) {}
+PackedDense::~PackedDense() = default;
+
+std::unique_ptr<PackedDense> PackedDense::make() {
+  auto p = std::unique_ptr<PackedDense>(new PackedDense());
+  // A small product of each kind, as a layer would ask for it: an optimized
+  // implementation for both, or no packing on this CPU.
+  static const float w[64 * 64] = {};
+  for (bool input_gradient : {false, true})
+    if (!p->impl_->get({w, 64, 64, 64, input_gradient, false})) return nullptr;
+  return p;
+}
+
+void PackedDense::hold(bool held) { impl_->hold(held); }
+
+bool PackedDense::forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
+                          const float* residual) {
+  if (!impl_->held() || rows <= 0 || out <= 0 || in <= 0) return false;
+  const bool accumulate = bias || residual;
+  if (!impl_->get({w, rows, out, in, false, accumulate})) return false;
+  if (accumulate) start_rows(y, rows, out, out, bias, residual);
+  return impl_->run({w, rows, out, in, false, accumulate}, x, y);
+}
+
+bool PackedDense::backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) {
+  if (!impl_->held() || rows <= 0 || out <= 0 || in <= 0) return false;
+  return impl_->run({w, rows, out, in, true, false}, dy, dx);
+}
+
+#else  // built without oneDNN: no packing (PackedDense::make says so)
+
+class PackedDense::Impl {};
+PackedDense::PackedDense() = default;
+PackedDense::~PackedDense() = default;
+std::unique_ptr<PackedDense> PackedDense::make() { return nullptr; }
+void PackedDense::hold(bool) {}
+bool PackedDense::forward(int, int, int, const float*, const float*, float*, const float*, const float*) {
+  return false;
+}
+bool PackedDense::backward_input(int, int, int, const float*, const float*, float*) { return false; }
+
+#endif
+
+}  // namespace cpu
+}  // namespace pipetrain
