@@ -6,6 +6,7 @@
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
 //                                         [--layers-per-stage 9,3 (default auto)] [--steps 5]
 //                                         [--compare-split 9,3 (also this split, steps in turns)]
+//                                         [--pack-weights (runtime.pack_weights everywhere)]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -139,9 +140,12 @@ int main(int argc, char** argv) {
     app.add_option("--compare-split", compare, "also run each schedule with these blocks per stage, in turns")
         ->delimiter(',');
     app.add_option("--steps", steps, "timed steps of each schedule (each between two single-rank steps)");
+    bool pack_weights = false;
+    app.add_flag("--pack-weights", pack_weights, "runtime.pack_weights, in the single rank and the pipelines alike");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
+    cfg.runtime.pack_weights = pack_weights;
     cfg.model.n_layer = layers;
     cfg.model.max_seq_len = std::max(1024, seq_len);
     cfg.train.seq_len = seq_len;

@@ -32,7 +32,8 @@ class CpuBackend final : public Backend {
                              : bf16_path_ == Bf16Products::kOnednn ? onednn_description()
                                                                    : std::string("sgemm on widened operands");
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ", " +
-           blas_threads_summary() + "; bf16 products: " + bf16 + ")";
+           blas_threads_summary() + "; bf16 products: " + bf16 +
+           (packed_ ? "; dense products by weights packed for " + onednn_description() : std::string()) + ")";
   }
 
   void* allocate(size_t bytes) override { return memory_.allocate(bytes); }
