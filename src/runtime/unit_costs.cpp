@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <vector>
 
 #include "pipetrain/core/rng.hpp"
@@ -102,20 +101,21 @@ MeasuredUnits time_units_here(const ModelConfig& model, Backend& backend, int B,
   constexpr int kRounds = 7;
   MeasuredUnits m{{kNone, kNone, kNone}, {kNone, kNone, kNone}, {kNone, kNone, kNone}};
   std::vector<double> e_ratio, h_ratio, a_ratio;
-  std::optional<HeldWeights> held(backend);  // as in a program: products by packed weights where the run packs them
-  for (int round = 0; round <= kRounds; ++round) {
-    const UnitTimings e = time_layer(embedding, ctx, {}, dy), a = time_layer(attention, ctx, x, dy),
-                      f = time_layer(mlp, ctx, x, dy), h = time_layer(head, ctx, x, {});
-    if (round == 0) continue;
-    const UnitTimings b = a + f;
-    keep_fastest(m.embedding, e);
-    keep_fastest(m.block, b);
-    keep_fastest(m.head, h);
-    e_ratio.push_back(e.total() / b.total());
-    h_ratio.push_back(h.total() / b.total());
-    a_ratio.push_back(a.total() / b.total());
+  {
+    const HeldWeights held(backend);  // as in a program: products by packed weights where the run packs them
+    for (int round = 0; round <= kRounds; ++round) {
+      const UnitTimings e = time_layer(embedding, ctx, {}, dy), a = time_layer(attention, ctx, x, dy),
+                        f = time_layer(mlp, ctx, x, dy), h = time_layer(head, ctx, x, {});
+      if (round == 0) continue;
+      const UnitTimings b = a + f;
+      keep_fastest(m.embedding, e);
+      keep_fastest(m.block, b);
+      keep_fastest(m.head, h);
+      e_ratio.push_back(e.total() / b.total());
+      h_ratio.push_back(h.total() / b.total());
+      a_ratio.push_back(a.total() / b.total());
+    }
   }
-  held.reset();
   {  // An empty hold frees the packed copies of these stages' weights, which end here.
     const HeldWeights none(backend);
   }

@@ -71,20 +71,18 @@ class PackedDense::Impl {
     return it->second ? &*it->second : nullptr;
   }
 
-  bool run(const Key& k, const float* a, float* c) {
-    Entry* e = get(k);
-    if (!e) return false;
-    if (e->hold != hold_) {  // this hold's first product by the weight: refresh the copy
-      dnnl::memory plain(e->plain, engine_, const_cast<float*>(k.w));
-      dnnl::reorder(plain, e->weights).execute(stream_, plain, e->weights);
-      e->hold = hold_;
+  // C = A op(W) by `e`, the entry of weight `w`.
+  void run(Entry& e, const float* w, const float* a, float* c) {
+    if (e.hold != hold_) {  // this hold's first product by the weight: refresh the copy
+      dnnl::memory plain(e.plain, engine_, const_cast<float*>(w));
+      dnnl::reorder(plain, e.weights).execute(stream_, plain, e.weights);
+      e.hold = hold_;
     }
-    e->prim.execute(stream_, {{DNNL_ARG_SRC, dnnl::memory(e->src, engine_, const_cast<float*>(a))},
-                              {DNNL_ARG_WEIGHTS, e->weights},
-                              {DNNL_ARG_DST, dnnl::memory(e->dst, engine_, c)}});
+    e.prim.execute(stream_, {{DNNL_ARG_SRC, dnnl::memory(e.src, engine_, const_cast<float*>(a))},
+                             {DNNL_ARG_WEIGHTS, e.weights},
+                             {DNNL_ARG_DST, dnnl::memory(e.dst, engine_, c)}});
     stream_.wait();
     packed_products.fetch_add(1, std::memory_order_relaxed);
-    return true;
   }
 
   void hold(bool held) {
@@ -120,7 +118,9 @@ class PackedDense::Impl {
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
       return Entry{dnnl::matmul(pd), src, dst, plain, dnnl::memory(pd.weights_desc(), engine_), 0};
     } catch (const dnnl::error& e) {
-      if (e.status == dnnl_unimplemented) return std::nullopt;  // sgemm runs it instead
+      // No implementation for this product on this CPU: the caller's sgemm runs it (a
+      // complete path, as for a reference-only one); any other failure is an error.
+      if (e.status == dnnl_unimplemented) return std::nullopt;
       fail("oneDNN: cannot build the {}x{}x{} product by a packed weight: {}", k.rows, N, K, e.what());
     }
   }
@@ -151,14 +151,19 @@ bool PackedDense::forward(int rows, int out, int in, const float* x, const float
                           const float* residual) {
   if (!impl_->held() || rows <= 0 || out <= 0 || in <= 0) return false;
   const bool accumulate = bias || residual;
-  if (!impl_->get({w, rows, out, in, false, accumulate})) return false;
+  Impl::Entry* e = impl_->get({w, rows, out, in, false, accumulate});
+  if (!e) return false;
   if (accumulate) start_rows(y, rows, out, out, bias, residual);
-  return impl_->run({w, rows, out, in, false, accumulate}, x, y);
+  impl_->run(*e, w, x, y);
+  return true;
 }
 
 bool PackedDense::backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) {
   if (!impl_->held() || rows <= 0 || out <= 0 || in <= 0) return false;
-  return impl_->run({w, rows, out, in, true, false}, dy, dx);
+  Impl::Entry* e = impl_->get({w, rows, out, in, true, false});
+  if (!e) return false;
+  impl_->run(*e, w, dy, dx);
+  return true;
 }
 
 #else  // built without oneDNN: no packing (PackedDense::make says so)
