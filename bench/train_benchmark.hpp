@@ -293,7 +293,13 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
                    k.kernel, best->kernel, model_gflops / sq * k.square / best->square,
                    median(per_step) * k.square / best->square);
   }
-  if (pack_weights) fmt::print("packed weights: {} products by oneDNN's copies\n", packed_dense_products_run());
+  if (pack_weights) {
+    const Backend::PackedWeights held = backend->packed_weights();
+    fmt::print("packed weights: {} products by oneDNN's copies; the copies hold {:.1f}M elements in {:.0f} MiB "
+               "({:.4f} bytes per element)\n",
+               packed_dense_products_run(), held.elements / 1e6, held.bytes / 1048576.0,
+               held.elements > 0 ? static_cast<double>(held.bytes) / static_cast<double>(held.elements) : 0.0);
+  }
   fmt::print("recompute {}: activation memory {:.0f} MiB (the step's pool peak above its start)\n", recompute,
              activations / 1048576.0);
   fmt::print("peak pooled memory: {:.0f} MiB; peak RSS: {:.0f} MiB\n",

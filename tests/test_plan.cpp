@@ -311,6 +311,24 @@ TEST(CostModel, RankMemoryByHand) {
   EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8 * 7.5e5);
   in.zero1 = true;  // ZeRO-1's shards cover the whole flat buffer
   EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8e6 / 2);
+  const double before = rank_memory(in).total();
+  in.packed = 3e5;  // runtime.pack_weights: two f32 copies of those matrices
+  EXPECT_DOUBLE_EQ(rank_memory(in).packed_copies, 2.4e6);
+  EXPECT_DOUBLE_EQ(rank_memory(in).total(), before + 2.4e6);
+}
+
+TEST(CostModel, DenseWeightsAreTheProductsMatrices) {
+  ModelConfig m = tiny_gpt2();
+  const double C = m.d_model, V = m.padded_vocab();
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Embedding, 1), 0.0);  // a lookup
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Attention, 2), 4 * C * C / 2);  // qkv and the projection
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Mlp, 1), 8 * C * C);
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Block, 1), 12 * C * C);
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Head, 2), V * C / 2);  // its vocabulary shard
+  // Llama: q, k and v by key/value heads, the output, gate, up and down.
+  m.arch = "llama", m.n_head = 4, m.n_kv_head = 2;
+  const double hd = C / 4;
+  EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Block, 1), C * (4 + 2 * 2) * hd + C * C + 3 * C * m.ffn());
 }
 
 TEST(Planner, PeakStashesFollowTheSchedule) {
@@ -366,6 +384,20 @@ TEST(Planner, OneRankStepIsTheSumOfItsActions) {
   EXPECT_NEAR(p.optimizer_s, tail, 1e-15);
   EXPECT_NEAR(p.step_s, compute + tail + p.other_s, 1e-15);
   EXPECT_EQ(l.blocks_per_stage, std::vector<double>{4});
+}
+
+TEST(Planner, PackedWeightsCountTwoCopiesOfTheMatrices) {
+  Config cfg = tiny_config(4);
+  const ClusterSpec c = node_of(1);
+  Layout l;
+  l.microbatches = 2, l.microbatch_size = 2, l.precision = "fp32";
+  const double without = predict(cfg, c, l).memory.total();
+  cfg.runtime.pack_weights = true;
+  const RankMemory m = predict(cfg, c, l).memory;
+  const double dense = 4 * dense_weight_params(cfg.model, UnitKind::Block, 1) +
+                       dense_weight_params(cfg.model, UnitKind::Head, 1);
+  EXPECT_DOUBLE_EQ(m.packed_copies, 8 * dense);
+  EXPECT_DOUBLE_EQ(m.total(), without + 8 * dense);
 }
 
 TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {

@@ -10,6 +10,7 @@
 #include "test_files.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -98,6 +99,30 @@ TEST(Trainer, PackedWeightsGiveTheSameSteps) {
     EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * losses[0][s]) << "step " << s;
   for (size_t i = 0; i < params[0].size(); ++i)
     ASSERT_NEAR(params[1][i], params[0][i], 1e-5 + 1e-4 * std::abs(params[0][i])) << "param " << i;
+}
+
+// The memory estimate (header and planner) counts runtime.pack_weights' copies as two per
+// matrix the dense products multiply by (dense_weight_params), none under native bf16
+// products: the copies the backend holds after a step must be exactly those.
+TEST(Trainer, PackedCopiesAreWhatTheMemoryEstimateCounts) {
+  auto backend = make_cpu_backend();
+  if (!backend->set_pack_weights(true)) GTEST_SKIP() << "this build or CPU cannot pack weights";
+  for (const char* precision : {"fp32", "bf16"}) {
+    Config cfg = tiny_config(2);
+    cfg.model.n_layer = 3;
+    cfg.train.precision = precision;
+    cfg.runtime.pack_weights = true;
+    Grid grid(MPI_COMM_SELF, cfg.parallel);
+    Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
+    trainer.train_step(0);
+    double dense = 0;
+    for (const StageUnits& u : trainer.stage_units())
+      for (const StagePiece& p : stage_pieces(cfg.model, u)) dense += dense_weight_params(cfg.model, p.kind, 1);
+    const bool f32_products = cfg.train.precision == "fp32" || !backend->bf16_products_native();
+    const Backend::PackedWeights held = backend->packed_weights();
+    EXPECT_EQ(static_cast<double>(held.elements), f32_products ? 2 * dense : 0.0) << precision;
+    EXPECT_GE(held.bytes, 4 * static_cast<size_t>(held.elements)) << precision;  // padding only adds
+  }
 }
 
 TEST(Trainer, FirstLossEqualsEvaluationBeforeUpdate) {

@@ -164,8 +164,9 @@ int run_train(const TrainOptions& opt) {
   // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
   // parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
   // another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
-  // one), the stashed activations the schedule keeps alive at its peak, what recomputation
-  // rebuilds for one block at a time, receive buffers and a dp bucket.
+  // one), runtime.pack_weights' two copies of the matrices, the stashed activations the
+  // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
+  // receive buffers and a dp bucket.
   const bool bf16 = cfg.train.precision == "bf16";
   double est = 0;
   {
@@ -187,6 +188,7 @@ int run_train(const TrainOptions& opt) {
                                                                   trainer.microbatch_size(), cfg.train.seq_len, storage,
                                                                   mode, keeps));
         const auto pieces = stage_pieces(cfg.model, u);
+        for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
         if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
               return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
             }))
@@ -200,6 +202,8 @@ int run_train(const TrainOptions& opt) {
       in.receive_buffers = 4;
     }
     in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
+    // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).
+    if (!cfg.runtime.pack_weights || (bf16 && backend->bf16_products_native())) in.packed = 0;
     est = rank_memory(in).total();
   }
   grid.world().allreduce_max(&est, 1);

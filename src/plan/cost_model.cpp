@@ -115,6 +115,22 @@ double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool nati
   return 0.0;
 }
 
+double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp) {
+  switch (kind) {
+    case UnitKind::Embedding:
+      return 0.0;  // a lookup, no product
+    case UnitKind::Block:
+      return (attention_matmul_params(model) + mlp_matmul_params(model)) / tp;
+    case UnitKind::Attention:
+      return attention_matmul_params(model) / tp;
+    case UnitKind::Mlp:
+      return mlp_matmul_params(model) / tp;
+    case UnitKind::Head:
+      return static_cast<double>(model.padded_vocab()) * model.d_model / tp;  // the logits' columns on this rank
+  }
+  return 0.0;
+}
+
 bool multiplies_bf16(const DeviceSpec& device) {
   if (device.kind == "cuda") return true;
   auto rate = [&](const std::string& precision) {
@@ -205,6 +221,7 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.gradients = 4.0 * in.params;
   m.optimizer = in.zero1 && in.dp > 1 ? 8.0 * in.params / in.dp : 8.0 * (in.params - in.not_updated);
   m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
+  m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
   m.activations = in.largest_stash * in.peak_inflight + in.recompute;
   m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0);
   return m;

@@ -136,7 +136,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
-    double params = 0, widened = 0, largest = 0, backward = 0;
+    double params = 0, widened = 0, dense = 0, largest = 0, backward = 0;
     bool embedding = false, head_here = false, block = false;
     for (int st = 0; st < S; ++st) {
       if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
@@ -149,6 +149,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       for (const StagePiece& p : stage_pieces(model, u)) {
         const UnitKind k = p.kind;
         widened += widened_params(model, k, tp, native_bf16);
+        dense += dense_weight_params(model, k, tp);
         params += unit_params(model, k).on_rank(tp);
         embedding = embedding || k == UnitKind::Embedding;
         head_here = head_here || k == UnitKind::Head;
@@ -196,6 +197,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.activation_bytes = R > 1 ? act : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
     in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
+    in.packed = cx.cfg.runtime.pack_weights && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
     const RankMemory mem = rank_memory(in);
     if (mem.total() > out.memory.total()) out.memory = mem;
     out.lower_bound =

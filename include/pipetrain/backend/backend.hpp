@@ -75,6 +75,13 @@ class Backend : public DeviceAllocator {
   // of two copies of every weight a span multiplies by (the forward's and dx's layouts).
   // False where this backend cannot: CPU without oneDNN's optimized f32 matmul; CUDA.
   virtual bool set_pack_weights(bool on) { return !on; }
+  // What the packed copies hold now: their elements (as multiplied, one count per copy)
+  // and bytes in the library's layout (padding included).
+  struct PackedWeights {
+    int64_t elements = 0;
+    size_t bytes = 0;
+  };
+  virtual PackedWeights packed_weights() const { return {}; }
   // `batch` independent gemms; matrix i starts at A + i*stride_a (etc.).
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                                     const float* A, int lda, long stride_a, const float* B, int ldb,

@@ -2,7 +2,8 @@
 // (FLOPs, bytes, tensor-parallel collectives), what messages cost on a link, what AdamW
 // costs, and what one rank holds in memory (the run header uses the same estimate).
 // docs/cost-model.md writes the formulas down.
-// Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, multiplies_bf16, ActionTimes, unit_times,
+// Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
+// multiplies_bf16, ActionTimes, unit_times,
 // allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
 // MemoryInputs, RankMemory, rank_memory.
 #pragma once
@@ -44,6 +45,9 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind);
 // (ParameterStore::needs_widened_copy): all of them where the device widens bf16 products;
 // else the vectors (norms, biases).
 double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products);
+// Of a unit's parameters on one rank, the matrices its dense products multiply by (the
+// blocks' projections, the head's table): what runtime.pack_weights keeps two more copies of.
+double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp);
 // Whether a device multiplies bf16 itself: a GPU, or a device whose bf16 product rate
 // (peak_flops: what --calibrate measured, or the file's) is above its fp32 one (products
 // that widen their operands run at the f32 rate).
@@ -86,10 +90,11 @@ struct MemoryInputs {
   double activation_bytes = 0;   // one transfer between stages (receive buffers)
   int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
   double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (counted when dp > 1, at most the gradients)
+  double packed = 0;             // runtime.pack_weights: elements kept in the forward's and the input gradient's layouts
 };
 struct RankMemory {
-  double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0, buffers = 0;
-  double total() const { return weights + gradients + optimizer + compute_copy + activations + buffers; }
+  double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, packed_copies = 0, activations = 0, buffers = 0;
+  double total() const { return weights + gradients + optimizer + compute_copy + packed_copies + activations + buffers; }
 };
 RankMemory rank_memory(const MemoryInputs& in);
 

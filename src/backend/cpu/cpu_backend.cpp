@@ -68,6 +68,11 @@ class CpuBackend final : public Backend {
     if (!on) packed_.reset();
     return on == (packed_ != nullptr);
   }
+  PackedWeights packed_weights() const override {
+    if (!packed_) return {};
+    const auto [elements, bytes] = packed_->held_copies();
+    return {elements, bytes};
+  }
   void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                  int ldb, float beta, float* C, int ldc, Epilogue epilogue, const float* bias,
                  float* pre_gelu) override {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 #include <cstdint>
 
 #include "pipetrain/backend/attention.hpp"
@@ -175,6 +176,8 @@ class PackedDense {
   bool forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
                const float* residual);
   bool backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx);
+  // The copies kept now: elements (one count per copy) and bytes in oneDNN's layout.
+  std::pair<int64_t, size_t> held_copies() const;
 
  private:
   PackedDense();

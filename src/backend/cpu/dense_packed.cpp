@@ -97,6 +97,16 @@ class PackedDense::Impl {
   }
   bool held() const { return held_; }
 
+  std::pair<int64_t, size_t> copies() const {
+    std::pair<int64_t, size_t> n{0, 0};
+    for (const auto& [k, e] : entries_)
+      if (e) {
+        n.first += static_cast<int64_t>(k.out) * k.in;
+        n.second += e->weights.get_desc().get_size();
+      }
+    return n;
+  }
+
  private:
   std::optional<Entry> make(const Key& k) {
     using dt = dnnl::memory::data_type;
@@ -146,6 +156,7 @@ std::unique_ptr<PackedDense> PackedDense::make() {
 }
 
 void PackedDense::hold(bool held) { impl_->hold(held); }
+std::pair<int64_t, size_t> PackedDense::held_copies() const { return impl_->copies(); }
 
 bool PackedDense::forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
                           const float* residual) {
@@ -173,6 +184,7 @@ PackedDense::PackedDense() = default;
 PackedDense::~PackedDense() = default;
 std::unique_ptr<PackedDense> PackedDense::make() { return nullptr; }
 void PackedDense::hold(bool) {}
+std::pair<int64_t, size_t> PackedDense::held_copies() const { return {0, 0}; }
 bool PackedDense::forward(int, int, int, const float*, const float*, float*, const float*, const float*) {
   return false;
 }
