@@ -6,9 +6,11 @@
 // between the libraries, so both see the same moment of a shared machine; medians.
 // What it answers: at a pipeline's small microbatches, how much of the products' time is
 // the library packing the weight on every call, and how many microbatches a step needs
-// before a reordered copy pays for itself.
+// before a reordered copy pays for itself. With --precision bf16 the two oneDNN columns
+// multiply bf16 operands (what train.precision = "bf16" runs where oneDNN multiplies bf16
+// natively; OpenBLAS has no bf16 product and stays the f32 reference point).
 //
-//   bench_gemm_libs [--rows 128,1024] [--reps 5]
+//   bench_gemm_libs [--rows 128,1024] [--reps 5] [--precision fp32|bf16]
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +26,7 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/core/dtype.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
 #ifdef PIPETRAIN_HAVE_ONEDNN
@@ -88,6 +91,9 @@ int main(int argc, char** argv) {
   app.add_option("--rows", row_counts, "tokens per microbatch (rows of the activations)")->delimiter(',');
   app.add_option("--reps", reps, "timed runs of each product and library (after one warm-up)")
       ->check(CLI::PositiveNumber);
+  std::string precision = "fp32";
+  app.add_option("--precision", precision, "oneDNN's operands: fp32, or bf16 (f32 sums)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   pipetrain::set_blas_threads(1);
   fmt::print("BLAS {}, 1 thread\n", pipetrain::blas_kernel_name());
@@ -100,8 +106,18 @@ int main(int argc, char** argv) {
   using dims = dnnl::memory::dims;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
+  const bool bf16 = precision == "bf16";
+  const dt operand = bf16 ? dt::bf16 : dt::f32;
+  fmt::print("oneDNN operands: {}\n", precision);
+  // oneDNN's operand: the f32 values themselves, or a bf16 copy of them.
+  auto operand_of = [&](const std::vector<float>& v) {
+    std::vector<pipetrain::bf16> h;
+    if (bf16)
+      for (float f : v) h.push_back(pipetrain::to_bf16(f));
+    return h;
+  };
   for (const int rows : row_counts) {
-    double sum_blas = 0, sum_plain = 0, sum_packed = 0, sum_blas_w = 0, reorder_total = 0;
+    double sum_blas = 0, sum_plain = 0, sum_packed = 0, sum_blas_w = 0, sum_plain_w = 0, reorder_total = 0;
     fmt::print("\n{} rows (tokens per microbatch); ms per product, GFLOP/s, oneDNN time / OpenBLAS time\n", rows);
     fmt::print("{:<10} {:<8} {:>16} {:>24} {:>24} {:>10} {:>10}\n", "layer", "product", "OpenBLAS",
                "oneDNN, weight in place", "oneDNN, weight reordered", "reorder", "max diff");
@@ -109,12 +125,15 @@ int main(int argc, char** argv) {
       const auto x = random_values(static_cast<size_t>(rows) * d.in, 1);
       const auto dy = random_values(static_cast<size_t>(rows) * d.out, 2);
       const auto w = random_values(static_cast<size_t>(d.in) * d.out, 3);
+      const auto x_h = operand_of(x), dy_h = operand_of(dy), w_h = operand_of(w);
       for (const Product& p : products(d, rows)) {
         const float* A = p.a_is_dy ? dy.data() : x.data();
         const float* B = p.weight_is_b ? w.data() : x.data();
+        const void* A_op = !bf16 ? static_cast<const void*>(A) : (p.a_is_dy ? dy_h.data() : x_h.data());
+        const void* B_op = !bf16 ? static_cast<const void*>(B) : (p.weight_is_b ? w_h.data() : x_h.data());
         std::vector<float> c_blas(static_cast<size_t>(p.M) * p.N), c_plain(c_blas.size()), c_packed(c_blas.size());
-        const dnnl::memory::desc a({p.M, p.K}, dt::f32, p.ta ? dims{1, p.lda} : dims{p.lda, 1});
-        const dnnl::memory::desc b({p.K, p.N}, dt::f32, p.tb ? dims{1, p.ldb} : dims{p.ldb, 1});
+        const dnnl::memory::desc a({p.M, p.K}, operand, p.ta ? dims{1, p.lda} : dims{p.lda, 1});
+        const dnnl::memory::desc b({p.K, p.N}, operand, p.tb ? dims{1, p.ldb} : dims{p.ldb, 1});
         const dnnl::memory::desc c({p.M, p.N}, dt::f32, dims{p.N, 1});
         dnnl::primitive_attr attr;
         if (p.beta != 0.0f) {
@@ -131,11 +150,11 @@ int main(int argc, char** argv) {
         std::optional<dnnl::memory> packed_w;
         double reorder_s = 0;
         if (p.weight_is_b) {
-          const dnnl::memory::desc any({p.K, p.N}, dt::f32, dnnl::memory::format_tag::any);
+          const dnnl::memory::desc any({p.K, p.N}, operand, dnnl::memory::format_tag::any);
           const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, engine);
           packed.emplace(pd);
           packed_w.emplace(pd.weights_desc(), engine);
-          dnnl::memory src = mem(b, B);
+          dnnl::memory src = mem(b, B_op);
           std::vector<double> t;
           for (int r = 0; r <= reps; ++r)
             t.push_back(seconds([&] {
@@ -151,12 +170,12 @@ int main(int argc, char** argv) {
                         p.K, 1.0f, A, p.lda, B, p.ldb, p.beta, c_blas.data(), p.N);
           });
           const double p_s = seconds([&] {
-            plain.execute(stream, {{DNNL_ARG_SRC, mem(a, A)}, {DNNL_ARG_WEIGHTS, mem(b, B)},
+            plain.execute(stream, {{DNNL_ARG_SRC, mem(a, A_op)}, {DNNL_ARG_WEIGHTS, mem(b, B_op)},
                                    {DNNL_ARG_DST, mem(c, c_plain.data())}});
             stream.wait();
           });
           const double k_s = !packed ? 0.0 : seconds([&] {
-            packed->execute(stream, {{DNNL_ARG_SRC, mem(a, A)}, {DNNL_ARG_WEIGHTS, *packed_w},
+            packed->execute(stream, {{DNNL_ARG_SRC, mem(a, A_op)}, {DNNL_ARG_WEIGHTS, *packed_w},
                                      {DNNL_ARG_DST, mem(c, c_packed.data())}});
             stream.wait();
           });
@@ -174,6 +193,7 @@ int main(int argc, char** argv) {
         sum_plain += mp;
         if (packed) {
           sum_blas_w += mb;
+          sum_plain_w += mp;
           sum_packed += mk;
           reorder_total += reorder_s;
         }
@@ -185,6 +205,15 @@ int main(int argc, char** argv) {
     }
     fmt::print("all products: OpenBLAS {:.1f} ms, oneDNN with the weight in place {:.1f} ms ({:.3f})\n",
                sum_blas * 1e3, sum_plain * 1e3, sum_plain / sum_blas);
+    if (bf16) {  // what pipetrain's bf16 runs (the weight in place) against a reordered copy
+      const double gain = sum_plain_w - sum_packed;
+      fmt::print("bf16 forward and dx: oneDNN with the weight in place {:.1f} ms, reordered {:.1f} ms ({:.3f}); the "
+                 "reorders {:.1f} ms per update: {}\n",
+                 sum_plain_w * 1e3, sum_packed * 1e3, sum_packed / sum_plain_w, reorder_total * 1e3,
+                 gain > 0 ? fmt::format("they pay for themselves from {:.1f} microbatches per step", reorder_total / gain)
+                          : std::string("they never pay for themselves"));
+      continue;
+    }
     const double gain = sum_blas_w - sum_packed;
     fmt::print("forward and dx: OpenBLAS {:.1f} ms, oneDNN with reordered weights {:.1f} ms ({:.3f}); the reorders "
                "{:.1f} ms per update: {}\n",
