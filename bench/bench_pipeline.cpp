@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <map>
@@ -47,7 +48,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s;
+  std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s, refresh_s;
   std::map<std::pair<int, char>, std::vector<double>> durations;  // (stage, op) -> seconds
 
   Run(const Config& c, MPI_Comm comm)
@@ -64,10 +65,11 @@ struct Run {
     bubble.push_back(m.bubble_fraction);
     compute_s.push_back(trainer.last_stats().compute_s);
     wait_s.push_back(trainer.last_stats().wait_s);
+    refresh_s.push_back(trainer.last_stats().refresh_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     for (const auto& e : trainer.last_stats().events) {
-      if (e.name.rfind("wait", 0) == 0) continue;
+      if (e.name.empty() || !std::isdigit(static_cast<unsigned char>(e.name[0]))) continue;  // waits, refreshes
       const auto pos = e.name.find_first_of("FBIW");
       durations[{std::stoi(e.name.substr(0, pos)), e.name[pos]}].push_back(e.dur_s);
     }
@@ -96,11 +98,15 @@ Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
       fmt::print("  stage {}: F {:.3f} s, B {:.3f} s, I {:.3f} s, W {:.3f} s\n", st, c[0], c[1], c[2], c[3]);
   }
   bench::print_phases(r.phase, rank);
-  double cw[2] = {median(r.compute_s), median(r.wait_s)}, all[4] = {};
-  MPI_Gather(cw, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  double cw[3] = {median(r.compute_s), median(r.wait_s), median(r.refresh_s)}, all[6] = {};
+  MPI_Gather(cw, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0)
     for (int q = 0; q < 2; ++q)
-      fmt::print("  rank {}: computing {:.3f} s, waiting {:.3f} s of its program\n", q, all[2 * q], all[2 * q + 1]);
+      fmt::print("  rank {}: computing {:.3f} s{}, waiting {:.3f} s of its program\n", q, all[3 * q],
+                 all[3 * q + 2] > 0 ? fmt::format(" (refreshing packed weights while a receive was due {:.3f} s)",
+                                                  all[3 * q + 2])
+                                    : "",
+                 all[3 * q + 1]);
   const SimResult sim = simulate(sched, costs);
   Costs balanced = costs;
   double work = 0;  // all stages' actions for every microbatch: a single rank's program

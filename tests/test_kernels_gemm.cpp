@@ -132,6 +132,29 @@ TEST_P(KernelGemmTest, DenseProductsByAHeldWeight) {
     }
     // Two held checks of four forwards and one dx each: all by the packed copy, or none.
     EXPECT_EQ(packed_dense_products_run() - before, pack ? 10 : 0) << how;
+    if (!pack) {
+      EXPECT_EQ(be().refresh_packed_weights_until([] { return false; }), 0);
+      continue;
+    }
+    // A wait's refresh ahead: after another update, the next hold refreshes the copies the
+    // last one used (forward without and with a start, dx: three) until the input arrives,
+    // and their products then read the new values.
+    be().copy(w.get(), W1.data(), W1.size() * sizeof(float));
+    EXPECT_EQ(be().refresh_packed_weights_until([] { return false; }), 0) << "outside a hold";
+    {
+      const HeldWeights held(be());
+      int looks = 0;
+      EXPECT_EQ(be().refresh_packed_weights_until([&] { return ++looks > 1; }), 1) << "arrived at the second look";
+      EXPECT_EQ(be().refresh_packed_weights_until([] { return false; }), 2) << "the rest";
+      EXPECT_EQ(be().refresh_packed_weights_until([] { return false; }), 0) << "all refreshed";
+      check(W1, "packed, refreshed ahead after a change");
+    }
+    be().forget_packed_weights();  // the weights' owner goes: nothing left to refresh from
+    {
+      const HeldWeights held(be());
+      EXPECT_EQ(be().refresh_packed_weights_until([] { return false; }), 0) << "after forgetting";
+      check(W1, "packed, after forgetting");
+    }
   }
   be().set_pack_weights(false);
 }

@@ -160,6 +160,18 @@ struct PipelineExecutor::Impl {
                                        key.kind == kActivation ? key.stage - 1 : key.stage + 1,
                                        key.kind == kActivation ? 'F' : 'B', key.microbatch, it->second.peer));
     fault::point("p2p-wait");
+    // Time this rank would wait: refresh the packed weight copies its next products need
+    // (runtime.pack_weights), so that their first products, on the pipeline's critical
+    // path, find them ready.
+    const double r0 = now();
+    const int refreshed =
+        ex.backend_.refresh_packed_weights_until([&] { return it->second.request->test(); });
+    if (refreshed > 0) {
+      stats.copies_refreshed += refreshed;
+      stats.refresh_s += now() - r0;
+      stats.compute_s += now() - r0;  // work a product would otherwise do
+      if (trace) stats.events.push_back({fmt::format("refresh {} copies", refreshed), me, r0, now() - r0});
+    }
     const double w0 = now();
     it->second.request->wait_on(ex.backend_.stream());  // the host waits only where the transport must
     const double w1 = now();
@@ -299,6 +311,8 @@ PipelineExecutor::PipelineExecutor(std::map<int, ModelStage*> stages, Communicat
       d_model_(d_model),
       storage_(storage),
       recompute_(std::move(recompute)) {}
+
+PipelineExecutor::~PipelineExecutor() { backend_.forget_packed_weights(); }
 
 ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {

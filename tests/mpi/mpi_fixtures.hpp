@@ -64,6 +64,7 @@ struct RunResult {
   std::map<std::string, std::vector<float>> grads0;     // step 0's reduced gradient (before any update)
   std::vector<int> peaks;
   std::vector<double> bytes_sent;         // pipeline bytes this rank sent, per step
+  std::vector<int> copies_refreshed;      // runtime.pack_weights: copies refreshed while waiting, per step
   std::map<std::string, Parameter> meta;  // shapes and shards of this rank's parameters
   double lr_sum = 0;                      // sum of the learning rates of the steps run
 };
@@ -79,6 +80,7 @@ inline RunResult run(const Config& cfg, MPI_Comm comm) {
     r.losses.push_back(m.loss);
     r.peaks.push_back(m.peak_stashed);
     r.bytes_sent.push_back(m.pp_bytes_sent);
+    r.copies_refreshed.push_back(trainer.last_stats().copies_refreshed);
     r.lr_sum += m.lr;
     if (s == 0) {
       const std::vector<float> g = trainer.reduced_gradients();

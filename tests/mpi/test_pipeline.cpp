@@ -113,6 +113,33 @@ TEST(PipelineHalfBlocks, SplitInsideBlocksMatchesSingleRank) {
   }
 }
 
+// runtime.pack_weights on a pipeline: the same steps as the single rank without it, and
+// the ranks spend their waits refreshing the copies (none before a first step has used
+// them; some in the later steps, where stages wait for their first input).
+TEST(PipelinePackedWeights, MatchesSingleRankAndRefreshesWhileWaiting) {
+  const int p = world_size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "pipeline suites run on 2 or 4 ranks";
+  if (!make_cpu_backend()->set_pack_weights(true)) GTEST_SKIP() << "this build or CPU cannot pack weights";
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(schedule);
+    Config cfg = base_config();
+    cfg.parallel.pp = p;
+    cfg.schedule.name = schedule;
+    cfg.runtime.pack_weights = true;
+    const RunResult got = run(cfg, MPI_COMM_WORLD);
+    expect_same_run(got, reference(), cfg);
+    const int steps = static_cast<int>(got.copies_refreshed.size());
+    std::vector<int> all(static_cast<size_t>(steps * p));
+    MPI_Allgather(got.copies_refreshed.data(), steps, MPI_INT, all.data(), steps, MPI_INT, MPI_COMM_WORLD);
+    long later = 0;
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(all[static_cast<size_t>(r * steps)], 0) << "rank " << r << ", step 0";
+      for (int s = 1; s < steps; ++s) later += all[static_cast<size_t>(r * steps + s)];
+    }
+    EXPECT_GT(later, 0);
+  }
+}
+
 TEST(PipelineCsv, ScheduleFileMatchesSingleRank) {
   const int p = world_size();
   if (p != 2 && p != 4) GTEST_SKIP() << "pipeline suites run on 2 or 4 ranks";

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -82,6 +83,17 @@ class Backend : public DeviceAllocator {
     size_t bytes = 0;
   };
   virtual PackedWeights packed_weights() const { return {}; }
+  // Work for a rank that would wait (the executor, blocked on a receive): while held,
+  // refreshes the packed copies the last span multiplied by and this one has not yet, in
+  // the order the last span first did, until `arrived()` or none is left; how many. Their
+  // first products then find them ready, off the wait's critical path.
+  virtual int refresh_packed_weights_until(const std::function<bool()>& arrived) {
+    (void)arrived;
+    return 0;
+  }
+  // The weights the spans so far multiplied by may go away (their owner is being
+  // destroyed): drop their copies, which a later span would otherwise refresh from them.
+  virtual void forget_packed_weights() {}
   // `batch` independent gemms; matrix i starts at A + i*stride_a (etc.).
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                                     const float* A, int lda, long stride_a, const float* B, int ldb,

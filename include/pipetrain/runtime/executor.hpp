@@ -37,6 +37,8 @@ struct ExecutorStats {
   int peak_stashed = 0;  // most (microbatch, stage) activation stashes alive at once
   double loss_sum = 0;   // sum of token losses computed here (last stage only)
   double bytes_sent = 0; // pipeline bytes this rank sent (its 1/tp slice of each tensor under tp)
+  int copies_refreshed = 0;  // runtime.pack_weights: packed copies refreshed while a receive was due
+  double refresh_s = 0;      // the time that took (in compute_s, not in wait_s)
   std::vector<TraceEvent> events;
 };
 
@@ -66,6 +68,10 @@ class PipelineExecutor {
   // forward-only program (evaluation).
   ExecutorStats run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                     float loss_scale, bool trace, const ExecutorHooks& hooks = {});
+  // The backend forgets its packed copies of the stages' weights, which go away with them.
+  ~PipelineExecutor();
+  PipelineExecutor(const PipelineExecutor&) = delete;
+  PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
  private:
   struct Impl;

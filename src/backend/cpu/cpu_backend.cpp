@@ -68,6 +68,12 @@ class CpuBackend final : public Backend {
     if (!on) packed_.reset();
     return on == (packed_ != nullptr);
   }
+  int refresh_packed_weights_until(const std::function<bool()>& arrived) override {
+    return packed_ ? packed_->refresh_until(arrived) : 0;
+  }
+  void forget_packed_weights() override {
+    if (packed_) packed_->forget();
+  }
   PackedWeights packed_weights() const override {
     if (!packed_) return {};
     const auto [elements, bytes] = packed_->held_copies();

@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -178,6 +179,9 @@ class PackedDense {
   bool backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx);
   // The copies kept now: elements (one count per copy) and bytes in oneDNN's layout.
   std::pair<int64_t, size_t> held_copies() const;
+  // Backend::refresh_packed_weights_until and forget_packed_weights.
+  int refresh_until(const std::function<bool()>& arrived);
+  void forget();
 
  private:
   PackedDense();

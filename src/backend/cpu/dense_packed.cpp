@@ -16,6 +16,7 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "pipetrain/core/error.hpp"
 #endif
@@ -60,6 +61,7 @@ class PackedDense::Impl {
     dnnl::matmul prim;
     dnnl::memory::desc src, dst, plain;  // plain: W as op(B) in its row-major storage
     dnnl::memory weights;                // W in the primitive's layout
+    const float* w = nullptr;            // W itself
     uint64_t hold = 0;                   // the hold whose values `weights` has (0: none yet)
   };
 
@@ -72,12 +74,8 @@ class PackedDense::Impl {
   }
 
   // C = A op(W) by `e`, the entry of weight `w`.
-  void run(Entry& e, const float* w, const float* a, float* c) {
-    if (e.hold != hold_) {  // this hold's first product by the weight: refresh the copy
-      dnnl::memory plain(e.plain, engine_, const_cast<float*>(w));
-      dnnl::reorder(plain, e.weights).execute(stream_, plain, e.weights);
-      e.hold = hold_;
-    }
+  void run(Entry& e, const float* a, float* c) {
+    if (e.hold != hold_) refresh(e);  // this hold's first product by the weight
     e.prim.execute(stream_, {{DNNL_ARG_SRC, dnnl::memory(e.src, engine_, const_cast<float*>(a))},
                              {DNNL_ARG_WEIGHTS, e.weights},
                              {DNNL_ARG_DST, dnnl::memory(e.dst, engine_, c)}});
@@ -89,13 +87,37 @@ class PackedDense::Impl {
     held_ = held;
     if (held) {
       ++hold_;
+      next_ = 0;
       return;
     }
-    // The copies of weights this hold did not multiply by (a trainer gone, an evaluation's
-    // row count) are freed: what stays is two copies of the weights in use.
+    // The copies of weights this hold did not multiply by (an evaluation's row count, the
+    // unit-cost measurement's) are freed: what stays is two copies of the weights in use,
+    // in the order this hold refreshed them, the order the next one refreshes them ahead.
     std::erase_if(entries_, [&](const auto& kv) { return kv.second && kv.second->hold != hold_; });
+    last_order_ = std::move(order_);
+    order_.clear();
   }
   bool held() const { return held_; }
+
+  // Refreshes, while held, the copies the last hold used that this one has not yet, in
+  // the last hold's order (the program's), until `arrived()`; how many.
+  int refresh_until(const std::function<bool()>& arrived) {
+    int n = 0;
+    while (held_ && !arrived()) {
+      while (next_ < last_order_.size() && last_order_[next_]->hold == hold_) ++next_;
+      if (next_ == last_order_.size()) break;
+      refresh(*last_order_[next_]);
+      ++n;
+    }
+    return n;
+  }
+
+  void forget() {
+    entries_.clear();
+    order_.clear();
+    last_order_.clear();
+    next_ = 0;
+  }
 
   std::pair<int64_t, size_t> copies() const {
     std::pair<int64_t, size_t> n{0, 0};
@@ -126,7 +148,7 @@ class PackedDense::Impl {
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), attr, engine_);
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
-      return Entry{dnnl::matmul(pd), src, dst, plain, dnnl::memory(pd.weights_desc(), engine_), 0};
+      return Entry{dnnl::matmul(pd), src, dst, plain, dnnl::memory(pd.weights_desc(), engine_), k.w, 0};
     } catch (const dnnl::error& e) {
       // No implementation for this product on this CPU: the caller's sgemm runs it (a
       // complete path, as for a reference-only one); any other failure is an error.
@@ -135,9 +157,20 @@ class PackedDense::Impl {
     }
   }
 
+  // The copy in the layout of `e` gets W's values of this hold.
+  void refresh(Entry& e) {
+    dnnl::memory plain(e.plain, engine_, const_cast<float*>(e.w));
+    dnnl::reorder(plain, e.weights).execute(stream_, plain, e.weights);
+    stream_.wait();
+    e.hold = hold_;
+    order_.push_back(&e);
+  }
+
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  std::unordered_map<Key, std::optional<Entry>, KeyHash> entries_;
+  std::unordered_map<Key, std::optional<Entry>, KeyHash> entries_;  // node-based: an Entry stays put
+  std::vector<Entry*> order_, last_order_;  // refreshed in this hold, in the last one
+  size_t next_ = 0;                         // the first of last_order_ not looked at in this hold
   uint64_t hold_ = 0;
   bool held_ = false;
 };
@@ -152,10 +185,13 @@ std::unique_ptr<PackedDense> PackedDense::make() {
   static const float w[64 * 64] = {};
   for (bool input_gradient : {false, true})
     if (!p->impl_->get({w, 64, 64, 64, input_gradient, false})) return nullptr;
+  p->impl_->forget();
   return p;
 }
 
 void PackedDense::hold(bool held) { impl_->hold(held); }
+int PackedDense::refresh_until(const std::function<bool()>& arrived) { return impl_->refresh_until(arrived); }
+void PackedDense::forget() { impl_->forget(); }
 std::pair<int64_t, size_t> PackedDense::held_copies() const { return impl_->copies(); }
 
 bool PackedDense::forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
@@ -165,7 +201,7 @@ bool PackedDense::forward(int rows, int out, int in, const float* x, const float
   Impl::Entry* e = impl_->get({w, rows, out, in, false, accumulate});
   if (!e) return false;
   if (accumulate) start_rows(y, rows, out, out, bias, residual);
-  impl_->run(*e, w, x, y);
+  impl_->run(*e, x, y);
   return true;
 }
 
@@ -173,7 +209,7 @@ bool PackedDense::backward_input(int rows, int out, int in, const float* dy, con
   if (!impl_->held() || rows <= 0 || out <= 0 || in <= 0) return false;
   Impl::Entry* e = impl_->get({w, rows, out, in, true, false});
   if (!e) return false;
-  impl_->run(*e, w, dy, dx);
+  impl_->run(*e, dy, dx);
   return true;
 }
 
@@ -184,6 +220,8 @@ PackedDense::PackedDense() = default;
 PackedDense::~PackedDense() = default;
 std::unique_ptr<PackedDense> PackedDense::make() { return nullptr; }
 void PackedDense::hold(bool) {}
+int PackedDense::refresh_until(const std::function<bool()>&) { return 0; }
+void PackedDense::forget() {}
 std::pair<int64_t, size_t> PackedDense::held_copies() const { return {0, 0}; }
 bool PackedDense::forward(int, int, int, const float*, const float*, float*, const float*, const float*) {
   return false;
