@@ -16,6 +16,7 @@
 #include "pipetrain/io/durable_file.hpp"
 #include "pipetrain/plan/planner.hpp"
 #include "pipetrain/runtime/calibrate.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pipetrain {
 
@@ -108,6 +109,7 @@ int run_plan(const PlanCliOptions& o) {
     if (o.output.empty()) fail("plan --calibrate: say where to write the cluster file (-o CLUSTER.toml)");
     auto backend = cfg.runtime.device == "cpu" ? make_cpu_backend() : nullptr;
     if (!backend) fail("plan --calibrate measures CPU nodes (runtime.device = \"cpu\")");
+    apply_pack_weights(cfg, *backend);  // the layers measured as the run will multiply
     if (rank == 0) fmt::print("pipetrain plan --calibrate: measuring ({})\n", backend->name());
     const ClusterSpec c = calibrate_cluster(cfg, *backend, MPI_COMM_WORLD, [](const std::string& s) {
       fmt::print("{}\n", s);

@@ -79,6 +79,13 @@ Program program_from_config(const Config& cfg, const Schedule& s, const std::str
   return p;
 }
 
+void apply_pack_weights(const Config& cfg, Backend& backend) {
+  if (!backend.set_pack_weights(cfg.runtime.pack_weights))
+    fail("runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
+         "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
+         cfg.runtime.device);
+}
+
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),
       use_(use),
@@ -91,10 +98,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (mb_size_ < 1 || cfg.train.global_batch % (cfg.parallel.dp * cfg.train.microbatches) != 0)
     fail("train.global_batch = {} is not a multiple of parallel.dp x train.microbatches = {} x {}",
          cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
-  if (!backend.set_pack_weights(cfg.runtime.pack_weights))
-    fail("runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
-         "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
-         cfg.runtime.device);
+  apply_pack_weights(cfg, backend);
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;

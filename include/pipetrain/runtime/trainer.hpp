@@ -60,6 +60,10 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullpt
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
                             bool in_order = false);
 
+// Sets runtime.pack_weights on `backend` (a Trainer does; so does the planner's
+// calibration, which measures the layers as a run would); an error where it cannot.
+void apply_pack_weights(const Config& cfg, Backend& backend);
+
 // What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
 // weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
 // moments, no random initialisation — generating with a model takes its weights' memory,
