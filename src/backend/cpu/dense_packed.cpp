@@ -13,12 +13,13 @@
 #ifdef PIPETRAIN_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <fmt/format.h>
+
 #include <optional>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
-#include "pipetrain/core/error.hpp"
+#include "onednn_matmul.hpp"
 #endif
 
 namespace pipetrain {
@@ -145,16 +146,10 @@ class PackedDense::Impl {
       ops.append_sum(1.0f);  // y += x W^T: y was started at bias + residual
       attr.set_post_ops(ops);
     }
-    try {
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), attr, engine_);
-      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
-      return Entry{dnnl::matmul(pd), src, dst, plain, dnnl::memory(pd.weights_desc(), engine_), k.w, 0};
-    } catch (const dnnl::error& e) {
-      // No implementation for this product on this CPU: the caller's sgemm runs it (a
-      // complete path, as for a reference-only one); any other failure is an error.
-      if (e.status == dnnl_unimplemented) return std::nullopt;
-      fail("oneDNN: cannot build the {}x{}x{} product by a packed weight: {}", k.rows, N, K, e.what());
-    }
+    const auto pd = optimized_matmul(dnnl::matmul::desc(src, any, dst), attr, engine_,
+                                     fmt::format("the {}x{}x{} product by a packed weight", k.rows, N, K));
+    if (!pd) return std::nullopt;  // the caller's sgemm runs it
+    return Entry{dnnl::matmul(*pd), src, dst, plain, dnnl::memory(pd->weights_desc(), engine_), k.w, 0};
   }
 
   // The copy in the layout of `e` gets W's values of this hold.

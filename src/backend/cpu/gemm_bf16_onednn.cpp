@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "pipetrain/core/error.hpp"
+#include "onednn_matmul.hpp"
 
 namespace pipetrain::cpu {
 
@@ -72,18 +72,10 @@ class Matmuls {
       attr.set_post_ops(ops);
     }
     const dnnl::memory::desc bias = s.bias ? dnnl::memory::desc({1, s.N}, dt::f32, dims{s.N, 1}) : dnnl::memory::desc();
-    try {
-      const dnnl::matmul::primitive_desc pd =
-          s.bias ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr, engine_)
-                 : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine_);
-      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
-      return Matmul{dnnl::matmul(pd), a, b, c, bias};
-    } catch (const dnnl::error& e) {
-      // No implementation for this shape on this CPU: the caller widens for sgemm
-      // (a complete path, not a gap); any other failure is an error.
-      if (e.status == dnnl_unimplemented) return std::nullopt;
-      fail("oneDNN: cannot build the bf16 product {}x{}x{}: {}", s.M, s.N, s.K, e.what());
-    }
+    const auto pd = optimized_matmul(s.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr,
+                                     engine_, fmt::format("the bf16 product {}x{}x{}", s.M, s.N, s.K));
+    if (!pd) return std::nullopt;  // the caller widens for sgemm
+    return Matmul{dnnl::matmul(*pd), a, b, c, bias};
   }
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
