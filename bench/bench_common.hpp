@@ -31,6 +31,16 @@ inline std::optional<int> parse_args(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
+// --pack-weights[=auto|true|false] (runtime.pack_weights): bare, it means true; absent, auto.
+inline void add_pack_weights(CLI::App& app, std::string& value, const std::string& where) {
+  value = "auto";
+  app.add_flag("--pack-weights{true}", value, "runtime.pack_weights (auto, true or false), " + where)
+      ->check(CLI::IsMember({"auto", "true", "false"}));
+}
+inline Toggle pack_toggle(const std::string& value) {
+  return value == "true" ? Toggle::On : value == "false" ? Toggle::Off : Toggle::Auto;
+}
+
 // Uniformly random inputs and targets (throughput does not depend on the text).
 inline BatchSource random_tokens(int vocab, int T) {
   return [vocab, T](int64_t first, int count, int32_t* in, int32_t* tgt) {

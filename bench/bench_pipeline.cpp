@@ -6,7 +6,7 @@
 //   mpiexec -n 2 build/bin/bench_pipeline [--layers 12] [--seq-len 128] [--microbatches 8]
 //                                         [--layers-per-stage 9,3 (default auto)] [--steps 5]
 //                                         [--compare-split 9,3 (also this split, steps in turns)]
-//                                         [--pack-weights (runtime.pack_weights everywhere)]
+//                                         [--pack-weights[=auto|true|false] (runtime.pack_weights everywhere; default auto)]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -146,12 +146,12 @@ int main(int argc, char** argv) {
     app.add_option("--compare-split", compare, "also run each schedule with these blocks per stage, in turns")
         ->delimiter(',');
     app.add_option("--steps", steps, "timed steps of each schedule (each between two single-rank steps)");
-    bool pack_weights = false;
-    app.add_flag("--pack-weights", pack_weights, "runtime.pack_weights, in the single rank and the pipelines alike");
+    std::string pack_weights;
+    bench::add_pack_weights(app, pack_weights, "in the single rank and the pipelines alike");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
-    cfg.runtime.pack_weights = pack_weights;
+    cfg.runtime.pack_weights = bench::pack_toggle(pack_weights);
     cfg.model.n_layer = layers;
     cfg.model.max_seq_len = std::max(1024, seq_len);
     cfg.train.seq_len = seq_len;
@@ -201,6 +201,10 @@ int main(int argc, char** argv) {
       fmt::print("GPT-2 {} layers, d_model 768, seq {}, m = {} microbatches of 1 sequence; BLAS {}, 1 thread/rank\n"
                  "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
                  layers, seq_len, microbatches, blas_kernel_name(), single_s, tokens / single_s);
+    if (rank == 0)
+      fmt::print("runtime.pack_weights = {}: the single rank {}{}\n", pack_weights,
+                 single.trainer.packs_weights() ? "packs" : "does not pack",
+                 single.trainer.pack_reason().empty() ? "" : " (" + single.trainer.pack_reason() + ")");
     bench::single_rank_mean(median(mine), rank);
     for (size_t k = 0; k < pipes.size(); ++k) {
       if (rank == 0)

@@ -11,7 +11,7 @@
 //
 //   build/bin/bench_train_{gpt2,llama} [--layers 12] [--seq-len 256] [--mb-size 4]
 //       [--microbatches 1] [--steps 5] [--threads 1] [--recompute none|selective|full]
-//       [--precision fp32|bf16] [--pack-weights]
+//       [--precision fp32|bf16] [--pack-weights[=auto|true|false]]
 // Under bf16 it also sets the model against the bf16 product rate of the path in use
 // (PIPETRAIN_BF16_GEMM=sgemm or onednn, run in turn, compares the two).
 #pragma once
@@ -180,8 +180,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   app.add_option("--recompute", recompute, "train.recompute: none, selective or full");
   std::string precision = "fp32";
   app.add_option("--precision", precision, "train.precision: fp32 or bf16");
-  bool pack_weights = false;
-  app.add_flag("--pack-weights", pack_weights, "runtime.pack_weights: weights in oneDNN's layout during each step");
+  std::string pack_weights;
+  bench::add_pack_weights(app, pack_weights, "weights in oneDNN's layout during each step");
   if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
@@ -200,7 +200,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   cfg.train.steps = steps + 1;
   cfg.train.recompute = recompute;
   cfg.train.precision = precision;
-  cfg.runtime.pack_weights = pack_weights;
+  cfg.runtime.pack_weights = bench::pack_toggle(pack_weights);
   auto backend = make_cpu_backend();
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));
@@ -213,6 +213,9 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::vector<KernelRate> kernels = len > 0 ? every_kernel(self, tokens_mb) : std::vector<KernelRate>{};
   fmt::print("backend: {}\nBLAS kernel: {}, threads {}\n", backend->name(), blas_kernel_summary(), threads);
+  if (!trainer.pack_reason().empty())
+    fmt::print("runtime.pack_weights = \"auto\": {} ({})\n", trainer.packs_weights() ? "packed" : "not packed",
+               trainer.pack_reason());
   fmt::print("model: {} {} layers, d_model {}, {:.2f}M params; {} tokens/microbatch x {} microbatches\n",
              arch == "llama" ? fmt::format("Llama ({} key/value heads, SwiGLU {}, untied)", cfg.model.kv_heads(),
                                            cfg.model.ffn())
@@ -293,7 +296,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
                    k.kernel, best->kernel, model_gflops / sq * k.square / best->square,
                    median(per_step) * k.square / best->square);
   }
-  if (pack_weights) {
+  if (trainer.packs_weights()) {
     const Backend::PackedWeights held = backend->packed_weights();
     fmt::print("packed weights: {} products by oneDNN's copies; the copies hold {:.1f}M elements in {:.0f} MiB "
                "({:.4f} bytes per element)\n",

@@ -85,6 +85,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.log.metrics, b.log.metrics);
   EXPECT_EQ(a.log.file, b.log.file);
   EXPECT_EQ(a.runtime.device, b.runtime.device);
+  EXPECT_EQ(a.runtime.pack_weights, b.runtime.pack_weights);
   EXPECT_EQ(a.comm.p2p, b.comm.p2p);
   EXPECT_EQ(a.train.recompute, b.train.recompute);
   EXPECT_EQ(a.parallel.recompute_stages, b.parallel.recompute_stages);
@@ -255,6 +256,22 @@ TEST(ConfigTestOverride, EveryValueForm) {
   EXPECT_EQ(c.checkpoint.dir, "2024-01-01");
   EXPECT_EQ(c.model.n_layer, 2);
   EXPECT_EQ(c.train.seed, 42u);
+}
+
+// runtime.pack_weights is true, false or "auto" (the default), in a file, a --set and to_toml.
+TEST(ConfigTest, PackWeightsTakesTrueFalseOrAuto) {
+  EXPECT_EQ(parse(kMinimal).runtime.pack_weights, Toggle::Auto);
+  const std::pair<const char*, Toggle> forms[] = {{"true", Toggle::On}, {"false", Toggle::Off}, {"\"auto\"", Toggle::Auto}};
+  for (const auto& [text, want] : forms) {
+    const Config c = parse(std::string(kMinimal) + "[runtime]\npack_weights = " + text + "\n");
+    EXPECT_EQ(c.runtime.pack_weights, want) << text;
+    EXPECT_EQ(parse(to_toml(c)).runtime.pack_weights, want) << to_toml(c);
+  }
+  EXPECT_EQ(parse(kMinimal, {"runtime.pack_weights=auto"}).runtime.pack_weights, Toggle::Auto);  // bare word
+  EXPECT_EQ(parse(kMinimal, {"runtime.pack_weights=false"}).runtime.pack_weights, Toggle::Off);
+  for (const char* bad : {"\"yes\"", "1"})
+    EXPECT_HAS(error_of(std::string(kMinimal) + "[runtime]\npack_weights = " + bad + "\n"),
+               "x.toml: runtime.pack_weights: expected true, false or \"auto\"");
 }
 
 TEST(ConfigTestOverride, ProvidesARequiredKeyAndLaterOnesWin) {

@@ -331,6 +331,37 @@ TEST(CostModel, DenseWeightsAreTheProductsMatrices) {
   EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Block, 1), C * (4 + 2 * 2) * hd + C * C + 3 * C * m.ffn());
 }
 
+// runtime.pack_weights = "auto": each condition alone turns packing off, at its boundary.
+TEST(CostModel, AutoPacksOnlyWhereItWasMeasuredToPay) {
+  PackInputs in;
+  in.can_pack = true;
+  in.d_model = kPackModelMin;
+  in.rows = kPackRowsMax;
+  in.microbatches = 2;
+  in.copies_bytes = 0.25 * 8e9;
+  in.memory_per_rank = 8e9;
+  const PackChoice yes = choose_pack_weights(in);
+  EXPECT_TRUE(yes.on) << yes.why;
+  EXPECT_NE(yes.why.find("512-row microbatches; copies 1.9 GiB, 25.0% of the rank's 7.5 GiB"), std::string::npos) << yes.why;
+  auto off = [&](auto change, const char* why) {
+    PackInputs x = in;
+    change(x);
+    const PackChoice c = choose_pack_weights(x);
+    EXPECT_FALSE(c.on) << why;
+    EXPECT_NE(c.why.find(why), std::string::npos) << c.why;
+  };
+  off([](PackInputs& x) { x.can_pack = false; }, "in place");
+  off([](PackInputs& x) { x.f32_products = false; }, "bf16");
+  off([](PackInputs& x) { x.d_model = kPackModelMin - 1; }, "not measured to pay");
+  off([](PackInputs& x) { x.rows = kPackRowsMax + 1; }, "513-row microbatches");
+  off([](PackInputs& x) { x.microbatches = 1; }, "fewer than 2 microbatches a step");
+  off([](PackInputs& x) { x.copies_bytes = 0.26 * 8e9; }, "over a quarter of the rank's 7.5 GiB");
+  PackInputs unknown = in;  // no memory figure: the copies are not limited
+  unknown.memory_per_rank = 0;
+  unknown.copies_bytes = 1e15;
+  EXPECT_TRUE(choose_pack_weights(unknown).on);
+}
+
 TEST(Planner, PeakStashesFollowTheSchedule) {
   EXPECT_EQ(peak_stashes(make_schedule("1f1b", {4, 1, 8})), (std::vector<int>{4, 3, 2, 1}));
   EXPECT_EQ(peak_stashes(make_schedule("gpipe", {4, 1, 8})), (std::vector<int>{8, 8, 8, 8}));
@@ -391,13 +422,38 @@ TEST(Planner, PackedWeightsCountTwoCopiesOfTheMatrices) {
   const ClusterSpec c = node_of(1);
   Layout l;
   l.microbatches = 2, l.microbatch_size = 2, l.precision = "fp32";
+  cfg.runtime.pack_weights = Toggle::Off;
   const double without = predict(cfg, c, l).memory.total();
-  cfg.runtime.pack_weights = true;
+  cfg.runtime.pack_weights = Toggle::On;
   const RankMemory m = predict(cfg, c, l).memory;
   const double dense = 4 * dense_weight_params(cfg.model, UnitKind::Block, 1) +
                        dense_weight_params(cfg.model, UnitKind::Head, 1);
   EXPECT_DOUBLE_EQ(m.packed_copies, 8 * dense);
   EXPECT_DOUBLE_EQ(m.total(), without + 8 * dense);
+}
+
+// "auto" in the planner decides per layout as the Trainer does: copies at microbatches of
+// up to kPackRowsMax rows where they fit, none above or where they would not.
+TEST(Planner, AutoPackingCountsCopiesWhereTheRunWouldPack) {
+  Config cfg = tiny_config(8);
+  cfg.model.d_model = kPackModelMin, cfg.model.n_head = 8;
+  cfg.runtime.pack_weights = Toggle::Auto;
+  cfg.train.seq_len = 128;
+  const double dense = 4 * dense_weight_params(cfg.model, UnitKind::Block, 1) +
+                       dense_weight_params(cfg.model, UnitKind::Head, 1);
+  auto cpu = [](double gib) {
+    ClusterSpec c = node_of(1, gib);
+    c.device.kind = "cpu";
+    return c;
+  };
+  Layout l;
+  l.microbatches = 2, l.microbatch_size = kPackRowsMax / 128, l.precision = "fp32";
+  EXPECT_DOUBLE_EQ(predict(cfg, cpu(16), l).memory.packed_copies, 8 * dense);
+  EXPECT_DOUBLE_EQ(predict(cfg, node_of(1), l).memory.packed_copies, 0.0);  // a GPU multiplies in place
+  const double tight = 8 * dense / 0.25 * 0.99 / 1073741824.0;  // GiB: the copies just over a quarter
+  EXPECT_DOUBLE_EQ(predict(cfg, cpu(tight), l).memory.packed_copies, 0.0);
+  l.microbatch_size *= 2, l.microbatches = 1;  // 1024 rows
+  EXPECT_DOUBLE_EQ(predict(cfg, cpu(16), l).memory.packed_copies, 0.0);
 }
 
 TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {

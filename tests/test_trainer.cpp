@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <cstring>
+#include <fmt/format.h>
 
 #include "model_fixtures.hpp"
 #include "test_files.hpp"
@@ -84,7 +85,7 @@ TEST(Trainer, PackedWeightsGiveTheSameSteps) {
   std::vector<std::vector<float>> params;
   for (bool pack : {false, true}) {
     Config cfg = tiny_config(2);
-    cfg.runtime.pack_weights = pack;
+    cfg.runtime.pack_weights = pack ? Toggle::On : Toggle::Off;
     Grid grid(MPI_COMM_SELF, cfg.parallel);
     Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
     const long before = packed_dense_products_run();
@@ -111,7 +112,7 @@ TEST(Trainer, PackedCopiesAreWhatTheMemoryEstimateCounts) {
     Config cfg = tiny_config(2);
     cfg.model.n_layer = 3;
     cfg.train.precision = precision;
-    cfg.runtime.pack_weights = true;
+    cfg.runtime.pack_weights = Toggle::On;
     Grid grid(MPI_COMM_SELF, cfg.parallel);
     Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
     trainer.train_step(0);
@@ -122,6 +123,46 @@ TEST(Trainer, PackedCopiesAreWhatTheMemoryEstimateCounts) {
     const Backend::PackedWeights held = backend->packed_weights();
     EXPECT_EQ(static_cast<double>(held.elements), f32_products ? 2 * dense : 0.0) << precision;
     EXPECT_GE(held.bytes, 4 * static_cast<size_t>(held.elements)) << precision;  // padding only adds
+  }
+}
+
+// runtime.pack_weights = "auto" (the default) resolves by choose_pack_weights, for the
+// rank's own copies: packs a d_model 512 model at 16-row microbatches, two a step; not with
+// one microbatch a step, below d_model 512, for inference, or where set false; and the
+// products then run as it says.
+TEST(Trainer, AutoPackingResolvesForTheRun) {
+  auto backend = make_cpu_backend();
+  const bool can = backend->set_pack_weights(true);
+  backend->set_pack_weights(false);
+  struct Case {
+    int d_model, microbatches;
+    Toggle set;
+    TrainerUse use;
+    bool packs;
+    const char* why;
+  };
+  const Case cases[] = {
+      {512, 2, Toggle::Auto, TrainerUse::Train, can, can ? "16-row microbatches; copies" : "in place"},
+      {512, 1, Toggle::Auto, TrainerUse::Train, false, can ? "fewer than 2 microbatches a step" : "in place"},
+      {256, 2, Toggle::Auto, TrainerUse::Train, false, can ? "d_model 256 < 512" : "in place"},
+      {512, 2, Toggle::Auto, TrainerUse::Inference, false, can ? "fewer than 2 microbatches a step" : "in place"},
+      {512, 2, Toggle::Off, TrainerUse::Train, false, ""},
+  };
+  for (const Case& k : cases) {
+    Config cfg = tiny_config(k.microbatches);
+    cfg.model.n_layer = 1, cfg.model.n_head = 8, cfg.model.d_model = k.d_model;
+    cfg.train.global_batch = 2;
+    cfg.runtime.pack_weights = k.set;
+    Grid grid(MPI_COMM_SELF, cfg.parallel);
+    Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len), k.use);
+    const std::string at = fmt::format("d_model {}, m = {}, {}", k.d_model, k.microbatches,
+                                       k.use == TrainerUse::Train ? "train" : "inference");
+    EXPECT_EQ(trainer.packs_weights(), k.packs) << at << ": " << trainer.pack_reason();
+    EXPECT_NE(trainer.pack_reason().find(k.why), std::string::npos) << at << ": " << trainer.pack_reason();
+    if (k.use != TrainerUse::Train) continue;
+    const long before = packed_dense_products_run();
+    trainer.train_step(0);
+    EXPECT_EQ(packed_dense_products_run() > before, k.packs) << at;
   }
 }
 

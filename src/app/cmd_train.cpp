@@ -203,7 +203,7 @@ int run_train(const TrainOptions& opt) {
     }
     in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
     // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).
-    if (!cfg.runtime.pack_weights || (bf16 && backend->bf16_products_native())) in.packed = 0;
+    if (!trainer.packs_weights() || (bf16 && backend->bf16_products_native())) in.packed = 0;
     est = rank_memory(in).total();
   }
   grid.world().allreduce_max(&est, 1);
@@ -226,6 +226,9 @@ int run_train(const TrainOptions& opt) {
                                data->num_windows(), cfg.train.seq_len);
   }
   std::string backend_summary = backend->name();
+  if (!trainer.pack_reason().empty())
+    backend_summary += fmt::format(" (runtime.pack_weights = \"auto\": {}, {})",
+                                   trainer.packs_weights() ? "packed" : "not packed", trainer.pack_reason());
   if (cfg.runtime.device != "cpu") backend_summary += " (transfers: " + trainer.comms_summary() + ")";
   else if (trainer.progress_thread())
     backend_summary += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);

@@ -124,6 +124,14 @@ void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) ctx.type_error(key, "a boolean (true or false)", n);
           *field = n.as_boolean()->get();
+        } else if constexpr (std::is_same_v<T, Toggle>) {
+          if (const auto* b = n.as_boolean()) {
+            *field = b->get() ? Toggle::On : Toggle::Off;
+          } else if (const auto* s = n.as_string(); s && s->get() == "auto") {
+            *field = Toggle::Auto;
+          } else {
+            ctx.type_error(key, "true, false or \"auto\"", n);
+          }
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) ctx.type_error(key, "a string", n);
           *field = n.as_string()->get();
@@ -350,6 +358,9 @@ std::string to_toml(const Config& cfg) {
             section->insert_or_assign(name, std::move(a));
           } else if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
             section->insert_or_assign(name, static_cast<int64_t>(*field));  // parse_config bounds both
+          } else if constexpr (std::is_same_v<T, Toggle>) {
+            if (*field == Toggle::Auto) section->insert_or_assign(name, "auto");
+            else section->insert_or_assign(name, *field == Toggle::On);
           } else {
             section->insert_or_assign(name, *field);
           }

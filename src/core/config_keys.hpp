@@ -15,7 +15,7 @@
 
 namespace pipetrain::config_keys {
 
-using Ref = std::variant<int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
+using Ref = std::variant<int*, uint64_t*, double*, bool*, Toggle*, std::string*, std::vector<std::string>*,
                          std::vector<int>*, std::vector<double>*, DataConfig*>;  // DataConfig*: data.train (paths, or a blend)
 
 struct KeyDesc {

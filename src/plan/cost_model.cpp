@@ -2,6 +2,8 @@
 // formulas with their reasons.
 #include "pipetrain/plan/cost_model.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace pipetrain {
@@ -138,6 +140,25 @@ bool multiplies_bf16(const DeviceSpec& device) {
     return p == device.peak_flops.end() ? 0.0 : p->second;
   };
   return rate("bf16") > rate("fp32");
+}
+
+PackChoice choose_pack_weights(const PackInputs& in) {
+  auto gib = [](double b) { return b >= 1073741824.0 ? fmt::format("{:.1f} GiB", b / 1073741824.0)
+                                                     : fmt::format("{:.0f} MiB", b / 1048576.0); };
+  if (!in.can_pack) return {false, "the backend multiplies by the weights in place"};
+  if (!in.f32_products) return {false, "bf16 products read the bf16 weights"};
+  if (in.d_model < kPackModelMin)
+    return {false, fmt::format("d_model {} < {}: not measured to pay", in.d_model, kPackModelMin)};
+  if (in.rows > kPackRowsMax)
+    return {false, fmt::format("{}-row microbatches: sgemm's repacking weighs little above {}", in.rows, kPackRowsMax)};
+  if (in.microbatches < 2) return {false, "fewer than 2 microbatches a step: the reorders would not pay back"};
+  if (in.memory_per_rank > 0 && in.copies_bytes > 0.25 * in.memory_per_rank)
+    return {false, fmt::format("the copies ({}) would take over a quarter of the rank's {}", gib(in.copies_bytes),
+                               gib(in.memory_per_rank))};
+  std::string why = fmt::format("{}-row microbatches; copies {}", in.rows, gib(in.copies_bytes));
+  if (in.memory_per_rank > 0)
+    why += fmt::format(", {:.1f}% of the rank's {}", 100 * in.copies_bytes / in.memory_per_rank, gib(in.memory_per_rank));
+  return {true, why};
 }
 
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link) {

@@ -133,6 +133,24 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const Recompute mode = l.recompute;
   const double world_latency = allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node
                                                                                                   : c.inter_node);
+  // runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
+  // rank with the most copies (as the Trainer decides), on CPUs only.
+  bool pack = cx.cfg.runtime.pack_weights == Toggle::On;
+  if (cx.cfg.runtime.pack_weights == Toggle::Auto) {
+    std::vector<double> dense_on(static_cast<size_t>(R), 0.0);
+    for (int st = 0; st < S; ++st)
+      for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)]))
+        dense_on[static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)])] += dense_weight_params(model, p.kind, tp);
+    PackInputs in;
+    in.can_pack = c.device.kind == "cpu";
+    in.f32_products = !(bf16 && native_bf16);
+    in.d_model = model.d_model;
+    in.rows = B * T;
+    in.microbatches = m;
+    in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
+    in.memory_per_rank = c.device.memory_bytes;
+    pack = choose_pack_weights(in).on;
+  }
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
@@ -197,7 +215,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.activation_bytes = R > 1 ? act : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
     in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
-    in.packed = cx.cfg.runtime.pack_weights && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
+    in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
     const RankMemory mem = rank_memory(in);
     if (mem.total() > out.memory.total()) out.memory = mem;
     out.lower_bound =

@@ -12,7 +12,9 @@
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
+#include "pipetrain/topology/node_memory.hpp"
 
 namespace pipetrain {
 
@@ -147,7 +149,7 @@ ClusterSpec calibrate_cluster(const Config& cfg, Backend& backend, MPI_Comm worl
   if (d.kind != "cpu")
     fail("plan --calibrate measures CPU nodes (runtime.device = \"cpu\"); for GPUs start from a cluster file such as "
          "share/pipetrain/inputs/clusters/dgx-h100.toml");
-  d.memory_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / local;
+  d.memory_bytes = node_memory_per_rank(world);  // the node's (or the job's cgroup limit) over its ranks
   d.reserve_bytes = std::max(0.1 * d.memory_bytes, std::min(1073741824.0, 0.5 * d.memory_bytes));
 
   auto pool = MemoryPool::create(backend);
@@ -167,6 +169,7 @@ ClusterSpec calibrate_cluster(const Config& cfg, Backend& backend, MPI_Comm worl
   UnitRates r;
   for (const int b : {B / 4, B / 2, B, 2 * B, 4 * B}) {
     if (b < 1 || (!r.tokens.empty() && b * T <= r.tokens.back())) continue;
+    apply_pack_weights(cfg, backend, b * T);  // "auto" packs at some sizes, not at others
     const MeasuredUnits u = time_units_here(cfg.model, backend, b, T, bf16 ? DType::BF16 : DType::F32);
     r.tokens.push_back(static_cast<double>(b) * T);
     r.block_flops.push_back(mean_over(world, flops(UnitKind::Block, b) / u.block.total()));

@@ -20,6 +20,7 @@
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "pipetrain/topology/node_memory.hpp"
 
 namespace pipetrain {
 
@@ -79,11 +80,58 @@ Program program_from_config(const Config& cfg, const Schedule& s, const std::str
   return p;
 }
 
-void apply_pack_weights(const Config& cfg, Backend& backend) {
-  if (!backend.set_pack_weights(cfg.runtime.pack_weights))
-    fail("runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
-         "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
-         cfg.runtime.device);
+namespace {
+
+// runtime.pack_weights = "auto"'s inputs but the copies and the memory; leaves the backend
+// packing where it can.
+PackInputs auto_pack_inputs(const Config& cfg, Backend& backend, int rows, int microbatches) {
+  PackInputs in;
+  in.can_pack = backend.set_pack_weights(true);
+  in.f32_products = !(cfg.train.precision == "bf16" && backend.bf16_products_native());
+  in.d_model = cfg.model.d_model;
+  in.rows = rows;
+  in.microbatches = microbatches;
+  return in;
+}
+
+}  // namespace
+
+bool apply_pack_weights(const Config& cfg, Backend& backend, int rows) {
+  const Toggle want = cfg.runtime.pack_weights;
+  if (want == Toggle::Off) {
+    backend.set_pack_weights(false);
+    return false;
+  }
+  if (want == Toggle::On) {
+    if (!backend.set_pack_weights(true))
+      fail("runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
+           "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
+           cfg.runtime.device);
+    return true;
+  }
+  const bool on = choose_pack_weights(auto_pack_inputs(cfg, backend, rows, cfg.train.microbatches)).on;
+  backend.set_pack_weights(on);
+  return on;
+}
+
+// "auto" with this rank's copies weighed against its memory; every rank of the job packs,
+// or none does (one rule for the whole run, as the header says).
+PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
+  if (cfg.runtime.pack_weights != Toggle::Auto) return {cfg.runtime.pack_weights == Toggle::On, ""};
+  // Inference has no updates to amortise the reorders over.
+  PackInputs in = auto_pack_inputs(cfg, backend_, mb_size_ * cfg.train.seq_len,
+                                   use_ == TrainerUse::Train ? cfg.train.microbatches : 0);
+  for (size_t s = 0; s < units_.size(); ++s)
+    if (schedule_.stage_to_rank[s] == grid_.coords().pp)
+      for (const StagePiece& p : stage_pieces(cfg.model, units_[s]))
+        in.copies_bytes += 8.0 * dense_weight_params(cfg.model, p.kind, grid_.tp());
+  in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
+  PackChoice c = choose_pack_weights(in);
+  double off = c.on ? 0.0 : 1.0;
+  grid_.world().allreduce_max(&off, 1);
+  if (off > 0 && c.on) c = {false, "another rank's copies would not fit in its memory"};
+  backend_.set_pack_weights(c.on);
+  return c;
 }
 
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
@@ -98,7 +146,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (mb_size_ < 1 || cfg.train.global_batch % (cfg.parallel.dp * cfg.train.microbatches) != 0)
     fail("train.global_batch = {} is not a multiple of parallel.dp x train.microbatches = {} x {}",
          cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
-  apply_pack_weights(cfg, backend);
+  // runtime.pack_weights: the units are measured as the run will multiply ("auto" weighs
+  // the copies once the split is known, below).
+  apply_pack_weights(cfg, backend, mb_size_ * cfg.train.seq_len);
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
@@ -107,6 +157,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len,
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
+  pack_ = resolve_pack_weights(cfg);
   const auto& units = units_;
   const int me = grid.coords().pp;
   const TensorParallel tp{grid.coords().tp, grid.tp()};

@@ -1,5 +1,7 @@
 #include "pipetrain/topology/node_cpus.hpp"
 
+#include "pipetrain/topology/node_comm.hpp"
+
 #include <sched.h>
 
 #include <vector>
@@ -17,15 +19,9 @@ NodeCpus node_cpus(MPI_Comm comm) {
     out.cpus = 1;
   }
   if (out.cpus < 1) out.cpus = 1;
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm node;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int local = 1;
-  MPI_Comm_size(node, &local);
-  std::vector<cpu_set_t> all(static_cast<size_t>(local));
-  MPI_Allgather(&mine, sizeof(cpu_set_t), MPI_BYTE, all.data(), sizeof(cpu_set_t), MPI_BYTE, node);
-  MPI_Comm_free(&node);
+  const NodeComm node(comm);
+  std::vector<cpu_set_t> all(static_cast<size_t>(node.size()));
+  MPI_Allgather(&mine, sizeof(cpu_set_t), MPI_BYTE, all.data(), sizeof(cpu_set_t), MPI_BYTE, node.comm());
   out.sharers = 0;
   for (auto& other : all) {
     cpu_set_t both;

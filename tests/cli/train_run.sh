@@ -29,3 +29,24 @@ assert abs(first - math.log(256)) < 0.3, f"first loss {first} should be near ln(
 assert last < first - 2.0, f"loss did not fall enough: {first} -> {last}"
 print(f"loss {first:.3f} -> {last:.3f}")
 PY
+
+# runtime.pack_weights = "auto" (the default) says in the header what it chose and why: a
+# d_model 512 model at 128-token microbatches, two a step, packs where the build and CPU
+# can (the backend line then names the packed products); set false, no choice is reported.
+auto_run() {
+  timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
+    --set data.train="$tmp/corpus.h5" --set train.steps=1 --set model.n_layer=1 --set model.n_head=8 \
+    --set model.d_model=512 --set train.seq_len=64 --set model.max_seq_len=64 --set train.global_batch=4 \
+    --set train.microbatches=2 "$@"
+}
+auto_run >"$tmp/auto.txt"
+if grep -q 'runtime.pack_weights = "auto": packed, 128-row microbatches; copies' "$tmp/auto.txt"; then
+  grep -q 'dense products by weights packed for' "$tmp/auto.txt"
+else
+  grep -q 'runtime.pack_weights = "auto": not packed, the backend multiplies by the weights in place' "$tmp/auto.txt"
+  ! grep -q 'dense products by weights packed for' "$tmp/auto.txt"
+fi
+auto_run --set runtime.pack_weights=false >"$tmp/off.txt"
+! grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"
+! grep -q 'dense products by weights packed for' "$tmp/off.txt"
+grep 'runtime.pack_weights' "$tmp/auto.txt" | head -1

@@ -125,7 +125,7 @@ TEST(PipelinePackedWeights, MatchesSingleRankAndRefreshesWhileWaiting) {
     Config cfg = base_config();
     cfg.parallel.pp = p;
     cfg.schedule.name = schedule;
-    cfg.runtime.pack_weights = true;
+    cfg.runtime.pack_weights = Toggle::On;
     const RunResult got = run(cfg, MPI_COMM_WORLD);
     expect_same_run(got, reference(), cfg);
     const int steps = static_cast<int>(got.copies_refreshed.size());

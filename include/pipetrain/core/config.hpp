@@ -9,6 +9,10 @@
 
 namespace pipetrain {
 
+// A key that is on, off, or decided by pipetrain for the run at hand (TOML: true, false
+// or "auto").
+enum class Toggle { Off, On, Auto };
+
 struct ModelConfig {
   std::string arch = "gpt2";  // gpt2 | llama
   int n_layer = 12;
@@ -104,8 +108,9 @@ struct RuntimeConfig {
   std::string on_nonfinite = "stop";  // non-finite loss or gradient: stop | skip (the update)
   // Keep the weights in the product library's own layout during each step (CPU: oneDNN),
   // so the forward and input-gradient products do not repack them on every microbatch;
-  // costs two more copies of the weights (Backend::set_pack_weights).
-  bool pack_weights = false;
+  // costs two more copies of the weights (Backend::set_pack_weights). Auto: where it was
+  // measured to pay and the copies fit (plan/cost_model's choose_pack_weights).
+  Toggle pack_weights = Toggle::Auto;
 };
 
 // How device tensors move between ranks on GPUs (the CPU always uses MPI).

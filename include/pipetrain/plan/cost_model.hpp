@@ -3,7 +3,7 @@
 // costs, and what one rank holds in memory (the run header uses the same estimate).
 // docs/cost-model.md writes the formulas down.
 // Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
-// multiplies_bf16, ActionTimes, unit_times,
+// multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
 // allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
 // MemoryInputs, RankMemory, rank_memory.
 #pragma once
@@ -52,6 +52,29 @@ double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp);
 // (peak_flops: what --calibrate measured, or the file's) is above its fp32 one (products
 // that widen their operands run at the f32 rate).
 bool multiplies_bf16(const DeviceSpec& device);
+
+// runtime.pack_weights = "auto": whether a run keeps its weights packed. It packs only where
+// that was measured to pay (bench/RESULTS.md, `bench_gemm_libs` and `bench_train_gpt2` on two
+// CPUs at d_model 768): microbatches of at most kPackRowsMax rows (forward and dx products
+// then take 0.72-0.93 of sgemm's time, which repacks the weight on every call), at least two
+// microbatches a step (the reorders after each update pay back from 1.1-1.9), matrices of
+// d_model >= kPackModelMin, and copies within a quarter of the rank's memory.
+inline constexpr int kPackRowsMax = 512;
+inline constexpr int kPackModelMin = 512;
+struct PackInputs {
+  bool can_pack = false;        // the backend keeps packed copies (CPU: oneDNN's optimized f32 matmul)
+  bool f32_products = true;     // false under bf16 where the device multiplies bf16 natively
+  int d_model = 0;
+  int rows = 0;                 // tokens per microbatch (B x T)
+  int microbatches = 0;         // per step, through each stage
+  double copies_bytes = 0;      // this rank's two f32 copies: 8 bytes per dense_weight_params element
+  double memory_per_rank = 0;   // bytes one rank may count on (the node's, shared); 0 = unknown
+};
+struct PackChoice {
+  bool on = false;
+  std::string why;  // for the run header: "128-row microbatches; copies 943 MiB, 8.0% of the rank's 11.5 GiB"
+};
+PackChoice choose_pack_weights(const PackInputs& in);
 
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link);   // ring
 double allgather_seconds(double bytes, int ranks, const LinkSpec& link);   // bytes = the gathered whole
