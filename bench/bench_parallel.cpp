@@ -1,8 +1,7 @@
 // Benchmark: data parallelism (dp = 2) and tensor parallelism (tp = 2) on 2 ranks (one
 // core each) against the single-rank run measured in the same job, with the share of
-// the step spent blocked in collectives; dp as configured by default (comm.progress_thread
-// = "auto": a progress thread only where a rank has a spare CPU), with the thread forced
-// off and on, and with ZeRO-1; and the ceiling dp can reach on this machine, "dp, no communication": each
+// the step spent blocked in collectives; dp with and without the progress thread and
+// with ZeRO-1; and the ceiling dp can reach on this machine, "dp, no communication": each
 // rank trains its half of the batch alone (the same compute and whole-model update as a
 // replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run (built
 // beside it), and each of its steps is set against the single-rank steps just before and
@@ -77,7 +76,6 @@ int main(int argc, char** argv) {
     const std::vector<std::pair<std::string, std::string>> all = {
         {"dp", "dp"},
         {"dp-no-progress", "dp, no progress thread"},
-        {"dp-progress", "dp, progress thread"},
         {"zero1", "dp, ZeRO-1"},
         {"dp-no-comm", "dp, no communication"},
         {"tp", "tp"}};
@@ -87,9 +85,8 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
-    app.add_option("--layouts", only,
-                   "only these layouts: dp, dp-no-progress, dp-progress, zero1, dp-no-comm, tp (default: all)")
-        ->check(CLI::IsMember({"dp", "dp-no-progress", "dp-progress", "zero1", "dp-no-comm", "tp"}));
+    app.add_option("--layouts", only, "only these layouts: dp, dp-no-progress, zero1, dp-no-comm, tp (default: all)")
+        ->check(CLI::IsMember({"dp", "dp-no-progress", "zero1", "dp-no-comm", "tp"}));
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -107,15 +104,14 @@ int main(int argc, char** argv) {
     if (rank == 0)
       fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers, batch,
                  seq_len, blas_kernel_name());
-    // dp as by default (its progress thread "auto"), without the thread and with it (every
-    // 1000 us), and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
+    // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
+    // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
     for (const auto& [flag, kind] : all) {
       if (!only.empty() && std::find(only.begin(), only.end(), flag) == only.end()) continue;
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
-      if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_thread = Toggle::Off;
-      if (kind == "dp, progress thread") c.comm.progress_thread = Toggle::On;
+      if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
       const bool alone = kind == "dp, no communication";
       if (alone) {  // one replica's share of the batch, on its own
@@ -147,9 +143,6 @@ int main(int argc, char** argv) {
                    "collectives {:.3f} s = {:.1f}% of the step\n",
                    kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
                    kind.substr(0, 2), comm, 100.0 * comm / t);
-      if (rank == 0 && kind[0] == 'd' && !alone)
-        fmt::print("  progress thread: {}{}\n", layout.trainer.progress_thread() ? "on" : "off",
-                   layout.trainer.progress_reason().empty() ? "" : " (auto: " + layout.trainer.progress_reason() + ")");
       bench::print_phases(layout.phase, rank);
     }
     bench::single_rank_mean(median(singles), rank);

@@ -87,8 +87,6 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.runtime.device, b.runtime.device);
   EXPECT_EQ(a.runtime.pack_weights, b.runtime.pack_weights);
   EXPECT_EQ(a.comm.p2p, b.comm.p2p);
-  EXPECT_EQ(a.comm.progress_thread, b.comm.progress_thread);
-  EXPECT_EQ(a.comm.progress_us, b.comm.progress_us);
   EXPECT_EQ(a.train.recompute, b.train.recompute);
   EXPECT_EQ(a.parallel.recompute_stages, b.parallel.recompute_stages);
 }
@@ -274,20 +272,6 @@ TEST(ConfigTest, PackWeightsTakesTrueFalseOrAuto) {
   for (const char* bad : {"\"yes\"", "1"})
     EXPECT_HAS(error_of(std::string(kMinimal) + "[runtime]\npack_weights = " + bad + "\n"),
                "x.toml: runtime.pack_weights: expected true, false or \"auto\"");
-}
-
-// comm.progress_thread likewise: true, false or "auto" (the default).
-TEST(ConfigTest, ProgressThreadTakesTrueFalseOrAuto) {
-  EXPECT_EQ(parse(kMinimal).comm.progress_thread, Toggle::Auto);
-  const std::pair<const char*, Toggle> forms[] = {{"true", Toggle::On}, {"false", Toggle::Off}, {"\"auto\"", Toggle::Auto}};
-  for (const auto& [text, want] : forms) {
-    const Config c = parse(std::string(kMinimal) + "[comm]\nprogress_thread = " + text + "\n");
-    EXPECT_EQ(c.comm.progress_thread, want) << text;
-    EXPECT_EQ(parse(to_toml(c)).comm.progress_thread, want) << to_toml(c);
-  }
-  EXPECT_EQ(parse(kMinimal, {"comm.progress_thread=true"}).comm.progress_thread, Toggle::On);
-  EXPECT_HAS(error_of(std::string(kMinimal) + "[comm]\nprogress_thread = \"sometimes\"\n"),
-             "x.toml: comm.progress_thread: expected true, false or \"auto\"");
 }
 
 TEST(ConfigTestOverride, ProvidesARequiredKeyAndLaterOnesWin) {

@@ -231,13 +231,7 @@ int run_train(const TrainOptions& opt) {
                                    trainer.packs_weights() ? "packed" : "not packed", trainer.pack_reason());
   if (cfg.runtime.device != "cpu") backend_summary += " (transfers: " + trainer.comms_summary() + ")";
   else if (trainer.progress_thread())
-    backend_summary += fmt::format(", dp reductions progressed by a thread every {} us{}", cfg.comm.progress_us,
-                                   trainer.progress_reason().empty()
-                                       ? ""
-                                       : fmt::format(" (comm.progress_thread = \"auto\": {})", trainer.progress_reason()));
-  else if (!trainer.progress_reason().empty())
-    backend_summary += fmt::format(", dp reductions progressed between layers (comm.progress_thread = \"auto\": {})",
-                                   trainer.progress_reason());
+    backend_summary += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
   log.line(fmt::format("  data {}, {} sampling; {} tokens/step "
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
                        data_summary, cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),

@@ -3,8 +3,6 @@
 
 #include <mpi.h>
 
-#include <fmt/format.h>
-
 namespace pipetrain {
 
 bool ProgressThread::supported() {
@@ -54,16 +52,6 @@ void ProgressThread::loop() {
       lock.lock();
     }
   }
-}
-
-ProgressChoice choose_progress_thread(int cpus, int sharers, int compute_threads) {
-  if (compute_threads < 1) return {false, "the BLAS's thread count is unknown, so no CPU is known to be free"};
-  cpus = cpus < 1 ? 1 : cpus;
-  sharers = sharers < 1 ? 1 : sharers;
-  const bool on = cpus >= sharers * (compute_threads + 1);  // a whole CPU each beyond its compute threads
-  return {on, fmt::format("{}: {} CPU{} for {} rank{}, {} BLAS thread{} each", on ? "a spare CPU" : "no spare CPU",
-                          cpus, cpus == 1 ? "" : "s", sharers, sharers == 1 ? "" : "s", compute_threads,
-                          compute_threads == 1 ? "" : "s")};
 }
 
 }  // namespace pipetrain

@@ -47,7 +47,7 @@ inline constexpr std::array kKeys{
     PT_KEY(log, dir),             PT_KEY(log, peak_flops),       PT_KEY(log, progress),
     PT_KEY(runtime, device),      PT_KEY(runtime, timeout_s),      PT_KEY(runtime, on_nonfinite),
     PT_KEY(runtime, pack_weights),
-    PT_KEY(comm, p2p),            PT_KEY(comm, progress_thread), PT_KEY(comm, progress_us),
+    PT_KEY(comm, p2p),            PT_KEY(comm, progress_us),
 };
 #undef PT_KEY
 

@@ -20,7 +20,6 @@
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/validate.hpp"
-#include "pipetrain/topology/node_cpus.hpp"
 #include "pipetrain/topology/node_memory.hpp"
 
 namespace pipetrain {
@@ -135,26 +134,6 @@ PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
   return c;
 }
 
-// comm.progress_thread for the dp reducer, CPU runs only (on GPUs NCCL progresses itself).
-// "auto" asks where this rank runs (collective over the job) and starts a thread only when
-// every rank has a CPU beside its BLAS threads; true without MPI_THREAD_MULTIPLE is an error.
-ProgressChoice Trainer::resolve_progress_thread(const Config& cfg) {
-  if (cfg.runtime.device != "cpu" || cfg.comm.progress_us <= 0 || cfg.comm.progress_thread == Toggle::Off)
-    return {false, ""};
-  if (cfg.comm.progress_thread == Toggle::On) {
-    if (!ProgressThread::supported())
-      fail("comm.progress_thread = true: MPI runs without MPI_THREAD_MULTIPLE, which the thread needs");
-    return {true, ""};
-  }
-  const NodeCpus where = node_cpus(grid_.world().comm());
-  ProgressChoice c = choose_progress_thread(where.cpus, where.sharers, blas_threads());
-  if (c.on && !ProgressThread::supported()) c = {false, "MPI runs without MPI_THREAD_MULTIPLE"};
-  double off = c.on ? 0.0 : 1.0;
-  grid_.world().allreduce_max(&off, 1);
-  if (off > 0 && c.on) c = {false, "another rank has no spare CPU"};
-  return c;
-}
-
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),
       use_(use),
@@ -236,8 +215,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   }
   if (grid.dp() > 1) {
     // On the CPU the buckets are MPI collectives: a helper thread keeps them moving.
-    progress_choice_ = resolve_progress_thread(cfg);
-    if (progress_choice_.on)
+    if (cfg.comm.progress_us > 0 && cfg.runtime.device == "cpu" && ProgressThread::supported())
       progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg.comm.progress_us));
     DataParallelReducer::Options o;
     o.tokens_per_step = static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len;

@@ -224,23 +224,6 @@ TEST_F(CommFixture, LargeAllReducesUseABandwidthOptimalAlgorithmUnlessTheUserCho
   }
 }
 
-// comm.progress_thread = "auto": a thread only where each rank sharing the CPUs keeps a
-// whole one beyond its compute threads; an unknown thread count assumes none is free.
-TEST(ProgressChoiceTest, AThreadOnlyWhereEachRankHasASpareCpu) {
-  EXPECT_FALSE(choose_progress_thread(1, 1, 1).on);   // mpirun --bind-to core, one thread per core
-  EXPECT_TRUE(choose_progress_thread(2, 1, 1).on);    // a core's two hardware threads, one BLAS thread
-  EXPECT_FALSE(choose_progress_thread(2, 1, 2).on);   // ... and two BLAS threads
-  EXPECT_FALSE(choose_progress_thread(2, 2, 1).on);   // two ranks on two CPUs, unbound
-  EXPECT_FALSE(choose_progress_thread(3, 2, 1).on);   // half a CPU each is not a CPU
-  EXPECT_TRUE(choose_progress_thread(4, 2, 1).on);
-  EXPECT_TRUE(choose_progress_thread(64, 8, 7).on);   // 8 CPUs per rank, 7 BLAS threads
-  EXPECT_FALSE(choose_progress_thread(64, 8, 8).on);
-  EXPECT_FALSE(choose_progress_thread(64, 1, 0).on);  // the BLAS cannot say
-  EXPECT_FALSE(choose_progress_thread(0, 0, 1).on);   // nonsense counts read as one CPU, one rank
-  EXPECT_EQ(choose_progress_thread(4, 2, 1).why, "a spare CPU: 4 CPUs for 2 ranks, 1 BLAS thread each");
-  EXPECT_EQ(choose_progress_thread(1, 1, 1).why, "no spare CPU: 1 CPU for 1 rank, 1 BLAS thread each");
-}
-
 TEST_F(CommFixture, ProgressThreadAdvancesAnAllReduceWhileTheOwnerComputes) {
   if (comm.size() == 1) GTEST_SKIP() << "one rank: an all-reduce has nothing to wait for";
   ASSERT_TRUE(ProgressThread::supported()) << "MPI_Init_thread did not give MPI_THREAD_MULTIPLE";

@@ -10,8 +10,6 @@
 
 #include "mpi/mpi_fixtures.hpp"
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/comm/progress_thread.hpp"
-#include "pipetrain/topology/node_cpus.hpp"
 
 namespace pipetrain {
 namespace {
@@ -182,41 +180,6 @@ TEST(DataParallelReduction, RowExchangeDenseTableAndBucketSizesMatchSingleRank) 
         }
         expect_same_run(run(c, MPI_COMM_WORLD), ref, c);
       }
-}
-
-// comm.progress_thread: false and true are obeyed; "auto" (the default) starts the dp
-// reducer's thread exactly where every rank of the job has a spare CPU beside its BLAS
-// threads, and says why; progress_us = 0 means no thread whatever the toggle.
-TEST(DataParallelReduction, ProgressThreadStartsWhereItIsChosen) {
-  if (world_size() < 2) GTEST_SKIP() << "needs 2 or more replicas";
-  Config c = tiny_run_config();
-  c.parallel.dp = world_size();
-  c.train.global_batch = 2 * world_size();
-  c.train.microbatches = 1;
-  const NodeCpus where = node_cpus(MPI_COMM_WORLD);
-  int spare = choose_progress_thread(where.cpus, where.sharers, blas_threads()).on ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &spare, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  struct Case {
-    Toggle toggle;
-    int us;
-    bool running;
-  };
-  for (Case k : {Case{Toggle::Off, 1000, false}, Case{Toggle::On, 1000, true}, Case{Toggle::On, 0, false},
-                 Case{Toggle::Auto, 1000, spare == 1}}) {
-    SCOPED_TRACE(::testing::Message() << "toggle " << static_cast<int>(k.toggle) << ", every " << k.us << " us");
-    c.comm.progress_thread = k.toggle;
-    c.comm.progress_us = k.us;
-    auto backend = make_cpu_backend();
-    Grid grid(MPI_COMM_WORLD, c.parallel, c.source);
-    Trainer t(c, grid, *backend, [](int64_t, int, int32_t*, int32_t*) {});
-    EXPECT_EQ(t.progress_thread(), k.running);
-    if (k.toggle == Toggle::Auto) {
-      EXPECT_NE(t.progress_reason().find(spare ? "a spare CPU" : "no spare CPU"), std::string::npos)
-          << t.progress_reason();
-    } else {
-      EXPECT_EQ(t.progress_reason(), "");
-    }
-  }
 }
 
 TEST(GridErrors, TensorParallelMustDivideHeadsAndVocabulary) {

@@ -313,7 +313,5 @@ std::string blas_kernel_name();
 long packed_dense_products_run();
 // Restricts BLAS (and oneDNN, when built in) to `n` threads (no-op where the BLAS cannot be told).
 void set_blas_threads(int n);
-// The BLAS's thread count (OpenBLAS's; 0 where the BLAS cannot say).
-int blas_threads();
 
 }  // namespace pipetrain

@@ -5,17 +5,13 @@
 // which advances every pending request of the process — and sleeps `period` between
 // calls, so it costs almost no CPU. It touches no request, so owners wait and test theirs
 // as before. Needs MPI_THREAD_MULTIPLE (main asks for it); without it nothing starts.
-// It pays only where the rank has a CPU its compute threads leave free: on a core that a
-// BLAS thread keeps busy it adds no capacity, only wake-ups, and the copies and sums the
-// engine does cost the same core either way (choose_progress_thread, comm.progress_thread).
-// Exports: ProgressThread, ProgressChoice, choose_progress_thread().
+// Exports: ProgressThread.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <string>
 #include <thread>
 
 namespace pipetrain {
@@ -46,15 +42,5 @@ class ProgressThread {
   std::atomic<uint64_t> polls_{0};
   std::thread worker_;
 };
-
-struct ProgressChoice {
-  bool on = false;
-  std::string why;  // for the run header: "a spare CPU: 4 CPUs for 2 ranks, 1 BLAS thread each"
-};
-
-// comm.progress_thread = "auto": a thread only where each of the `sharers` ranks that may
-// run on this rank's `cpus` CPUs (topology/node_cpus) has a whole CPU beyond its
-// `compute_threads` (the BLAS's; 0 or less: unknown, so none is assumed free).
-ProgressChoice choose_progress_thread(int cpus, int sharers, int compute_threads);
 
 }  // namespace pipetrain

@@ -121,9 +121,7 @@ struct CommConfig {
   std::string p2p = "auto";
   // Data-parallel reductions on the CPU progress in a helper thread while the executor
   // computes (comm/progress_thread.hpp), not only when it polls between layers: it calls
-  // MPI every progress_us microseconds while buckets are in flight; 0 = no thread. Auto:
-  // only where every rank has a CPU its BLAS threads leave free (choose_progress_thread).
-  Toggle progress_thread = Toggle::Auto;
+  // MPI every progress_us microseconds while buckets are in flight; 0 = no thread.
   int progress_us = 1000;
 };
 

@@ -14,7 +14,6 @@
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/cost_model.hpp"
-#include "pipetrain/comm/progress_thread.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/runtime/executor.hpp"
@@ -97,8 +96,6 @@ class Trainer {
   // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
   std::string comms_summary() const { return comms_->summary(); }
   bool progress_thread() const { return progress_ && progress_->running(); }  // the dp reducer's
-  // Where comm.progress_thread = "auto" decided (dp > 1 on the CPU), why, for the header.
-  const std::string& progress_reason() const { return progress_choice_.why; }
   // train.recompute as it applies to stage `s` (parallel.recompute_stages).
   Recompute recompute_of(int s) const {
     const auto it = recompute_.find(s);
@@ -160,7 +157,6 @@ class Trainer {
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
   PackChoice resolve_pack_weights(const Config& cfg);
-  ProgressChoice resolve_progress_thread(const Config& cfg);
   std::unique_ptr<DeviceComms> comms_;
   std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
@@ -177,7 +173,6 @@ class Trainer {
   std::vector<StageUnits> units_;
   UnitCosts unit_costs_;
   PackChoice pack_;  // runtime.pack_weights, resolved
-  ProgressChoice progress_choice_;  // comm.progress_thread, resolved
   ExecutorStats last_stats_;
   bool trace_ = false;
   std::string tokenizer_;

@@ -351,12 +351,4 @@ void set_blas_threads(int n) {
   set_onednn_threads(n);  // oneDNN's products (bf16) on the same share of the CPUs
 }
 
-int blas_threads() {
-#ifdef PIPETRAIN_HAVE_OPENBLAS
-  return openblas_get_num_threads();
-#else
-  return 0;
-#endif
-}
-
 }  // namespace pipetrain
