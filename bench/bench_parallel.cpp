@@ -1,7 +1,8 @@
 // Benchmark: data parallelism (dp = 2) and tensor parallelism (tp = 2) on 2 ranks (one
 // core each) against the single-rank run measured in the same job, with the share of
-// the step spent blocked in collectives; dp with and without the progress thread and
-// with ZeRO-1; and the ceiling dp can reach on this machine, "dp, no communication": each
+// the step spent blocked in collectives and the page faults a step takes; dp with and
+// without the progress thread and with ZeRO-1; dp with glibc's default malloc policy (run
+// first, before keep_freed_host_memory(), which every other layout runs under, as pipetrain); and the ceiling dp can reach on this machine, "dp, no communication": each
 // rank trains its half of the batch alone (the same compute and whole-model update as a
 // replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run (built
 // beside it), and each of its steps is set against the single-rank steps just before and
@@ -10,6 +11,7 @@
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5]
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -21,6 +23,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "bench_common.hpp"
@@ -38,7 +41,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, dp_s, tp_s, phase[4];
+  std::vector<double> step_s, dp_s, tp_s, faults, phase[4];
 
   Run(const Config& cfg, MPI_Comm comm)
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
@@ -49,7 +52,11 @@ struct Run {
   double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
     StepMetrics m = trainer.train_step(s);
+    getrusage(RUSAGE_SELF, &after);
+    faults.push_back(static_cast<double>(after.ru_minflt - before.ru_minflt));
     MPI_Allreduce(MPI_IN_PLACE, &m.step_time_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     step_s.push_back(m.step_time_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
@@ -74,6 +81,7 @@ int main(int argc, char** argv) {
     int layers = 12, seq_len = 128, batch = 8, steps = 5;
     // Command-line names of the layouts, in the order they run.
     const std::vector<std::pair<std::string, std::string>> all = {
+        {"dp-returns-memory", "dp, glibc's malloc policy"},
         {"dp", "dp"},
         {"dp-no-progress", "dp, no progress thread"},
         {"zero1", "dp, ZeRO-1"},
@@ -85,8 +93,9 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
-    app.add_option("--layouts", only, "only these layouts: dp, dp-no-progress, zero1, dp-no-comm, tp (default: all)")
-        ->check(CLI::IsMember({"dp", "dp-no-progress", "zero1", "dp-no-comm", "tp"}));
+    app.add_option("--layouts", only,
+                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp (default: all)")
+        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp"}));
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -109,6 +118,8 @@ int main(int argc, char** argv) {
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
     for (const auto& [flag, kind] : all) {
       if (!only.empty() && std::find(only.begin(), only.end(), flag) == only.end()) continue;
+      // glibc's own policy only for the layout that measures it, the first; the rest as pipetrain.
+      if (flag != "dp-returns-memory") keep_freed_host_memory();
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
@@ -136,13 +147,16 @@ int main(int argc, char** argv) {
       }
       double comm = alone ? 0.0 : median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      double faults[2] = {median(layout.faults), median(single.faults)};
+      MPI_Allreduce(MPI_IN_PLACE, faults, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       const double t = median(layout.step_s);
       if (rank == 0)
         fmt::print("{} = {}: {:.3f} s/step, {:.0f} tokens/s (single rank in the same run {:.3f} s); each step against "
                    "the single-rank steps around it: median {:.2f} x single rank (steps: {:.2f}); blocked in {} "
-                   "collectives {:.3f} s = {:.1f}% of the step\n",
+                   "collectives {:.3f} s = {:.1f}% of the step; page faults a step (median, the rank with most) {:.0f}, "
+                   "single rank {:.0f}\n",
                    kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
-                   kind.substr(0, 2), comm, 100.0 * comm / t);
+                   kind.substr(0, 2), comm, 100.0 * comm / t, faults[0], faults[1]);
       bench::print_phases(layout.phase, rank);
     }
     bench::single_rank_mean(median(singles), rank);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/core/runtime_env.hpp"
@@ -80,6 +81,7 @@ Best best_split(const ModelConfig& m, int S, const UnitCosts& c, int step, const
 
 int main(int argc, char** argv) {
   pipetrain::select_blas_kernel(argv);  // as pipetrain: a fallback OpenBLAS kernel is replaced first
+  pipetrain::keep_freed_host_memory();  // as pipetrain: freed blocks below 32 MiB reused
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rc = 0;

@@ -31,6 +31,7 @@
 #include <fmt/ranges.h>
 #include <vector>
 
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/backend/backend.hpp"
 #ifdef PIPETRAIN_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -164,6 +165,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   if (argc == 3 && std::strcmp(argv[1], "--sgemm-only") == 0) return sgemm_only(std::atoi(argv[2]));
   if (argc == 3 && std::strcmp(argv[1], "--onednn-sgemm-only") == 0) return onednn_sgemm_only(std::atoi(argv[2]));
   select_blas_kernel(argv);  // as pipetrain does: a fallback kernel is replaced first
+  keep_freed_host_memory();  // as pipetrain: freed blocks below 32 MiB reused
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   {

@@ -10,6 +10,7 @@
 #include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/runtime_env.hpp"
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/topology/node_cpus.hpp"
 
 namespace {
@@ -48,6 +49,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   pipetrain::select_blas_kernel(argv);  // may re-execute with a better OpenBLAS kernel; before MPI starts
+  pipetrain::keep_freed_host_memory();  // MPI's per-call scratch buffers reused, not faulted in afresh each step
   int provided = 0;
   // MULTIPLE: the dp reducer's progress thread (comm/progress_thread) calls MPI while the
   // main thread computes; with less, that thread is simply not started.

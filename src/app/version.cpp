@@ -11,6 +11,7 @@
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/comm/nccl_communicator.hpp"
 #include "pipetrain/core/fault.hpp"
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 
 namespace pipetrain {
@@ -25,7 +26,7 @@ std::string version_text() {
   H5get_libversion(&maj, &min, &rel);
   return fmt::format(
       "pipetrain {} (git {})\ncompiler: {}\nbackends: cpu (Kokkos {}, BLAS {}, {}; bf16 products: {}), cuda ({})\n"
-      "MPI: {}\nNCCL: {}\nHDF5: {}.{}.{}{}\nfault injection: {}",
+      "MPI: {}\nNCCL: {}\nHDF5: {}.{}.{}{}\nmalloc: {}\nfault injection: {}",
       PIPETRAIN_VERSION, PIPETRAIN_GIT_REV, __VERSION__, kokkos_host_space_name(),
       blas_kernel_summary(), blas_threads_summary(), bf16_products_summary(), cuda_build_summary(), mpi, nccl_build_summary(), maj, min, rel,
 #ifdef H5_HAVE_PARALLEL
@@ -34,6 +35,7 @@ std::string version_text() {
       " (serial)"
 #endif
       ,
+      malloc_policy_summary(),
       fault::compiled_in ? "on (PIPETRAIN_FAULT, for tests)" : "off");
 }
 
