@@ -8,6 +8,7 @@
 //                                         [--compare-split 9,3 (also this split, steps in turns)]
 //                                         [--pack-weights[=auto|true|false] (runtime.pack_weights everywhere; default auto)]
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -49,7 +50,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s, refresh_s;
+  std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s, refresh_s, faults;
   std::map<std::pair<int, char>, std::vector<double>> durations;  // (stage, op) -> seconds
 
   Run(const Config& c, MPI_Comm comm)
@@ -58,7 +59,11 @@ struct Run {
     trainer.set_trace(true);
   }
   double step(int s) {
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
     const StepMetrics m = trainer.train_step(s);
+    getrusage(RUSAGE_SELF, &after);
+    faults.push_back(static_cast<double>(after.ru_minflt - before.ru_minflt));
     double exec = trainer.last_stats().total_s;
     MPI_Allreduce(MPI_IN_PLACE, &exec, 1, MPI_DOUBLE, MPI_MAX, grid.world().comm());
     step_s.push_back(m.step_time_s);
@@ -99,15 +104,16 @@ Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
       fmt::print("  stage {}: F {:.3f} s, B {:.3f} s, I {:.3f} s, W {:.3f} s\n", st, c[0], c[1], c[2], c[3]);
   }
   bench::print_phases(r.phase, rank);
-  double cw[3] = {median(r.compute_s), median(r.wait_s), median(r.refresh_s)}, all[6] = {};
-  MPI_Gather(cw, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  double cw[4] = {median(r.compute_s), median(r.wait_s), median(r.refresh_s), median(r.faults)}, all[8] = {};
+  MPI_Gather(cw, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0)
     for (int q = 0; q < 2; ++q)
-      fmt::print("  rank {}: computing {:.3f} s{}, waiting {:.3f} s of its program\n", q, all[3 * q],
-                 all[3 * q + 2] > 0 ? fmt::format(" (refreshing packed weights while a receive was due {:.3f} s)",
-                                                  all[3 * q + 2])
+      fmt::print("  rank {}: computing {:.3f} s{}, waiting {:.3f} s of its program; {:.0f} page faults a step (median)\n",
+                 q, all[4 * q],
+                 all[4 * q + 2] > 0 ? fmt::format(" (refreshing packed weights while a receive was due {:.3f} s)",
+                                                  all[4 * q + 2])
                                     : "",
-                 all[3 * q + 1]);
+                 all[4 * q + 1], all[4 * q + 3]);
   const SimResult sim = simulate(sched, costs);
   Costs balanced = costs;
   double work = 0;  // all stages' actions for every microbatch: a single rank's program
