@@ -20,7 +20,7 @@
 namespace pipetrain {
 namespace {
 
-long minor_faults() {
+[[maybe_unused]] long minor_faults() {
   rusage r{};
   getrusage(RUSAGE_SELF, &r);
   return r.ru_minflt;
@@ -28,7 +28,7 @@ long minor_faults() {
 
 // One step's scratch: 16 blocks of 12 MiB (half a 25 MiB dp bucket each), every page
 // written, then all freed. Returns the minor page faults it took.
-long scratch_round() {
+[[maybe_unused]] long scratch_round() {
   constexpr size_t kBlock = size_t{12} << 20;
   const long before = minor_faults();
   std::vector<void*> blocks;
