@@ -1,6 +1,7 @@
-// Shared by the benchmarks: medians and a synthetic token stream.
+// Shared by the benchmarks: medians, a synthetic token stream, page-fault counts.
 #pragma once
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -14,6 +15,13 @@
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pipetrain::bench {
+
+// This process's minor page faults so far (a step's are the difference around it).
+inline double minor_faults() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return static_cast<double>(r.ru_minflt);
+}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

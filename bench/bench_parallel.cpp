@@ -2,7 +2,8 @@
 // core each) against the single-rank run measured in the same job, with the share of
 // the step spent blocked in collectives and the page faults a step takes; dp with and
 // without the progress thread and with ZeRO-1; dp with glibc's default malloc policy (run
-// first, before keep_freed_host_memory(), which every other layout runs under, as pipetrain); and the ceiling dp can reach on this machine, "dp, no communication": each
+// first, before keep_freed_host_memory(), which every later layout runs under, as
+// pipetrain does); and the ceiling dp can reach on this machine, "dp, no communication": each
 // rank trains its half of the batch alone (the same compute and whole-model update as a
 // replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run (built
 // beside it), and each of its steps is set against the single-rank steps just before and
@@ -11,7 +12,6 @@
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5]
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -52,11 +52,9 @@ struct Run {
   double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
-    rusage before{}, after{};
-    getrusage(RUSAGE_SELF, &before);
+    const double faults_before = bench::minor_faults();
     StepMetrics m = trainer.train_step(s);
-    getrusage(RUSAGE_SELF, &after);
-    faults.push_back(static_cast<double>(after.ru_minflt - before.ru_minflt));
+    faults.push_back(bench::minor_faults() - faults_before);
     MPI_Allreduce(MPI_IN_PLACE, &m.step_time_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     step_s.push_back(m.step_time_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
@@ -116,10 +114,14 @@ int main(int argc, char** argv) {
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
     // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
+    bool policy_set = false;      // keep_freed_host_memory(), once glibc's own policy is measured
     for (const auto& [flag, kind] : all) {
       if (!only.empty() && std::find(only.begin(), only.end(), flag) == only.end()) continue;
       // glibc's own policy only for the layout that measures it, the first; the rest as pipetrain.
-      if (flag != "dp-returns-memory") keep_freed_host_memory();
+      if (flag != "dp-returns-memory" && !policy_set) {
+        keep_freed_host_memory();
+        policy_set = true;
+      }
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;

@@ -8,7 +8,6 @@
 //                                         [--compare-split 9,3 (also this split, steps in turns)]
 //                                         [--pack-weights[=auto|true|false] (runtime.pack_weights everywhere; default auto)]
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -59,11 +58,9 @@ struct Run {
     trainer.set_trace(true);
   }
   double step(int s) {
-    rusage before{}, after{};
-    getrusage(RUSAGE_SELF, &before);
+    const double faults_before = bench::minor_faults();
     const StepMetrics m = trainer.train_step(s);
-    getrusage(RUSAGE_SELF, &after);
-    faults.push_back(static_cast<double>(after.ru_minflt - before.ru_minflt));
+    faults.push_back(bench::minor_faults() - faults_before);
     double exec = trainer.last_stats().total_s;
     MPI_Allreduce(MPI_IN_PLACE, &exec, 1, MPI_DOUBLE, MPI_MAX, grid.world().comm());
     step_s.push_back(m.step_time_s);
