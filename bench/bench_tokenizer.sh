@@ -21,6 +21,7 @@ for _ in $(seq "$copies"); do cat "$src/inputs/austen.txt"; done >"$work/corpus.
 mib=$(du -m "$work/corpus.txt" | cut -f1)
 echo "corpus: inputs/austen.txt x $copies = $mib MiB; one core (taskset -c 0)"
 taskset -c 0 "$pt" data text "$work/corpus.txt" -o "$work/c.h5" --tokenizer gpt2 | tail -1
+# shellcheck disable=SC2016  # JavaScript, not shell
 NODE_PATH="$oracle/node_modules" taskset -c 0 node -e '
 const { get_encoding } = require("tiktoken");
 const text = require("fs").readFileSync(process.argv[1], "utf8");

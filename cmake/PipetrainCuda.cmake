@@ -6,7 +6,7 @@
 #                                without nvcc). OFF: never (the fallback in
 #                                src/backend/cuda/cuda_disabled.cpp is built instead).
 #   PIPETRAIN_CUDA_ARCHITECTURES GPU architectures to compile for, CMake style
-#                                ("90", "80;90", "90a"); default 90 (H100/H200).
+#                                ("90", "80;90", "90a"); default 80;90 (A100, H100/H200).
 #                                Not "native": that needs a GPU at configure time.
 #
 # Result: PIPETRAIN_CUDA (TRUE/FALSE) in the top-level scope.
@@ -19,7 +19,7 @@
 set(PIPETRAIN_ENABLE_CUDA "AUTO" CACHE STRING
     "Build the CUDA backend: AUTO (if nvcc works), ON (required) or OFF")
 set_property(CACHE PIPETRAIN_ENABLE_CUDA PROPERTY STRINGS AUTO ON OFF)
-set(PIPETRAIN_CUDA_ARCHITECTURES "90" CACHE STRING
+set(PIPETRAIN_CUDA_ARCHITECTURES "80;90" CACHE STRING
     "CUDA architectures for the CUDA backend (CMAKE_CUDA_ARCHITECTURES syntax)")
 
 set(PIPETRAIN_CUDA FALSE)

@@ -5,10 +5,14 @@
 set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "Skip the deprecated MPI C++ bindings")
 find_package(MPI REQUIRED COMPONENTS C)
 
-set(HDF5_PREFER_PARALLEL ON)
+# A parallel HDF5 first; -DHDF5_PREFER_PARALLEL=OFF (or only a serial one installed) builds
+# against a serial HDF5: one-rank checkpoints work, and a multi-rank run that would write
+# one says at its start that it needs a parallel HDF5 (io/h5io.cpp).
+set(HDF5_PREFER_PARALLEL ON CACHE BOOL "Prefer a parallel (MPI) HDF5")
 find_package(HDF5 REQUIRED COMPONENTS C)
 if(NOT HDF5_IS_PARALLEL)
-  message(WARNING "HDF5 found at ${HDF5_INCLUDE_DIRS} is serial; checkpoints need parallel HDF5")
+  message(WARNING "HDF5 found at ${HDF5_INCLUDE_DIRS} is serial: checkpoints of one rank only "
+                  "(multi-rank runs that checkpoint, and `data text` on several ranks, need a parallel HDF5)")
 endif()
 add_library(pipetrain_hdf5 INTERFACE)
 target_include_directories(pipetrain_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})

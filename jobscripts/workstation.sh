@@ -9,12 +9,13 @@
 #   CONFIG       TOML config (first argument)
 #   NRANKS       MPI ranks (second argument when it is a number; default: parallel.dp *
 #                pp * tp of the config after the --set options)
-#   PIPETRAIN    pipetrain executable (default: `pipetrain` on PATH, else
-#                build/bin/pipetrain of this checkout)
+#   PIPETRAIN    pipetrain executable (default: `pipetrain` on PATH, else this
+#                checkout's build/bin/pipetrain)
 #   MPIEXEC      launcher (default mpirun)
 #   MPIEXEC_ARGS more launcher options, split on spaces (e.g. "--bind-to core")
 #   OVERSUBSCRIBE  1 (default) lets Open MPI start more ranks than cores; 0 = off
-#   THREADS      BLAS/OpenMP threads per rank (default 1)
+#   THREADS      BLAS/OpenMP threads per rank (default: pipetrain shares the node's
+#                CPUs among the ranks on it; set it to pin a count)
 #   CKPT_DIR     checkpoint directory (adds --set checkpoint.dir=CKPT_DIR)
 #   RESUME       value of --resume: auto (newest checkpoint in checkpoint.dir that
 #                verifies, or step 0) or a checkpoint file; default: none (a new run)
@@ -41,7 +42,6 @@ fi
 [ -f "$CONFIG" ] || pt_die "config $CONFIG not found"
 PIPETRAIN=$(pt_find_pipetrain)
 MPIEXEC=${MPIEXEC:-mpirun}
-THREADS=${THREADS:-1}
 
 train_args=()
 if [ -n "${RESUME:-}" ]; then
@@ -65,7 +65,9 @@ if "$MPIEXEC" --version 2>&1 | grep -q -e "Open MPI" -e "OpenRTE"; then
 fi
 [ "${PIPETRAIN_DRY_RUN:-0}" = 1 ] || [ -x "$PIPETRAIN" ] || pt_die "pipetrain executable $PIPETRAIN not found (set PIPETRAIN)"
 
-export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+if [ -n "${THREADS:-}" ]; then
+  export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+fi
 if [ "${PIPETRAIN_DRY_RUN:-0}" = 1 ]; then
   pt_run "$MPIEXEC" "${launcher[@]}" -np "$NRANKS" "$PIPETRAIN" train "$CONFIG" "${train_args[@]}"
   exit 0

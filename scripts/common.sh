@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by quickstart.sh and test.sh: install missing Debian packages, then
 # configure and build. Source it; do not run it.
 
@@ -9,8 +10,11 @@ PIPETRAIN_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libdnnl-dev python3
 )
 
-# Only the test suite needs these (the report page is checked in headless Chromium).
-PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace)
+# Only the test suite needs these: the oracles and tools whose tests skip without them
+# (the report page in headless Chromium, PyTorch for Llama, strace for durable writes,
+# the shell linter). npm's tiktoken comes with install_tiktoken, where npm is.
+# shellcheck disable=SC2034  # used by test.sh, which sources this file
+PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace python3-torch shellcheck)
 
 log() { printf '==> %s\n' "$*"; }
 
@@ -21,7 +25,7 @@ ensure_packages() {
   for p in "${PIPETRAIN_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
   local sudo=()
   if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null || { echo "error: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
@@ -31,6 +35,16 @@ ensure_packages() {
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+}
+
+# install_tiktoken DIR: npm's tiktoken (the tokenizer oracle) into DIR/node_modules, once.
+install_tiktoken() {
+  local dir=$1
+  if [ -d "$dir/node_modules/tiktoken" ]; then return 0; fi
+  if ! command -v npm >/dev/null; then log "no npm: the tiktoken oracle test will be skipped"; return 0; fi
+  log "installing the tokenizer oracle: npm install tiktoken@1 in $dir"
+  mkdir -p "$dir"
+  (cd "$dir" && npm install --no-audit --no-fund --silent tiktoken@1 >/dev/null)
 }
 
 # Open MPI refuses root without these, and tests use more ranks than cores.

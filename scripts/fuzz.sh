@@ -25,7 +25,7 @@ SECONDS_EACH=${PIPETRAIN_FUZZ_SECONDS:-30}
 JOBS=${PIPETRAIN_FUZZ_JOBS:-$(nproc)}
 ALL_TARGETS=(fuzz_schedule_csv fuzz_config_toml fuzz_token_file fuzz_checkpoint_meta fuzz_text_formats)
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
+if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=("${ALL_TARGETS[@]}"); fi
 for t in "${TARGETS[@]}"; do
   [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || { echo "error: unknown fuzz target $t (known: ${ALL_TARGETS[*]})" >&2; exit 2; }
 done

@@ -9,11 +9,11 @@
 # the cuBLASLt bf16 gemm rate bench_gemm_rate measures on the same GPU). Without a GPU every check says "no GPU: skipped" and the script
 # exits 0 (CI runs it that way so it cannot rot). Exit status: 1 if any check failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 source scripts/common.sh
 
 failures=0
-line() { printf 'gpu-check: %s: %s — %s\n' "$1" "$2" "$3"; [ "$2" = FAIL ] && failures=$((failures + 1)); return 0; }
+line() { printf 'gpu-check: %s: %s — %s\n' "$1" "$2" "$3"; if [ "$2" = FAIL ]; then failures=$((failures + 1)); fi; }
 checks=(kernels memcheck demo-vs-cpu two-ranks-one-gpu nccl-grid gpt2-124m-bf16)
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -74,7 +74,7 @@ PY
 demo_ok=1 detail=""
 for p in fp32 bf16; do
   tol=1e-4
-  [ "$p" = bf16 ] && tol=0.31
+  if [ "$p" = bf16 ]; then tol=0.31; fi
   for dev in cpu cuda; do
     "$PT" "${demo[@]}" --set train.steps=20 --set train.precision=$p --set runtime.device=$dev \
       --metrics "$out/$p-$dev.jsonl" >"$out/$p-$dev.log" 2>&1 || { demo_ok=0; detail+="$p on $dev failed: $(tail -1 "$out/$p-$dev.log"); "; }
@@ -84,14 +84,14 @@ for p in fp32 bf16; do
     detail+="$p: $r; "
   fi
 done
-[ $demo_ok -eq 1 ] && line demo-vs-cpu PASS "$detail" || line demo-vs-cpu FAIL "$detail"
+if [ $demo_ok -eq 1 ]; then line demo-vs-cpu PASS "$detail"; else line demo-vs-cpu FAIL "$detail"; fi
 
 # 4. Two ranks sharing the GPU, pp = 2, pipeline transfers over MPI (NCCL needs one GPU
 # per rank, so this is the single-GPU multi-rank check).
 if timeout 300 mpiexec -n 2 "$PT" "${demo[@]}" --set train.steps=10 --set parallel.pp=2 --set runtime.device=cuda \
      --set comm.p2p=mpi --metrics "$out/pp2.jsonl" >"$out/pp2.log" 2>&1; then
   "$PT" "${demo[@]}" --set train.steps=10 --set runtime.device=cuda --metrics "$out/pp1.jsonl" >/dev/null 2>&1
-  r=$(compare "$out/pp2.jsonl" "$out/pp1.jsonl" 1e-4) && line two-ranks-one-gpu PASS "$r" || line two-ranks-one-gpu FAIL "$r"
+  if r=$(compare "$out/pp2.jsonl" "$out/pp1.jsonl" 1e-4); then line two-ranks-one-gpu PASS "$r"; else line two-ranks-one-gpu FAIL "$r"; fi
 else
   line two-ranks-one-gpu FAIL "$(grep -m1 'error' "$out/pp2.log")"
 fi
@@ -111,7 +111,7 @@ if [ "$ngpu" -ge 2 ]; then
       ok=0 detail+="$grid: $(grep -m1 'error' "$out/nccl.log"); "
     fi
   done
-  [ $ok -eq 1 ] && line nccl-grid PASS "$detail" || line nccl-grid FAIL "$detail"
+  if [ $ok -eq 1 ]; then line nccl-grid PASS "$detail"; else line nccl-grid FAIL "$detail"; fi
 else
   line nccl-grid SKIP "needs 2 GPUs (NCCL runs one rank per GPU); this machine has $ngpu"
 fi
@@ -125,7 +125,7 @@ elif timeout 400 "$PT" train inputs/gpt2-124m.toml --set data.train="$out/corpus
      --set train.precision=bf16 --set runtime.device=cuda --set log.every=1 \
      --set log.peak_flops="$(python3 -c "print(float('$rate') * 1e12)")" \
      --metrics "$out/124m.jsonl" >"$out/124m.log" 2>&1; then
-  r=$(python3 - "$out/124m.jsonl" "$rate" <<'PY'
+  if r=$(python3 - "$out/124m.jsonl" "$rate" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # step 0 includes start-up
 tps = sum(r["tokens_per_s"] for r in rows) / len(rows)
@@ -133,7 +133,8 @@ mfu = sum(r["mfu"] for r in rows) / len(rows)
 print(f"{tps:.0f} tokens/s, MFU {100 * mfu:.1f}% of the {float(sys.argv[2]):.0f} TFLOP/s bf16 gemm rate (target 50%)")
 sys.exit(0 if mfu >= 0.5 else 1)
 PY
-) && line gpt2-124m-bf16 PASS "$r" || line gpt2-124m-bf16 FAIL "$r"
+)
+  then line gpt2-124m-bf16 PASS "$r"; else line gpt2-124m-bf16 FAIL "$r"; fi
 else
   line gpt2-124m-bf16 FAIL "$(grep -m1 'error' "$out/124m.log")"
 fi

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
+# shellcheck disable=SC2119  # no packages beyond the build's
 ensure_packages
 mpi_env
 configure_and_build build -DPIPETRAIN_BUILD_TESTS=OFF -DPIPETRAIN_BUILD_BENCH=OFF

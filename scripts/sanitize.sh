@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
+# shellcheck disable=SC2119  # no packages beyond the build's
 ensure_packages
 mpi_env
 dir=build-debug

@@ -9,7 +9,8 @@ source scripts/common.sh
 
 ensure_packages "${PIPETRAIN_TEST_PACKAGES[@]}"
 mpi_env
-configure_and_build build -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=ON
+configure_and_build build -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=ON -DPIPETRAIN_WARNINGS_AS_ERRORS=ON
+install_tiktoken build/oracle/tiktoken
 log "running the test suite"
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
 [ $# -eq 0 ] || exit 0

@@ -31,6 +31,7 @@ int run(int argc, char** argv) {
   app.set_version_flag("--version", pipetrain::version_text());
   pipetrain::CommandRunner runner;
   pipetrain::add_train_command(app, runner);
+  pipetrain::add_check_command(app, runner);
   pipetrain::add_data_command(app, runner);
   pipetrain::add_schedule_command(app, runner);
   pipetrain::add_ckpt_command(app, runner);

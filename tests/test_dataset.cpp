@@ -348,7 +348,12 @@ TEST_F(DatasetTest, WriterRejectsBadTokensAndLeavesNoFile) {
                {"bad.h5", "token 300 at position 2"});
   EXPECT_FALSE(fs::exists(path("bad.h5")));
   EXPECT_FALSE(fs::exists(path("bad.h5.tmp")));
-  expect_error([&] { write_token_file(path("no/such/dir/x.h5"), t, 1000, "byte"); }, {"x.h5"});
+  // A missing folder is made (`-o data/x.h5` in a fresh checkout); one that cannot be
+  // (a file stands in its way) is an error naming the output.
+  write_token_file(path("new/dir/x.h5"), t, 1000, "byte");
+  EXPECT_TRUE(fs::exists(path("new/dir/x.h5")));
+  { std::ofstream(path("plain")) << "x"; }
+  expect_error([&] { write_token_file(path("plain/x.h5"), t, 1000, "byte"); }, {"plain/x.h5"});
 }
 
 TEST_F(DatasetTest, ErrorMissingFile) {

@@ -32,6 +32,14 @@
 #                                    and .every overrides, then the user's options),
 #                                    PT_CKPT_DIR and PT_TARGET_STEPS (what the run will
 #                                    use) and PT_RANKS (dp * pp * tp)
+#   pt_check_grid CONFIG NRANKS WHERE
+#                                    the run can start on NRANKS ranks: dp*pp*tp = NRANKS
+#                                    (any count under --plan auto), then `pipetrain check`
+#                                    on one process (grid, lowered program, data, memory;
+#                                    CHECK_ARGS adds options, e.g. --cluster F or --no-data);
+#                                    WHERE names what set NRANKS, for the message
+#   pt_directive_ranks SCRIPT        ranks a job script's own #SBATCH/#PBS lines ask for
+#                                    (--ntasks, --nodes x --ntasks-per-node, select x mpiprocs)
 #   pt_after_run RC SUBMISSION MAX RESUBMIT_CMD...
 #                                    after the launcher returned RC: on 0, pt_decide and
 #                                    run RESUBMIT_CMD when more steps are left (with
@@ -210,9 +218,64 @@ pt_train_setup() {  # CONFIG [USER TRAIN ARGS...]
   PT_CKPT_DIR=$(pt_config_get "$config" checkpoint.dir checkpoints "${train_args[@]}")
   PT_TARGET_STEPS=$(pt_config_get "$config" train.steps 100 "${train_args[@]}")
   PT_RANKS=$(pt_grid_ranks "$config" "${train_args[@]}")
+  PT_PLAN_AUTO=0
+  local prev="" arg
+  for arg in "${train_args[@]}"; do
+    if [[ $arg == --plan=auto || ($prev == --plan && $arg == auto) ]]; then PT_PLAN_AUTO=1; fi
+    prev=$arg
+  done
   if [ "$(pt_config_get "$config" checkpoint.every 0 "${train_args[@]}")" = 0 ]; then
     pt_log "warning: checkpoint.every = 0: a finished run leaves no final checkpoint, so it may be resubmitted needlessly"
   fi
+}
+
+pt_check_grid() {  # CONFIG NRANKS WHERE
+  local config=$1 nranks=$2 where=$3 out
+  local -a extra=()
+  read -r -a extra <<<"${CHECK_ARGS:-}"
+  local per_node=${SLURM_NTASKS_PER_NODE:-}
+  per_node=${per_node%%(*}  # "32" or "32(x2)"
+  if [[ $per_node =~ ^[0-9]+$ ]]; then extra+=(--ranks-per-node "$per_node"); fi
+  if [ "$PT_PLAN_AUTO" = 0 ] && [ "$nranks" != "$PT_RANKS" ]; then
+    pt_die "$config needs parallel.dp*pp*tp = $PT_RANKS ranks but the job runs $nranks ($where)"
+  fi
+  PIPETRAIN=${PIPETRAIN:-$(pt_find_pipetrain)}
+  if [ ! -x "$PIPETRAIN" ]; then
+    if [ "${PIPETRAIN_DRY_RUN:-0}" = 1 ]; then
+      pt_log "dry run: no executable $PIPETRAIN to run 'pipetrain check' with"
+      return 0
+    fi
+    pt_die "pipetrain executable $PIPETRAIN not found (set PIPETRAIN)"
+  fi
+  if [ "$PT_PLAN_AUTO" = 1 ] && [[ " ${train_args[*]} ${extra[*]} " != *" --cluster"* ]]; then
+    pt_log "--plan auto without --cluster: the layout for $nranks ranks is chosen when the run starts"
+    return 0
+  fi
+  if ! out=$(timeout 300 "$PIPETRAIN" check "$config" --ranks "$nranks" "${train_args[@]}" "${extra[@]}" 2>&1); then
+    printf '%s\n' "$out" >&2
+    pt_die "'pipetrain check' refused $config on $nranks ranks (above); nothing was started"
+  fi
+  pt_log "${out##*$'\n'}"
+}
+
+pt_directive_ranks() {  # SCRIPT
+  awk '
+    /^#SBATCH/ {
+      for (i = 2; i <= NF; i++) {
+        if ($i ~ /^--ntasks=/) { split($i, a, "="); tasks = a[2] }
+        if ($i ~ /^--nodes=/) { split($i, a, "="); nodes = a[2] }
+        if ($i ~ /^--ntasks-per-node=/) { split($i, a, "="); per = a[2] }
+      }
+    }
+    /^#PBS[[:space:]]+-l[[:space:]]+select=/ {
+      if (match($0, /select=[0-9]+/)) nodes = substr($0, RSTART + 7, RLENGTH - 7)
+      if (match($0, /mpiprocs=[0-9]+/)) per = substr($0, RSTART + 9, RLENGTH - 9)
+    }
+    END {
+      if (tasks) print tasks
+      else if (per) print (nodes ? nodes : 1) * per
+      else print 1
+    }' "$1"
 }
 
 pt_after_run() {  # RC SUBMISSION MAX RESUBMIT_CMD...

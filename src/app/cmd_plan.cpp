@@ -104,7 +104,8 @@ void print_plan(const PlanCliOptions& o, const Config& cfg, const ClusterSpec& c
 int run_plan(const PlanCliOptions& o) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  Config cfg = load_config(o.config, o.overrides);
+  // Calibrating measures the config's own layout; planning chooses one.
+  Config cfg = load_config(o.config, o.calibrate ? o.overrides : with_planning_layout(o.overrides));
   if (o.calibrate) {
     if (o.output.empty()) fail("plan --calibrate: say where to write the cluster file (-o CLUSTER.toml)");
     auto backend = cfg.runtime.device == "cpu" ? make_cpu_backend() : nullptr;

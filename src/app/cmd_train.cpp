@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/app/commands.hpp"
+#include "pipetrain/app/run_header.hpp"
 #include "pipetrain/app/run_log.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
@@ -64,167 +65,228 @@ std::unique_ptr<Backend> make_backend(const Config& cfg) {
   return make_cuda_backend();
 }
 
-std::string human(double x) {
-  const char* units[] = {"", "K", "M", "G", "T"};
-  int u = 0;
-  while (x >= 1000.0 && u < 4) {
-    x /= 1000.0;
-    ++u;
+// The config the run uses: the file with --set overrides, or with --plan auto the
+// planner's best layout for the ranks launched (its neutral layout first: the file's own
+// grid and microbatches are the planner's to choose, not to be checked against the batch).
+struct ResolvedConfig {
+  Config cfg;
+  std::optional<ClusterSpec> cluster;  // --cluster, or calibrated for --plan auto
+  std::string plan_note;               // " auto (best of N layouts, ...)" under --plan auto
+};
+
+ResolvedConfig resolve_config(const TrainOptions& opt, int world) {
+  ResolvedConfig r;
+  if (!opt.plan.empty() && opt.plan != "auto") fail("--plan: the only plan is 'auto' (got '{}')", opt.plan);
+  r.cfg = load_config(opt.config, opt.plan == "auto" ? with_planning_layout(opt.overrides) : opt.overrides);
+  if (!opt.cluster.empty()) r.cluster = load_cluster(opt.cluster);
+  if (opt.plan == "auto") {
+    if (!r.cluster) {
+      auto probe = make_backend(r.cfg);
+      r.cluster = calibrate_cluster(r.cfg, *probe, MPI_COMM_WORLD);
+      r.cluster->source = "calibrated now";
+    }
+    const PlanResult best = plan_for_ranks(r.cfg, *r.cluster, world);
+    std::vector<std::string> overrides = opt.overrides;
+    for (const auto& o : layout_overrides(best.ranked.front().first)) overrides.push_back(o);
+    r.cfg = load_config(opt.config, overrides);
+    r.cfg.schedule.file.clear();  // the plan's schedule, not a file's
+    r.plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", best.candidates, best.pruned_memory,
+                              best.reason.empty() ? "" : "; " + best.reason);
   }
-  return fmt::format("{:.2f}{}", x, units[u]);
+  if (!opt.metrics.empty()) r.cfg.log.metrics = opt.metrics;
+  return r;
 }
 
-// The layout a config runs, as the planner describes layouts.
-Layout layout_of(const Config& cfg) {
-  Layout l;
-  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.virtual_stages = cfg.parallel.virtual_stages;
-  l.schedule = cfg.schedule.name;
-  l.microbatches = cfg.train.microbatches;
-  l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
-  l.recompute = parse_recompute(cfg.train.recompute);
-  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
-  l.precision = cfg.train.precision;
-  return l;
+// The training stream (the files read as one, or a blend of weighted sources) and the
+// optional validation set (the first eval_batches global batches).
+struct TrainData {
+  std::unique_ptr<TokenDataset> data;
+  std::unique_ptr<BatchSampler> sampler;
+  std::unique_ptr<BlendedSampler> blend;
+  std::unique_ptr<TokenDataset> val;
+  std::unique_ptr<BatchSampler> val_sampler;
+
+  void load(int64_t first, int count, int32_t* in, int32_t* tgt) const {
+    if (blend)
+      blend->load(first, count, in, tgt);
+    else
+      sampler->load(first, count, in, tgt);
+  }
+  std::string summary(const Config& cfg) const;
+};
+
+TrainData open_data(const Config& cfg) {
+  TrainData d;
+  if (cfg.data.train_weights.empty()) {
+    d.data = std::make_unique<TokenDataset>(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size,
+                                            cfg.data.respect_documents);
+    d.sampler = std::make_unique<BatchSampler>(*d.data, cfg.data.sampling, cfg.train.seed);
+  } else {
+    d.blend = std::make_unique<BlendedSampler>(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len,
+                                               cfg.model.vocab_size, cfg.data.respect_documents, cfg.data.sampling,
+                                               cfg.train.seed);
+  }
+  if (!cfg.data.val.empty()) {
+    d.val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size,
+                                           cfg.data.respect_documents);
+    d.val_sampler = std::make_unique<BatchSampler>(*d.val, "sequential", cfg.train.seed);
+  }
+  return d;
+}
+
+std::string TrainData::summary(const Config& cfg) const {
+  if (!blend)
+    return fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(data->num_tokens())),
+                       data->num_windows(), cfg.train.seq_len);
+  int64_t tokens = 0, windows = 0;
+  for (int k = 0; k < blend->num_sources(); ++k)
+    tokens += blend->dataset(k).num_tokens(), windows += blend->dataset(k).num_windows();
+  return fmt::format("a blend of {} sources, {} tokens ({} windows of {})", blend->num_sources(),
+                     human(static_cast<double>(tokens)), windows, cfg.train.seq_len);
+}
+
+// Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
+// parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
+// another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
+// one), runtime.pack_weights' two copies of the matrices, the stashed activations the
+// schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
+// receive buffers and a dp bucket. The largest over the ranks.
+double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend,
+                       const SimResult& sim) {
+  const Schedule& sched = trainer.schedule();
+  const bool bf16 = cfg.train.precision == "bf16";
+  const auto& units = trainer.stage_units();
+  MemoryInputs in;
+  in.params = static_cast<double>(trainer.params().numel());
+  in.not_updated = static_cast<double>(trainer.params().not_updated());
+  in.dp = grid.dp();
+  in.zero1 = cfg.parallel.zero1;
+  in.bf16 = bf16;
+  in.widened = static_cast<double>(trainer.params().widened_numel());
+  const DType storage = bf16 ? DType::BF16 : DType::F32;
+  const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
+  for (int st = 0; st < sched.num_stages; ++st)
+    if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
+      const auto& u = units[static_cast<size_t>(st)];
+      const Recompute mode = trainer.recompute_of(st);
+      in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
+                                                                trainer.microbatch_size(), cfg.train.seq_len, storage,
+                                                                mode, keeps));
+      const auto pieces = stage_pieces(cfg.model, u);
+      for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
+      if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
+            return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
+          }))
+        in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
+                                                              cfg.train.seq_len, storage, mode, keeps));
+    }
+  in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
+  if (grid.pp() > 1) {
+    in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
+                          static_cast<double>(dtype_size(storage));
+    in.receive_buffers = 4;
+  }
+  in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
+  // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).
+  if (!trainer.packs_weights() || (bf16 && backend.bf16_products_native())) in.packed = 0;
+  double est = rank_memory(in).total();
+  grid.world().allreduce_max(&est, 1);
+  return est;
+}
+
+// The split and each stage's share of the model's cost, and what the split costs the step
+// (the schedule with these stages' costs against every stage at their mean).
+std::string split_line(const Config& cfg, const Trainer& trainer) {
+  const Schedule& sched = trainer.schedule();
+  const auto& units = trainer.stage_units();
+  const UnitCosts& c = trainer.unit_costs();
+  std::vector<double> times;  // each stage's forward + backward per microbatch
+  for (const auto& u : units) times.push_back(stage_cost(cfg.model, u, c));
+  const double total = std::accumulate(times.begin(), times.end(), 0.0);
+  std::vector<std::string> shares;
+  for (const double t : times) shares.push_back(fmt::format("{:.0f}%", 100.0 * t / total));
+  const std::vector<double> even(units.size(), total / static_cast<double>(units.size()));
+  const SimResult with_split = simulate(sched, Costs::from_stage_times(times));
+  const bool automatic = cfg.parallel.layers_per_stage.empty();
+  return fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
+                     "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
+                     fmt::join(blocks_per_stage(cfg.model, units), ", "),
+                     automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms "
+                                             "(attention half {:.0f}%), head {:.2f} ms",
+                                             1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share,
+                                             1e3 * c.head)
+                               : std::string("parallel.layers_per_stage"),
+                     fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
+                     with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan);
+}
+
+// "step N/M | loss ... | mem ..." and, on a terminal, a progress bar with ETA.
+std::string step_text(const Config& cfg, const StepRecord& r, int start, bool tty,
+                      std::chrono::steady_clock::time_point t_start) {
+  const StepMetrics& m = r.metrics;
+  std::string text = fmt::format(
+      "step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {} | {:.1f} ms"
+      " | bubble {:.1f}% | mem {:.0f} MiB",
+      m.step, cfg.train.steps, m.loss, r.val_loss >= 0 ? fmt::format(" | val loss {:.4f}", r.val_loss) : "", m.lr,
+      m.grad_norm, m.tokens_per_s,
+      r.mfu >= 0 ? fmt::format("{}FLOP/s, MFU {:.1f}%", human(r.flops_per_s), 100.0 * r.mfu)
+                 : human(r.flops_per_s) + "FLOP/s",
+      m.step_time_s * 1e3, 100.0 * m.bubble_fraction, r.peak_mem_bytes / 1048576.0);
+  if (tty) {
+    const double done = static_cast<double>(m.step + 1 - start) / std::max(1, cfg.train.steps - start);
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const int filled = static_cast<int>(done * 20);
+    text += fmt::format(" [{:=<{}}{:<{}}] ETA {:.0f} s", "", filled, "", 20 - filled, el / done - el);
+  }
+  return text;
+}
+
+nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>& predicted) {
+  const StepMetrics& m = r.metrics;
+  nlohmann::json row = {{"step", m.step},
+                        {"loss", m.loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"tokens_per_s", m.tokens_per_s},
+                        {"step_time_s", m.step_time_s},
+                        {"bubble_fraction", m.bubble_fraction},
+                        {"tokens", r.tokens},
+                        {"flops_per_s", r.flops_per_s},
+                        {"peak_mem_bytes", r.peak_mem_bytes}};
+  if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
+  if (predicted) row["predicted_step_time_s"] = predicted->step_s;
+  if (r.mfu >= 0) row["mfu"] = r.mfu;
+  return row;
 }
 
 int run_train(const TrainOptions& opt) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  Config cfg = load_config(opt.config, opt.overrides);
-  // --cluster: the planner predicts this run's step; --plan auto: it also picks the layout.
-  std::optional<ClusterSpec> cluster;
-  std::string plan_note;
-  if (!opt.plan.empty() && opt.plan != "auto") fail("--plan: the only plan is 'auto' (got '{}')", opt.plan);
-  if (!opt.cluster.empty()) cluster = load_cluster(opt.cluster);
-  if (opt.plan == "auto") {
-    if (!cluster) {
-      auto probe = make_backend(cfg);
-      cluster = calibrate_cluster(cfg, *probe, MPI_COMM_WORLD);
-      cluster->source = "calibrated now";
-    }
-    PlanOptions po;
-    po.devices = world;
-    po.precisions = {cfg.train.precision};
-    po.top = 2;
-    po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
-    const PlanResult r = plan(cfg, *cluster, po);
-    std::vector<std::string> overrides = opt.overrides;
-    for (const auto& o : layout_overrides(r.ranked.front().first)) overrides.push_back(o);
-    cfg = load_config(opt.config, overrides);
-    cfg.schedule.file.clear();  // the plan's schedule, not a file's
-    plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", r.candidates, r.pruned_memory,
-                            r.reason.empty() ? "" : "; " + r.reason);
-  }
+  ResolvedConfig resolved = resolve_config(opt, world);
+  const Config& cfg = resolved.cfg;
+  // --cluster: the planner predicts this run's step (not for a schedule file's schedule).
   std::optional<Prediction> predicted;
   Layout layout;
-  if (cluster && cfg.schedule.file.empty()) {
+  if (resolved.cluster && cfg.schedule.file.empty()) {
     layout = layout_of(cfg);
-    predicted = predict(cfg, *cluster, layout);
+    predicted = predict(cfg, *resolved.cluster, layout);
   }
-  if (!opt.metrics.empty()) cfg.log.metrics = opt.metrics;
   Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
   WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
-
-  // The training stream: the files read as one, or a blend of weighted sources.
-  std::unique_ptr<TokenDataset> data;
-  std::unique_ptr<BatchSampler> sampler;
-  std::unique_ptr<BlendedSampler> blend;
-  if (cfg.data.train_weights.empty()) {
-    data = std::make_unique<TokenDataset>(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size,
-                                          cfg.data.respect_documents);
-    sampler = std::make_unique<BatchSampler>(*data, cfg.data.sampling, cfg.train.seed);
-  } else {
-    blend = std::make_unique<BlendedSampler>(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len,
-                                             cfg.model.vocab_size, cfg.data.respect_documents, cfg.data.sampling,
-                                             cfg.train.seed);
-  }
-  // Validation data (optional): a fixed set, the first eval_batches global batches.
-  std::unique_ptr<TokenDataset> val;
-  std::unique_ptr<BatchSampler> val_sampler;
-  if (!cfg.data.val.empty()) {
-    val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size,
-                                         cfg.data.respect_documents);
-    val_sampler = std::make_unique<BatchSampler>(*val, "sequential", cfg.train.seed);
-  }
+  const TrainData data = open_data(cfg);
   auto backend = make_backend(cfg);
-  Trainer trainer(cfg, grid, *backend, [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
-    if (blend)
-      blend->load(first, count, in, tgt);
-    else
-      sampler->load(first, count, in, tgt);
-  });
-
-  trainer.set_tokenizer(blend ? blend->dataset(0).tokenizer() : data->tokenizer());
+  Trainer trainer(cfg, grid, *backend,
+                  [&](int64_t first, int count, int32_t* in, int32_t* tgt) { data.load(first, count, in, tgt); });
+  trainer.set_tokenizer(data.blend ? data.blend->dataset(0).tokenizer() : data.data->tokenizer());
   RunLog log(cfg, !opt.resume.empty(), rank);
   const int64_t nparams = trainer.model_params();
   const Schedule& sched = trainer.schedule();
   const SimResult sim = simulate(sched, Costs{});
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
-  // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
-  // parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
-  // another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
-  // one), runtime.pack_weights' two copies of the matrices, the stashed activations the
-  // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
-  // receive buffers and a dp bucket.
-  const bool bf16 = cfg.train.precision == "bf16";
-  double est = 0;
-  {
-    const auto& units = trainer.stage_units();
-    MemoryInputs in;
-    in.params = static_cast<double>(trainer.params().numel());
-    in.not_updated = static_cast<double>(trainer.params().not_updated());
-    in.dp = grid.dp();
-    in.zero1 = cfg.parallel.zero1;
-    in.bf16 = bf16;
-    in.widened = static_cast<double>(trainer.params().widened_numel());
-    const DType storage = bf16 ? DType::BF16 : DType::F32;
-    const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
-    for (int st = 0; st < sched.num_stages; ++st)
-      if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
-        const auto& u = units[static_cast<size_t>(st)];
-        const Recompute mode = trainer.recompute_of(st);
-        in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
-                                                                  trainer.microbatch_size(), cfg.train.seq_len, storage,
-                                                                  mode, keeps));
-        const auto pieces = stage_pieces(cfg.model, u);
-        for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
-        if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
-              return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
-            }))
-          in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
-                                                                cfg.train.seq_len, storage, mode, keeps));
-      }
-    in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
-    if (grid.pp() > 1) {
-      in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
-                            static_cast<double>(dtype_size(storage));
-      in.receive_buffers = 4;
-    }
-    in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
-    // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).
-    if (!trainer.packs_weights() || (bf16 && backend->bf16_products_native())) in.packed = 0;
-    est = rank_memory(in).total();
-  }
-  grid.world().allreduce_max(&est, 1);
-  log.line(cfg.model.arch == "llama"
-               ? fmt::format("pipetrain train {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, "
-                             "{} head, {} parameters",
-                             cfg.source, cfg.model.n_layer, cfg.model.n_head, cfg.model.kv_heads(), cfg.model.d_model,
-                             cfg.model.ffn(), cfg.model.tie_embeddings ? "tied" : "untied", human(nparams))
-               : fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters", cfg.source,
-                             cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, human(nparams)));
-  std::string data_summary;
-  if (blend) {
-    int64_t tokens = 0, windows = 0;
-    for (int k = 0; k < blend->num_sources(); ++k)
-      tokens += blend->dataset(k).num_tokens(), windows += blend->dataset(k).num_windows();
-    data_summary = fmt::format("a blend of {} sources, {} tokens ({} windows of {})", blend->num_sources(),
-                               human(static_cast<double>(tokens)), windows, cfg.train.seq_len);
-  } else {
-    data_summary = fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(data->num_tokens())),
-                               data->num_windows(), cfg.train.seq_len);
-  }
+  const double est = memory_estimate(cfg, trainer, grid, *backend, sim);
+
+  log.line(model_line(cfg, nparams));
   std::string backend_summary = backend->name();
   if (!trainer.pack_reason().empty())
     backend_summary += fmt::format(" (runtime.pack_weights = \"auto\": {}, {})",
@@ -234,52 +296,22 @@ int run_train(const TrainOptions& opt) {
     backend_summary += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
   log.line(fmt::format("  data {}, {} sampling; {} tokens/step "
                        "({} x {} microbatches x seq {}); backend {}; precision {}",
-                       data_summary, cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
+                       data.summary(cfg), cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
                        cfg.train.microbatches, cfg.train.seq_len, backend_summary, cfg.train.precision));
-  if (blend) {  // what each source gives over this run's steps
+  if (data.blend) {  // what each source gives over this run's steps
     const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;
-    const std::vector<int64_t> n = blend->counts(samples);
-    for (int k = 0; k < blend->num_sources(); ++k)
+    const std::vector<int64_t> n = data.blend->counts(samples);
+    for (int k = 0; k < data.blend->num_sources(); ++k)
       log.line(fmt::format("  source {}: {} (weight {:.3f}): {} windows; {} of the run's {} samples ({:.2f} epochs)", k,
-                           cfg.data.train[static_cast<size_t>(k)], blend->weight(k),
-                           blend->dataset(k).num_windows(), n[static_cast<size_t>(k)], samples,
+                           cfg.data.train[static_cast<size_t>(k)], data.blend->weight(k),
+                           data.blend->dataset(k).num_windows(), n[static_cast<size_t>(k)], samples,
                            static_cast<double>(n[static_cast<size_t>(k)]) /
-                               static_cast<double>(blend->dataset(k).num_windows())));
+                               static_cast<double>(data.blend->dataset(k).num_windows())));
   }
-  log.line(fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, "
-                       "simulated bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
-                       grid.dp(), grid.pp(), grid.tp(), grid.world_size(), sched.name, sched.num_stages,
-                       sched.num_microbatches, 100.0 * sim.bubble_fraction, est / 1048576.0));
-  if (predicted)
-    log.line(fmt::format("  plan{}: {}; predicted step {:.1f} ms ({:.0f} tokens/s, {:.1f}% bubble), {:.2f} GiB per "
-                         "device (cluster {})",
-                         plan_note, describe(layout), 1e3 * predicted->step_s, predicted->tokens_per_s,
-                         100.0 * predicted->bubble_s / predicted->step_s, predicted->memory.total() / 1073741824.0,
-                         cluster->source));
-  if (sched.num_stages > 1) {  // the split and each stage's share of the model's cost
-    const auto& units = trainer.stage_units();
-    const UnitCosts& c = trainer.unit_costs();
-    std::vector<double> times;  // each stage's forward + backward per microbatch
-    for (const auto& u : units) times.push_back(stage_cost(cfg.model, u, c));
-    const double total = std::accumulate(times.begin(), times.end(), 0.0);
-    std::vector<std::string> shares;
-    for (const double t : times) shares.push_back(fmt::format("{:.0f}%", 100.0 * t / total));
-    // The schedule with these stages' costs, and with every stage at their mean: what the
-    // split itself costs the step.
-    const std::vector<double> even(units.size(), total / static_cast<double>(units.size()));
-    const SimResult with_split = simulate(sched, Costs::from_stage_times(times));
-    const bool automatic = cfg.parallel.layers_per_stage.empty();
-    log.line(fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
-                         "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
-                         fmt::join(blocks_per_stage(cfg.model, units), ", "),
-                         automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms "
-                                                 "(attention half {:.0f}%), head {:.2f} ms",
-                                                 1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share,
-                                                 1e3 * c.head)
-                                   : std::string("parallel.layers_per_stage"),
-                         fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
-                         with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan));
-  }
+  log.line(grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
+                      sim.bubble_fraction, est}));
+  if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
+  if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   log.run_files(cfg,
                 {{"config", cfg.source},
                  {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},
@@ -303,8 +335,10 @@ int run_train(const TrainOptions& opt) {
   LoopOptions lo;
   lo.flops_per_token = flops_per_token;
   lo.trace_dir = log.trace_dir(opt.trace_dir);
-  if (val_sampler)
-    lo.validation = [&](int64_t first, int count, int32_t* in, int32_t* tgt) { val_sampler->load(first, count, in, tgt); };
+  if (data.val_sampler)
+    lo.validation = [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
+      data.val_sampler->load(first, count, in, tgt);
+    };
   std::vector<double> step_times;
   LoopSink sink;
   sink.message = [&](const std::string& text) { log.line(text); };
@@ -313,43 +347,13 @@ int run_train(const TrainOptions& opt) {
   };
   sink.step = [&](const StepRecord& r) {
     const StepMetrics& m = r.metrics;
-    const int step = m.step;
     if (m.skipped)
       log.line(fmt::format("step {}: non-finite loss ({}) or gradient norm ({}): update skipped "
                            "(runtime.on_nonfinite = \"skip\")",
-                           step, m.loss, m.grad_norm));
-    if (r.report) {
-      std::string text = fmt::format(
-          "step {:5d}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {} | {:.1f} ms"
-          " | bubble {:.1f}% | mem {:.0f} MiB",
-          step, cfg.train.steps, m.loss, r.val_loss >= 0 ? fmt::format(" | val loss {:.4f}", r.val_loss) : "", m.lr,
-          m.grad_norm, m.tokens_per_s,
-          r.mfu >= 0 ? fmt::format("{}FLOP/s, MFU {:.1f}%", human(r.flops_per_s), 100.0 * r.mfu)
-                     : human(r.flops_per_s) + "FLOP/s",
-          m.step_time_s * 1e3, 100.0 * m.bubble_fraction, r.peak_mem_bytes / 1048576.0);
-      if (tty) {  // a progress bar with ETA, only on a terminal
-        const double done = static_cast<double>(step + 1 - start) / std::max(1, cfg.train.steps - start);
-        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-        const int filled = static_cast<int>(done * 20);
-        text += fmt::format(" [{:=<{}}{:<{}}] ETA {:.0f} s", "", filled, "", 20 - filled, el / done - el);
-      }
-      log.line(text);
-    }
-    nlohmann::json row = {{"step", m.step},
-                          {"loss", m.loss},
-                          {"lr", m.lr},
-                          {"grad_norm", m.grad_norm},
-                          {"tokens_per_s", m.tokens_per_s},
-                          {"step_time_s", m.step_time_s},
-                          {"bubble_fraction", m.bubble_fraction},
-                          {"tokens", r.tokens},
-                          {"flops_per_s", r.flops_per_s},
-                          {"peak_mem_bytes", r.peak_mem_bytes}};
-    if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
-    if (predicted) row["predicted_step_time_s"] = predicted->step_s;
-    if (step > start) step_times.push_back(m.step_time_s);  // the run's first step warms up
-    if (r.mfu >= 0) row["mfu"] = r.mfu;
-    log.metrics(row);
+                           m.step, m.loss, m.grad_norm));
+    if (r.report) log.line(step_text(cfg, r, start, tty, t_start));
+    if (m.step > start) step_times.push_back(m.step_time_s);  // the run's first step warms up
+    log.metrics(metrics_row(r, predicted));
   };
   TrainingLoop loop(cfg, trainer, grid, std::move(lo), std::move(sink));
   start = loop.restore(opt.resume, opt.init);

@@ -196,7 +196,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
   MPI_Comm_rank(comm, &rank);
   const std::string tmp = path + ".tmp";
   {
-    Id fapl = mpio_fapl(comm);
+    Id fapl = mpio_fapl(comm, path);
     Id file = checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp + ": cannot create");
     const hid_t root = file.get();
     write_attr(root, "format_version", H5T_NATIVE_INT, meta.format_version);
@@ -215,7 +215,7 @@ void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMe
 
     Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
     H5Pset_create_intermediate_group(lcpl.get(), 1);
-    Id dxpl = transfer_list(H5FD_MPIO_COLLECTIVE);
+    Id dxpl = transfer_list(h5io::Transfer::Collective);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
       fault::point("checkpoint-write");
@@ -292,11 +292,12 @@ CheckpointMeta read_meta(const std::string& path) {
 
 void read_checkpoint_tensors(const std::string& path, MPI_Comm comm, const std::vector<CheckpointTensor>& tensors) {
   h5io::Quiet quiet;
-  Id fapl = mpio_fapl(comm);
+  // Serial HDF5: every rank reads the file by itself (reading needs no shared driver).
+  Id fapl = h5io::parallel_hdf5() ? mpio_fapl(comm, path) : Id(H5Pcreate(H5P_FILE_ACCESS));
   const hid_t opened = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (opened < 0) throw CheckpointUnreadable(fmt::format("{}: cannot open: {}", path, h5io::last_error()));
   Id file(opened);
-  Id dxpl = transfer_list(H5FD_MPIO_INDEPENDENT);
+  Id dxpl = transfer_list(h5io::Transfer::Independent);
   for (const auto& t : tensors) {
     if (H5Lexists(file.get(), t.name.c_str(), H5P_DEFAULT) <= 0)
       fail("{}: no dataset {} (a checkpoint of another model?)", path, t.name);

@@ -119,16 +119,40 @@ std::optional<std::string> read_string_attr(hid_t obj, const char* name, const s
   return out;
 }
 
-Id mpio_fapl(MPI_Comm comm) {
+bool parallel_hdf5() {
+#ifdef H5_HAVE_PARALLEL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Id mpio_fapl(MPI_Comm comm, const std::string& what) {
   Id fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (!fapl.valid() || H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL) < 0)
-    fail("MPI-IO file driver: {}", last_error());
+  if (!fapl.valid()) fail("{}: file access list: {}", what, last_error());
+#ifdef H5_HAVE_PARALLEL
+  if (H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL) < 0) fail("{}: MPI-IO file driver: {}", what, last_error());
+#else
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  if (ranks > 1)
+    fail("{}: {} ranks share this file, but pipetrain was built with a serial HDF5 ({}); rebuild against a "
+         "parallel HDF5 (e.g. Debian's libhdf5-openmpi-dev, or the site's hdf5 module built with MPI), or run "
+         "on one rank",
+         what, ranks, H5_VERS_INFO);
+#endif
   return fapl;
 }
 
-Id transfer_list(H5FD_mpio_xfer_t mode) {
+Id transfer_list(Transfer mode) {
   Id dxpl(H5Pcreate(H5P_DATASET_XFER));
-  if (!dxpl.valid() || H5Pset_dxpl_mpio(dxpl.get(), mode) < 0) fail("MPI-IO transfer mode: {}", last_error());
+  if (!dxpl.valid()) fail("transfer list: {}", last_error());
+#ifdef H5_HAVE_PARALLEL
+  if (H5Pset_dxpl_mpio(dxpl.get(), mode == Transfer::Collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT) < 0)
+    fail("MPI-IO transfer mode: {}", last_error());
+#else
+  (void)mode;  // one rank: the default transfer
+#endif
   return dxpl;
 }
 

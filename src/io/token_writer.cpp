@@ -50,11 +50,18 @@ TokenFileWriter::TokenFileWriter(std::string out, int64_t num_tokens, int64_t vo
   if (vocab_size < 1 || vocab_size > (int64_t{1} << 32))
     fail("{}: vocab_size {} out of range (1 .. 2^32)", out_, vocab_size);
   tmp_ = out_ + ".tmp";
+  // `-o data/x.h5` in a fresh checkout: the folder is made, as checkpoint.dir's is.
+  if (const auto parent = std::filesystem::path(out_).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec && !std::filesystem::is_directory(parent))
+      fail("{}: cannot create the folder {} ({})", out_, parent.string(), ec.message());
+  }
   const bool narrow = vocab_size <= 65536;
   dtype_ = narrow ? "uint16" : "uint32";
   h5io::Quiet quiet;
   try {
-    Id fapl = comm_ != MPI_COMM_NULL ? h5io::mpio_fapl(comm_) : Id(H5Pcreate(H5P_FILE_ACCESS));
+    Id fapl = comm_ != MPI_COMM_NULL ? h5io::mpio_fapl(comm_, out_) : Id(H5Pcreate(H5P_FILE_ACCESS));
     file_ = Id(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
     if (!file_.valid()) fail("{}: cannot create {} ({})", out_, tmp_, h5io::last_error());
     const hsize_t dims = growing_ ? 0 : static_cast<hsize_t>(num_tokens), unlimited = H5S_UNLIMITED;
@@ -109,7 +116,7 @@ void TokenFileWriter::write_part(int64_t first, std::span<const uint32_t> tokens
   } else {
     H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr);
   }
-  const Id dxpl = h5io::transfer_list(H5FD_MPIO_COLLECTIVE);
+  const Id dxpl = h5io::transfer_list(h5io::Transfer::Collective);
   if (H5Dwrite(dataset_.get(), H5T_NATIVE_UINT32, mem.get(), space.get(), dxpl.get(), tokens.data()) < 0)
     fail("{}: writing tokens [{}, {}) failed ({})", tmp_, first, first + n, h5io::last_error());
   written_ += n;

@@ -98,6 +98,12 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
   return {};
 }
 
+double model_params(const ModelConfig& model) {
+  const UnitParams head = unit_params(model, UnitKind::Head);
+  return unit_params(model, UnitKind::Embedding).on_rank(1) + model.n_layer * unit_params(model, UnitKind::Block).on_rank(1) +
+         head.on_rank(1) - (model.tied() ? head.sharded : 0.0);
+}
+
 double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products) {
   const double C = model.d_model;
   const bool llama = model.arch == "llama";

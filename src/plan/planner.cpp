@@ -247,10 +247,7 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   }
   const ModelConfig& model = cx.cfg.model;
   const int T = cx.cfg.train.seq_len;
-  const double params = unit_params(model, UnitKind::Embedding).on_rank(1) +
-                        model.n_layer * unit_params(model, UnitKind::Block).on_rank(1) +
-                        unit_params(model, UnitKind::Head).on_rank(1) -
-                        (model.tied() ? unit_params(model, UnitKind::Head).sharded : 0.0);
+  const double params = model_params(model);
   p.tokens_per_s = static_cast<double>(cx.global_batch) * T / p.step_s;
   p.flops_per_device = model_flops_per_token(model, static_cast<int64_t>(params), T) * p.tokens_per_s / cx.devices;
   p.mfu = p.flops_per_device / cx.cluster.device.peak_flops.at(k.layout.precision);
@@ -302,6 +299,36 @@ std::string describe(const Layout& l) {
                      l.microbatches, l.microbatch_size,
                      to_string(l.recompute),
                      l.zero1 ? "on" : "off", l.precision);
+}
+
+Layout layout_of(const Config& cfg) {
+  Layout l;
+  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.virtual_stages = cfg.parallel.virtual_stages;
+  l.schedule = cfg.schedule.name;
+  l.microbatches = cfg.train.microbatches;
+  l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
+  l.recompute = parse_recompute(cfg.train.recompute);
+  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
+  l.precision = cfg.train.precision;
+  return l;
+}
+
+std::vector<std::string> with_planning_layout(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"parallel.dp=1",         "parallel.pp=1",
+                                  "parallel.tp=1",         "parallel.virtual_stages=1",
+                                  "parallel.layers_per_stage=auto", "parallel.recompute_stages=all",
+                                  "train.microbatches=1"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return all;
+}
+
+PlanResult plan_for_ranks(const Config& cfg, const ClusterSpec& cluster, int ranks) {
+  PlanOptions po;
+  po.devices = ranks;
+  po.precisions = {cfg.train.precision};
+  po.top = 2;
+  po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
+  return plan(cfg, cluster, po);
 }
 
 std::vector<std::string> layout_overrides(const Layout& l) {

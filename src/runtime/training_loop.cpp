@@ -8,7 +8,9 @@
 #include <csignal>
 #include <filesystem>
 
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/h5io.hpp"
 #include "pipetrain/runtime/resume.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -21,7 +23,14 @@ const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SI
 }  // namespace
 
 TrainingLoop::TrainingLoop(const Config& cfg, Trainer& trainer, Grid& grid, LoopOptions options, LoopSink sink)
-    : cfg_(cfg), trainer_(trainer), grid_(grid), opt_(std::move(options)), sink_(std::move(sink)) {}
+    : cfg_(cfg), trainer_(trainer), grid_(grid), opt_(std::move(options)), sink_(std::move(sink)) {
+  // Said at the start, not at the first checkpoint hours later: every rank writes its part
+  // of one shared file, which a serial HDF5 cannot do.
+  if (!h5io::parallel_hdf5() && grid_.world_size() > 1 && cfg_.checkpoint.every > 0)
+    fail("{}: checkpoint.every = {} on {} ranks needs a parallel HDF5, and pipetrain was built with a serial one; "
+         "rebuild against a parallel HDF5, or set checkpoint.every = 0",
+         cfg_.source, cfg_.checkpoint.every, grid_.world_size());
+}
 
 void TrainingLoop::tell(const std::string& text) const {
   if (sink_.message) sink_.message(text);

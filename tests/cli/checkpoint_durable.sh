@@ -4,7 +4,7 @@
 # for the checkpoint file and for `latest`.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
-command -v strace >/dev/null || { echo "skipped: strace is not installed"; exit 0; }
+command -v strace >/dev/null || { echo "SKIP: strace is not installed (Debian: strace; scripts/test.sh installs it)"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"

@@ -32,11 +32,13 @@ PY
 
 echo "== uninterrupted single-rank run, checkpoints every 3 steps"
 timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=full --set checkpoint.every=3 --metrics full.jsonl >/dev/null
-test -f full/step_00000003.h5 && test -f full/step_00000006.h5
+test -f full/step_00000003.h5
+test -f full/step_00000006.h5
 grep -qx step_00000006.h5 full/latest
 
 echo "== resume from step 3 on the same grid: bitwise equal losses and parameters"
-mkdir res && cp full/step_00000003.h5 res/
+mkdir res
+cp full/step_00000003.h5 res/
 timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=res --set checkpoint.every=3 --resume res/step_00000003.h5 \
   --metrics res.jsonl >res.out
 grep -q "resumed from res/step_00000003.h5 at step 3" res.out
@@ -63,7 +65,7 @@ echo "== save on pp=2, resume on tp=2, dp=2 and a single rank"
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=pp2 \
   --set checkpoint.every=3 --metrics pp2.jsonl >/dev/null
 for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
-  set -- $grid
+  read -r -a args <<<"$grid"; set -- "${args[@]}"
   rm -f g.jsonl
   timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set "$2" --set checkpoint.dir=pp2 \
     --resume pp2/step_00000003.h5 --metrics g.jsonl >/dev/null
@@ -94,7 +96,7 @@ timeout 300 "$PIPETRAIN" "${llama[@]}" --set checkpoint.dir=lfull --metrics lful
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${llama[@]}" --set parallel.tp=2 --set checkpoint.dir=ltp \
   --set checkpoint.every=3 --metrics ltp.jsonl >/dev/null
 for grid in "2 parallel.pp=2" "1 parallel.tp=1"; do
-  set -- $grid
+  read -r -a args <<<"$grid"; set -- "${args[@]}"
   rm -f g.jsonl
   timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${llama[@]}" --set "$2" --set checkpoint.dir=ltp \
     --resume ltp/step_00000003.h5 --metrics g.jsonl >/dev/null
@@ -105,7 +107,8 @@ echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moment
 z1=(--set parallel.dp=2 --set parallel.zero1=true)
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1 --set checkpoint.every=3 \
   --metrics z1.jsonl >/dev/null
-mkdir z1res && cp z1/step_00000003.h5 z1res/
+mkdir z1res
+cp z1/step_00000003.h5 z1res/
 # The resumed run (and the tp = 2 one below) stage every tensor through host buffers, as
 # GPU runs do: the files must come out bitwise the same.
 PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1res --set checkpoint.every=3 \
@@ -120,17 +123,18 @@ PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${cfg[@
   --set checkpoint.every=3 --metrics z1tp.jsonl >/dev/null
 # Across the ZeRO boundary both ways: the file does not depend on it.
 for run in "1 z1/step_00000003.h5 z1.jsonl" "2 full/step_00000003.h5 full.jsonl" "1 z1tp/step_00000003.h5 z1tp.jsonl"; do
-  set -- $run
+  read -r -a args <<<"$run"; set -- "${args[@]}"
   rm -f g.jsonl
   extra=()
-  [ "$1" = 2 ] && extra=("${z1[@]}")
+  if [ "$1" = 2 ]; then extra=("${z1[@]}"); fi
   PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" "${extra[@]}" --set checkpoint.dir=zx --resume "$2" \
     --metrics g.jsonl >/dev/null
   same_losses "$3" g.jsonl 1e-5 "resumed $2 across the ZeRO-1 boundary"
 done
 
 echo "== a corrupt newest checkpoint: --resume auto falls back to the previous one"
-mkdir bad && cp full/step_00000003.h5 full/step_00000006.h5 bad/
+mkdir bad
+cp full/step_00000003.h5 full/step_00000006.h5 bad/
 python3 - <<'PY'
 import os
 p = "bad/step_00000006.h5"
@@ -149,7 +153,9 @@ grep -q "skipping checkpoint bad/step_00000006.h5: .*(rank [01])" auto2.err
 grep -q "resumed from bad/step_00000003.h5 at step 3" auto2.out
 
 echo "== kill -9 one rank while a checkpoint is written: the previous one survives"
-mkdir crash && cp full/step_00000003.h5 crash/ && echo step_00000003.h5 >crash/latest
+mkdir crash
+cp full/step_00000003.h5 crash/
+echo step_00000003.h5 >crash/latest
 set +e
 # Rank 1 is killed half-way through the step-6 checkpoint: tensor 42 of 3 x 28 (2 layers).
 PIPETRAIN_FAULT=1:checkpoint-write:kill:42 timeout 300 "$MPIEXEC" -np 2 -x PIPETRAIN_FAULT \
@@ -167,7 +173,7 @@ echo "== SIGUSR1 to the launcher: checkpoint, exit 0, and the resumed run contin
 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set train.steps=100000 --set log.every=1 \
   --set checkpoint.dir=sig --metrics sig.jsonl >sig.out 2>&1 &
 pid=$!
-for _ in $(seq 600); do grep -q "step     2/" sig.out 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do if grep -q "step     2/" sig.out 2>/dev/null; then break; fi; sleep 0.1; done
 kill -USR1 "$pid"
 wait "$pid"
 grep -q "saved checkpoint sig/step_" sig.out

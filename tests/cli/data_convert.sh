@@ -14,11 +14,13 @@ source "$(dirname "$0")/lib/expect.sh"
 pt() { timeout 120 "$PIPETRAIN" "$@"; }
 
 # Little-endian binary writers (no python needed).
+# shellcheck disable=SC2059  # the format is the bytes' escapes, built on purpose
 le32() {
   local v=$(( $1 & 0xffffffff ))
   printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $(((v >> 8) & 255)) \
     $(((v >> 16) & 255)) $(((v >> 24) & 255)))"
 }
+# shellcheck disable=SC2059
 le16() { printf "$(printf '\\x%02x\\x%02x' $(($1 & 255)) $((($1 >> 8) & 255)))"; }
 # write_shard FILE MAGIC VERSION TOKEN...  (llm.c: 256 int32 header, then uint16 tokens)
 write_shard() {

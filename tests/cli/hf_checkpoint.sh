@@ -22,7 +22,7 @@ pt train "$SRC/inputs/llama-demo.toml" "${small[@]}" --set train.steps=2 --set c
   --set checkpoint.every=2 >train.out
 ck=ck/step_00000002.h5
 pt ckpt export-hf "$ck" -o hfA | tee export.out
-[ -s hfA/model.safetensors ] && [ -s hfA/config.json ] || die "export wrote no files"
+[[ -s hfA/model.safetensors && -s hfA/config.json ]] || die "export wrote no files"
 pt ckpt import-hf hfA -o back.h5 | tee import.out
 expect_contains "$(cat import.out)" "Llama 2 layers, 4 heads (2 key/value), d_model 64, MLP 96" "import summary"
 h5diff "$ck" back.h5 /params /params || die "the imported parameters differ from the checkpoint's"
@@ -43,7 +43,8 @@ grep -q "done: 1 steps" init.out || { cat init.out; die "training from the impor
 
 echo "== bad directories are one-line errors naming the key or tensor"
 edit() {  # DIR PYTHON-STATEMENT: copy hfA to DIR, then run the statement on config.json's dict c
-  rm -rf "$1" && cp -r hfA "$1"
+  rm -rf "$1"
+  cp -r hfA "$1"
   python3 - "$1/config.json" "$2" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -60,7 +61,10 @@ edit vocab 'c["vocab_size"] = 300'
 check_failure vocab one "model.embed_tokens.weight" "vocab_size" -- "$PIPETRAIN" ckpt import-hf vocab -o x.h5
 edit nokey 'del c["hidden_size"]'
 check_failure missing_key one "config.json: missing key hidden_size" -- "$PIPETRAIN" ckpt import-hf nokey -o x.h5
-rm -rf sharded && mkdir sharded && cp hfA/config.json sharded/ && cp hfA/model.safetensors sharded/part-1.safetensors
+rm -rf sharded
+mkdir sharded
+cp hfA/config.json sharded/
+cp hfA/model.safetensors sharded/part-1.safetensors
 python3 - hfA/model.safetensors sharded/model.safetensors.index.json <<'PY'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()

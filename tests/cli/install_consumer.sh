@@ -28,7 +28,7 @@ grep -q "$version" <<<"$out" || die "pipetrain --version does not print $version
 timeout 60 "$prefix/bin/pipetrain" schedule --list | grep -q "^1f1b" || die "installed pipetrain schedule --list"
 libdir=""
 for d in lib lib64 lib/x86_64-linux-gnu; do
-  [ -f "$prefix/$d/cmake/pipetrain/pipetrainConfig.cmake" ] && { libdir=$d; break; }
+  if [ -f "$prefix/$d/cmake/pipetrain/pipetrainConfig.cmake" ]; then libdir=$d; break; fi
 done
 [ -n "$libdir" ] || die "no <libdir>/cmake/pipetrain/pipetrainConfig.cmake under $prefix: $(cd "$prefix" && find . -name '*.cmake')"
 for f in "$libdir/libpipetrain.a" "$libdir/cmake/pipetrain/pipetrainConfigVersion.cmake" \
@@ -65,7 +65,7 @@ for needle in "setenv(\"PIPETRAIN_ROOT\", root)" "local root = \"$prefix\"" \
               "help([[" "-- load(\"openmpi"; do
   grep -qF -- "$needle" "$module" || die "modulefile lacks '$needle':$(printf '\n')$(cat "$module")"
 done
-! grep -q "@[A-Za-z_]*@" "$module" || die "modulefile has unreplaced @VARIABLES@: $(grep "@[A-Za-z_]*@" "$module")"
+if grep -q "@[A-Za-z_]*@" "$module"; then die "modulefile has unreplaced @VARIABLES@: $(grep "@[A-Za-z_]*@" "$module")"; fi
 if command -v luac >/dev/null 2>&1; then
   luac -p "$module" || die "modulefile is not valid Lua"
 fi

@@ -118,7 +118,7 @@ decide() {  # STATUS EXPECTED SCRIPT [VAR=VALUE...] -- [ARGS...]
   local -a vars=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
   shift
-  out=$(env PIPETRAIN_DRY_RUN=1 CONFIG="$config" CKPT_DIR=ws "${vars[@]}" \
+  out=$(env PIPETRAIN_DRY_RUN=1 CONFIG="$config" CKPT_DIR=ws CHECK_ARGS=--no-data "${vars[@]}" \
         timeout 120 bash "$jobdir/$script" "$@" 2>&1) || rc=$?
   [ "$rc" -eq "$status" ] || { echo "$out"; die "$script ${vars[*]} $*: exit status $rc, expected $status"; }
   grep -qF -- "$expected" <<<"$out" || { echo "$out"; die "$script ${vars[*]} $*: expected '$expected'"; }
@@ -161,7 +161,7 @@ done
 pid=$!
 for _ in $(seq 1200); do
   rows=$(grep -c . "$SIGNAL_AFTER_METRICS" 2>/dev/null || true)
-  [ "${rows:-0}" -ge 2 ] && break
+  if [ "${rows:-0}" -ge 2 ]; then break; fi
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done

@@ -26,7 +26,7 @@ for layer in "${!may[@]}"; do
     while IFS= read -r line; do
       file=${line%%:*}
       used=$(sed -E 's|.*#include "pipetrain/([a-z]+)/.*|\1|' <<<"$line")
-      [ "$used" = "$layer" ] && continue
+      if [ "$used" = "$layer" ]; then continue; fi
       if [[ " ${may[$layer]} " != *" $used "* ]]; then
         echo "FAIL: ${file#"$SRC"/} ($layer) includes pipetrain/$used/, which $layer may not use"
         bad=1
@@ -51,7 +51,7 @@ while IFS= read -r h; do
   key=${rel%.hpp}
   layer=${key%%/*}
   name=${key#*/}
-  [ -n "${family[$key]:-}" ] && continue
+  if [ -n "${family[$key]:-}" ]; then continue; fi
   compgen -G "$SRC/src/$layer/$name.cpp" >/dev/null || compgen -G "$SRC/src/$layer/${name}_*.cpp" >/dev/null ||
     compgen -G "$SRC/src/$layer/*/$name.cpp" >/dev/null || {
     echo "FAIL: include/pipetrain/$rel has no src/$layer/$name.cpp or src/$layer/${name}_*.cpp"

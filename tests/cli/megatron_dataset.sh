@@ -44,7 +44,7 @@ grep -q "tokens, vocab 256 (byte), uint16" "$tmp/conv.txt" || { echo "FAIL: conv
 direct=$(train "$tmp/u16")
 converted=$(train "$tmp/u16.h5")
 [[ -n "$direct" && "$direct" == "$converted" ]] || { echo "FAIL: losses differ: prefix [$direct] vs HDF5 [$converted]"; exit 1; }
-echo "ok: training from the prefix and from its HDF5 conversion: identical losses ($(echo $direct | tr '\n' ' '))"
+echo "ok: training from the prefix and from its HDF5 conversion: identical losses ($(echo "$direct" | tr '\n' ' '))"
 write_megatron "$tmp/i32" 4
 [[ "$(train "$tmp/i32")" == "$direct" ]] || { echo "FAIL: int32 tokens give other losses"; exit 1; }
 echo "ok: int32 tokens: the same losses"

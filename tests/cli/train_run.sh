@@ -44,9 +44,9 @@ if grep -q 'runtime.pack_weights = "auto": packed, 128-row microbatches; copies'
   grep -q 'dense products by weights packed for' "$tmp/auto.txt"
 else
   grep -q 'runtime.pack_weights = "auto": not packed, the backend multiplies by the weights in place' "$tmp/auto.txt"
-  ! grep -q 'dense products by weights packed for' "$tmp/auto.txt"
+  if grep -q 'dense products by weights packed for' "$tmp/auto.txt"; then echo "FAIL: auto chose not to pack, yet packed"; exit 1; fi
 fi
 auto_run --set runtime.pack_weights=false >"$tmp/off.txt"
-! grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"
-! grep -q 'dense products by weights packed for' "$tmp/off.txt"
+if grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still reports auto"; exit 1; fi
+if grep -q 'dense products by weights packed for' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still packed"; exit 1; fi
 grep 'runtime.pack_weights' "$tmp/auto.txt" | head -1

@@ -18,8 +18,8 @@ PIPETRAIN_FAULT=1:forward:hang:3 timeout 120 "$MPIEXEC" -np 2 -x PIPETRAIN_FAULT
   --set parallel.pp=2 --set runtime.timeout_s=3 >hang.out 2>hang.err
 rc=$?
 set -e
-cat hang.err | grep pipetrain || true
-test "$rc" -ne 0 && test "$rc" -ne 124
+grep pipetrain hang.err || true
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then echo "FAIL: the hung job exited $rc (want a non-zero exit before the 120 s timeout)"; exit 1; fi
 grep -q "pipetrain: rank 0 made no progress (runtime.timeout_s exceeded): at step 1, instruction" hang.err
 grep -q "waiting 3 s for message" hang.err
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "pipetrain/core/config.hpp"
+#include "pipetrain/core/device.hpp"  // C++20: a defaulted operator==
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/registry.hpp"
 
@@ -48,6 +49,10 @@ train = "tokens.h5"
   }
   if (!refused) {
     std::fprintf(stderr, "consumer: a bad config was not refused\n");
+    return 1;
+  }
+  if (!(pipetrain::DeviceId{} == pipetrain::DeviceId{pipetrain::DeviceKind::Host, 0})) {
+    std::fprintf(stderr, "consumer: DeviceId comparison\n");
     return 1;
   }
   const auto schedules = pipetrain::list_schedules();

@@ -26,6 +26,9 @@ void add_report_command(CLI::App& app, CommandRunner& runner);
 // `pipetrain generate CKPT [--prompt TEXT] [--tokens N] [--greedy] ...`
 void add_generate_command(CLI::App& app, CommandRunner& runner);
 
+// `pipetrain check CONFIG [--set k=v]... [--ranks N] [--cluster CLUSTER.toml] [--plan auto]`
+void add_check_command(CLI::App& app, CommandRunner& runner);
+
 // `pipetrain plan CONFIG --cluster CLUSTER.toml ...` and `plan CONFIG --calibrate -o CLUSTER.toml`
 void add_plan_command(CLI::App& app, CommandRunner& runner);
 

@@ -54,10 +54,16 @@ std::string last_error();
 std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path);
 std::optional<std::string> read_string_attr(hid_t obj, const char* name, const std::string& path);
 
-// Parallel HDF5: a file access list on the MPI-IO driver over `comm`, and a transfer list
-// (H5FD_MPIO_COLLECTIVE or _INDEPENDENT). Throw pipetrain::Error on failure.
-Id mpio_fapl(MPI_Comm comm);
-Id transfer_list(H5FD_mpio_xfer_t mode);
+// A file shared by the ranks of `comm`: with parallel HDF5, a file access list on the
+// MPI-IO driver over `comm`, and a transfer list (collective or independent). With a
+// serial HDF5 (H5_HAVE_PARALLEL unset), one rank gets the default driver and lists, and
+// more than one a pipetrain::Error naming `what` (no rank could share the file). Throw
+// pipetrain::Error on failure.
+enum class Transfer { Collective, Independent };
+Id mpio_fapl(MPI_Comm comm, const std::string& what);
+Id transfer_list(Transfer mode);
+// Whether this build's HDF5 can share one file between ranks (parallel HDF5).
+bool parallel_hdf5();
 
 }  // namespace h5io
 

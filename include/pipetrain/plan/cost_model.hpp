@@ -41,6 +41,8 @@ struct UnitParams {
 };
 // The head's count includes its weight (a tied head holds a copy of the embedding's).
 UnitParams unit_params(const ModelConfig& model, UnitKind kind);
+// The whole model's parameters, a tied table counted once (what Trainer::model_params counts).
+double model_params(const ModelConfig& model);
 // Of a unit's parameters on one rank, those bf16 keeps widened to f32 as well
 // (ParameterStore::needs_widened_copy): all of them where the device widens bf16 products;
 // else the vectors (norms, biases).

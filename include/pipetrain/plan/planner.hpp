@@ -71,6 +71,17 @@ Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout
 std::string describe(const Layout& l);
 // The --set overrides that run a layout ("parallel.dp=2", ...).
 std::vector<std::string> layout_overrides(const Layout& l);
+// The layout a config runs, as the planner describes layouts (blocks_per_stage empty).
+Layout layout_of(const Config& cfg);
+
+// The keys a plan chooses (those of layout_overrides) set to a layout any batch allows,
+// followed by `overrides`: what `plan`, `train --plan auto` and `check --plan auto` load a
+// config with, so that the file's own grid and microbatches are not checked against a
+// batch or a rank count the planner is about to choose a layout for.
+std::vector<std::string> with_planning_layout(const std::vector<std::string>& overrides);
+
+// The best layouts for `ranks` devices in the config's precision (train --plan auto).
+PlanResult plan_for_ranks(const Config& cfg, const ClusterSpec& cluster, int ranks);
 
 // Per rank: the most (microbatch, stage) stashes alive at once in the schedule's order.
 std::vector<int> peak_stashes(const Schedule& s);

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # `tmp` is the sourcing script's
 # Shared by the command-line tests (source it after setting `tmp`): failure reporting
 # and the checks that a command fails with an error line naming something.
 die() { echo "FAIL: $*" >&2; exit 1; }
@@ -23,7 +24,7 @@ check_failure() {
   shift
   local rc=0 problem="" n needle
   local run=(timeout "${EXPECT_TIMEOUT:-120}")
-  [[ $(type -t "$1") == function ]] && run=()  # a script's own wrapper (it sets its timeout)
+  if [[ $(type -t "$1") == function ]]; then run=(); fi  # a script's own wrapper (it sets its timeout)
   "${run[@]}" "$@" </dev/null >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   if [[ $rc -eq 0 ]]; then
     problem="exited 0"

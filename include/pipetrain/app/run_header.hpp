@@ -1,0 +1,35 @@
+// The lines `pipetrain train` prints before step 0 that `pipetrain check` prints too, so
+// that a checked config shows the header its run will show.
+// Exports: human, model_line, grid_line, plan_line.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/plan/cluster.hpp"
+#include "pipetrain/plan/planner.hpp"
+
+namespace pipetrain {
+
+// 124.44M, 1.50G: three significant decimals and an SI prefix.
+std::string human(double x);
+
+// "pipetrain train CONFIG: GPT-2 12 layers, 12 heads, d_model 768, 124.44M parameters"
+std::string model_line(const Config& cfg, int64_t params);
+
+// "  grid dp 1 x pp 2 x tp 1 (2 ranks); schedule 1f1b: 2 stages, 8 microbatches, simulated
+// bubble 11.1% (F=1, B=2); memory estimate 512 MiB per rank (largest)"
+struct GridSummary {
+  int dp = 1, pp = 1, tp = 1;
+  std::string schedule;
+  int stages = 1, microbatches = 1;
+  double bubble = 0;        // simulated, F=1, B=2
+  double memory_bytes = 0;  // the largest rank's estimate
+};
+std::string grid_line(const GridSummary& g);
+
+// "  plan: LAYOUT; predicted step ... (cluster SOURCE)"; `note` follows "plan" (the
+// --plan auto summary, or empty).
+std::string plan_line(const std::string& note, const Layout& layout, const Prediction& p, const ClusterSpec& cluster);
+
+}  // namespace pipetrain

@@ -1,0 +1,43 @@
+// The run header's shared lines (pipetrain/app/run_header.hpp).
+#include "pipetrain/app/run_header.hpp"
+
+#include <fmt/format.h>
+
+namespace pipetrain {
+
+std::string human(double x) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  int u = 0;
+  while (x >= 1000.0 && u < 4) {
+    x /= 1000.0;
+    ++u;
+  }
+  return fmt::format("{:.2f}{}", x, units[u]);
+}
+
+std::string model_line(const Config& cfg, int64_t params) {
+  const auto& m = cfg.model;
+  if (m.arch == "llama")
+    return fmt::format("pipetrain train {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, {} head, {} "
+                       "parameters",
+                       cfg.source, m.n_layer, m.n_head, m.kv_heads(), m.d_model, m.ffn(),
+                       m.tie_embeddings ? "tied" : "untied", human(static_cast<double>(params)));
+  return fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters", cfg.source, m.n_layer,
+                     m.n_head, m.d_model, human(static_cast<double>(params)));
+}
+
+std::string grid_line(const GridSummary& g) {
+  return fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, simulated "
+                     "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
+                     g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.schedule, g.stages, g.microbatches, 100.0 * g.bubble,
+                     g.memory_bytes / 1048576.0);
+}
+
+std::string plan_line(const std::string& note, const Layout& layout, const Prediction& p, const ClusterSpec& cluster) {
+  return fmt::format("  plan{}: {}; predicted step {:.1f} ms ({:.0f} tokens/s, {:.1f}% bubble), {:.2f} GiB per "
+                     "device (cluster {})",
+                     note, describe(layout), 1e3 * p.step_s, p.tokens_per_s, 100.0 * p.bubble_s / p.step_s,
+                     p.memory.total() / 1073741824.0, cluster.source);
+}
+
+}  // namespace pipetrain
