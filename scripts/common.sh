@@ -55,6 +55,35 @@ mpi_env() {
   export OMPI_MCA_rmaps_base_oversubscribe=1
 }
 
+# configure_sanitized BUILD_DIR: the one sanitized tree that sanitize.sh and fuzz.sh share
+# (clang-14: AddressSanitizer + UBSan on everything, and libFuzzer's coverage on the
+# library), so the library is compiled once for the unit suite, mpi.np2 and the fuzzers.
+# Leak detection is off at run time: Open MPI unloads its plugins (dlclose) with
+# allocations still held, which LeakSanitizer reports from "<unknown module>" frames that
+# no suppression can name.
+configure_sanitized() {
+  local dir=$1
+  mkdir -p "$dir"
+  log "configuring $dir (clang-14, AddressSanitizer + UBSan, libFuzzer coverage)"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DPIPETRAIN_ENABLE_CUDA=OFF -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=OFF \
+    -DPIPETRAIN_BUILD_FUZZERS=ON -DPIPETRAIN_WARNINGS_AS_ERRORS=ON >"$dir/configure.log" 2>&1 \
+    || { cat "$dir/configure.log"; exit 1; }
+}
+
+# sanitized_build BUILD_DIR TARGET...: builds the targets, the log in BUILD_DIR/build.log.
+sanitized_build() {
+  local dir=$1 start
+  shift
+  start=$(date +%s)
+  log "building $* in $dir with $(nproc) jobs"
+  cmake --build "$dir" -j "$(nproc)" --target "$@" >"$dir/build.log" 2>&1 || { tail -n 60 "$dir/build.log"; exit 1; }
+  log "built in $(( $(date +%s) - start )) s"
+}
+
 # configure_and_build BUILD_DIR [extra cmake args...]
 configure_and_build() {
   local dir=$1; shift

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang (AddressSanitizer + UBSan) in
-# build-fuzz/ and runs each one for a bounded time on a scratch copy of its seed corpus.
+# build-sanitize/ (the tree scripts/sanitize.sh shares) and runs each one on a scratch copy
+# of its committed corpus: every input of the corpus is replayed, then it fuzzes for a
+# bounded time.
 # Exits non-zero if any target crashes, hangs, runs out of memory or trips a sanitizer,
 # naming the target and the reproducer in build-fuzz/artifacts/.
 #
@@ -9,10 +11,9 @@
 #
 # Environment:
 #   PIPETRAIN_FUZZ_SECONDS  seconds per target (default 30)
-#   PIPETRAIN_FUZZ_JOBS     build jobs (default: nproc)
 #   ASAN_OPTIONS, UBSAN_OPTIONS  passed through (default: quarantine_size_mb=64, stack traces)
 #
-# Reproduce a finding: build-fuzz/bin/<target> build-fuzz/artifacts/<target>/crash-...
+# Reproduce a finding: build-sanitize/bin/<target> build-sanitize/artifacts/<target>/crash-...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -20,9 +21,8 @@ source scripts/common.sh
 ensure_packages clang-14 libclang-rt-14-dev
 mpi_env
 
-DIR=build-fuzz
+DIR=build-sanitize
 SECONDS_EACH=${PIPETRAIN_FUZZ_SECONDS:-30}
-JOBS=${PIPETRAIN_FUZZ_JOBS:-$(nproc)}
 ALL_TARGETS=(fuzz_schedule_csv fuzz_config_toml fuzz_token_file fuzz_checkpoint_meta fuzz_text_formats)
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=("${ALL_TARGETS[@]}"); fi
@@ -30,19 +30,8 @@ for t in "${TARGETS[@]}"; do
   [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || { echo "error: unknown fuzz target $t (known: ${ALL_TARGETS[*]})" >&2; exit 2; }
 done
 
-mkdir -p "$DIR"
-log "configuring $DIR (clang-14, libFuzzer + ASan + UBSan)"
-cmake -S . -B "$DIR" -G Ninja \
-  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPIPETRAIN_BUILD_FUZZERS=ON -DPIPETRAIN_BUILD_TESTS=OFF -DPIPETRAIN_BUILD_BENCH=OFF \
-  -DPIPETRAIN_ENABLE_CUDA=OFF >"$DIR/configure.log" 2>&1 \
-  || { cat "$DIR/configure.log"; exit 1; }
-log "building the fuzz targets with $JOBS jobs"
-build_start=$(date +%s)
-cmake --build "$DIR" --target "${TARGETS[@]}" -j "$JOBS" >"$DIR/build.log" 2>&1 \
-  || { tail -n 60 "$DIR/build.log"; exit 1; }
-log "built in $(( $(date +%s) - build_start )) s"
+configure_sanitized "$DIR"
+sanitized_build "$DIR" "${TARGETS[@]}"
 
 # A hang is a failure (-timeout), so is a run-away allocation (-rss_limit_mb, and
 # -malloc_limit_mb follows it). New corpus entries go to a scratch copy, never into git.

@@ -2,30 +2,17 @@
 // chunks. The bias corrections are computed once per call in double.
 #include <cmath>
 
+#include "../adamw_step.hpp"
 #include "cpu_kernels.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain::cpu {
 namespace {
 
-struct AdamWArgs {
-  float lr, beta1, beta2, one_b1, one_b2, eps, weight_decay, inv_c1, inv_c2, grad_scale;
-};
-
 PIPETRAIN_SIMD_CLONES
 void adamw_range(float* params, const float* grads, float* m, float* v, int64_t begin,
                  int64_t end, const AdamWArgs& a) {
-  for (int64_t i = begin; i < end; ++i) {
-    const float g = grads[i] * a.grad_scale;
-    const float mi = a.beta1 * m[i] + a.one_b1 * g;
-    const float vi = a.beta2 * v[i] + a.one_b2 * (g * g);
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi * a.inv_c1;
-    const float vhat = vi * a.inv_c2;
-    const float p = params[i];
-    params[i] = p - a.lr * (mhat / (fast_sqrtf(vhat) + a.eps) + a.weight_decay * p);
-  }
+  for (int64_t i = begin; i < end; ++i) adamw_step(params, grads, m, v, i, a);
 }
 
 }  // namespace

@@ -112,19 +112,6 @@ inline float fast_expf(float x_in) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(res) | nan_mask);
 }
 
-// sqrt(x) for x >= 0 without a library call (std::sqrt keeps g++ from
-// vectorising: it may set errno). Three Newton steps on the 1/sqrt bit trick;
-// max relative error ~2e-7 for normal x, sqrt(0) = 0, inaccurate only for
-// denormal x (< 1.2e-38).
-inline float fast_sqrtf(float x) {
-  float y = std::bit_cast<float>(0x5f375a86 - (std::bit_cast<int32_t>(x) >> 1));
-  const float hx = 0.5f * x;
-  y = y * (1.5f - hx * y * y);
-  y = y * (1.5f - hx * y * y);
-  y = y * (1.5f - hx * y * y);
-  return x * y;
-}
-
 // Width of the column blocks that scatter-add kernels hand out as work items:
 // about one block per thread of the host space, at least 64 columns (a row
 // segment is a few cache lines) and a multiple of 16; Serial gets one block.

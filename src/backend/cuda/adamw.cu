@@ -1,6 +1,7 @@
-// AdamW with bias correction and decoupled weight decay, elementwise (as in
-// src/backend/cpu/adamw.cpp). The bias corrections 1 / (1 - beta^step) are
-// computed once per call on the host, in double.
+// AdamW with bias correction and decoupled weight decay, elementwise: the formula of
+// src/backend/adamw_step.hpp, which the CPU backend compiles too. The bias corrections
+// 1 / (1 - beta^step) are computed once per call on the host, in double.
+#include "../adamw_step.hpp"
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
 
@@ -9,23 +10,10 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 
-struct AdamWArgs {
-  float lr, beta1, beta2, one_b1, one_b2, eps, weight_decay, inv_c1, inv_c2, grad_scale;
-};
-
 __global__ void adamw_kernel(float* params, const float* __restrict__ grads, float* m, float* v,
                              size_t n, AdamWArgs a) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    const float g = grads[i] * a.grad_scale;
-    const float mi = a.beta1 * m[i] + a.one_b1 * g;
-    const float vi = a.beta2 * v[i] + a.one_b2 * (g * g);
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi * a.inv_c1;
-    const float vhat = vi * a.inv_c2;
-    const float p = params[i];
-    params[i] = p - a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * p);
-  }
+  for (size_t i = grid_index(); i < n; i += grid_stride())
+    adamw_step(params, grads, m, v, static_cast<long long>(i), a);
 }
 
 }  // namespace
