@@ -12,9 +12,9 @@ PIPETRAIN_PACKAGES=(
 
 # Only the test suite needs these: the oracles and tools whose tests skip without them
 # (the report page in headless Chromium, PyTorch for Llama, strace for durable writes,
-# the shell linter). npm's tiktoken comes with install_tiktoken, where npm is.
+# the shell linter, the serial HDF5 headers). npm's tiktoken comes with install_tiktoken, where npm is.
 # shellcheck disable=SC2034  # used by test.sh, which sources this file
-PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace python3-torch shellcheck)
+PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace python3-torch shellcheck libhdf5-dev)
 
 log() { printf '==> %s\n' "$*"; }
 

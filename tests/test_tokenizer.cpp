@@ -162,21 +162,61 @@ TEST_F(TokenizerFiles, TiktokenRanksFileMergesByRank) {
   lines << b64("ab") << " 256\n" << b64("abab") << " 257\n";
   const std::string ranks = lines.str();
   const std::string file = write("tiny.tiktoken", ranks);
-  const auto tok = make_tokenizer(file);
+  // Which pattern splits text for it is not in the file: a bare path is refused.
+  expect_error([&] { (void)make_tokenizer(file); }, "which pre-tokenizer pattern");
+  const auto tok = make_tokenizer("gpt2:" + file);
   EXPECT_EQ(tok->vocab_size(), 258);
-  EXPECT_EQ(tok->name(), file);
+  EXPECT_EQ(tok->name(), "gpt2:" + file);  // what a dataset records, and make_tokenizer takes back
+  EXPECT_EQ(make_tokenizer(tok->name())->name(), tok->name());
   EXPECT_FALSE(tok->end_of_text());
   EXPECT_EQ(encode(*tok, "ababab"), (std::vector<int32_t>{257, 256}));
   EXPECT_EQ(encode(*tok, "abc ab"), (std::vector<int32_t>{256, 'c', ' ', 256}));  // " ab" is one piece: ' ' then "ab"
   EXPECT_EQ(tok->decode(encode(*tok, "ababab c")), "ababab c");
 
   const std::string broken = write("broken.tiktoken", ranks + std::string("not-base64! 9\n"));
-  expect_error([&] { (void)make_tokenizer(broken); }, "broken.tiktoken:259: expected \"base64(bytes) rank\"");
+  expect_error([&] { (void)make_tokenizer("gpt2:" + broken); }, "broken.tiktoken:259: expected \"base64(bytes) rank\"");
   // A rank far beyond the entries would size the vocabulary by it (found by fuzz_text_formats).
   const std::string huge = write("huge.tiktoken", ranks + std::string("Zm9v 2147483000\n"));
-  expect_error([&] { (void)make_tokenizer(huge); }, "huge.tiktoken: rank 2147483000 with only 259 entries");
+  expect_error([&] { (void)make_tokenizer("gpt2:" + huge); }, "huge.tiktoken: rank 2147483000 with only 259 entries");
   const std::string short_ranks = write("short.tiktoken", b64("a") + " 0\n");
-  expect_error([&] { (void)make_tokenizer(short_ranks); }, "short.tiktoken: byte 0 has no rank");
+  expect_error([&] { (void)make_tokenizer("gpt2:" + short_ranks); }, "short.tiktoken: byte 0 has no rank");
+}
+
+// The pattern decides the pieces, and so the ids: digits are one piece for GPT-2, runs of at
+// most three for cl100k_base and Llama 3; cl100k_base takes a symbol into the word after
+// it. A file named after its encoding needs no pattern name.
+TEST_F(TokenizerFiles, ThePatternOfTheVocabularySplitsItsText) {
+  std::ostringstream lines;
+  const auto add = [&](const std::string& bytes, int rank) {
+    static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    int acc = 0, bits = 0;
+    for (unsigned char c : bytes) {
+      acc = (acc << 8) | c;
+      bits += 8;
+      while (bits >= 6) out.push_back(digits[(acc >> (bits -= 6)) & 63]);
+    }
+    if (bits > 0) out.push_back(digits[(acc << (6 - bits)) & 63]);
+    while (out.size() % 4) out.push_back('=');
+    lines << out << ' ' << rank << '\n';
+  };
+  for (int b = 0; b < 256; ++b) add(std::string(1, static_cast<char>(b)), b);
+  add("12", 256);
+  add("123", 257);
+  add("1234", 258);
+  add(".x", 259);
+  const std::string file = write("cl100k_base.tiktoken", lines.str());
+  const auto gpt2 = make_tokenizer("gpt2:" + file), cl100k = make_tokenizer(file), llama3 = make_tokenizer("llama3:" + file);
+  EXPECT_EQ(cl100k->name(), "cl100k_base:" + file);
+  EXPECT_EQ(encode(*gpt2, "1234"), (std::vector<int32_t>{258}));
+  EXPECT_EQ(encode(*cl100k, "1234"), (std::vector<int32_t>{257, '4'}));
+  EXPECT_EQ(encode(*llama3, "1234"), (std::vector<int32_t>{257, '4'}));
+  EXPECT_EQ(encode(*gpt2, ".x"), (std::vector<int32_t>{'.', 'x'}));
+  EXPECT_EQ(encode(*cl100k, ".x"), (std::vector<int32_t>{259}));
+  const auto o200k = make_tokenizer("o200k_base:" + file);
+  EXPECT_EQ(encode(*o200k, "12345 .x"), (std::vector<int32_t>{257, '4', '5', ' ', '.', 'x'}));
+  EXPECT_EQ(encode(*gpt2, "12345 .x"), (std::vector<int32_t>{258, '5', ' ', '.', 'x'}));
+  expect_error([&] { (void)make_tokenizer("gpt4:" + file); }, "PATTERN:RANKS_FILE");
 }
 
 TEST_F(TokenizerFiles, BadGpt2FilesNameTheFile) {
@@ -191,7 +231,7 @@ TEST_F(TokenizerFiles, BadGpt2FilesNameTheFile) {
                << merges.substr(third);
   const std::string swapped = swapped_text.str();
   expect_error([&] { (void)make_gpt2_bpe(dir + "/encoder.json", write("v.bpe", swapped)); }, "v.bpe:2: merge");
-  expect_error([] { (void)make_tokenizer("gpt3"); }, "tokenizer 'gpt3': expected byte, gpt2 or the path");
+  expect_error([] { (void)make_tokenizer("gpt3"); }, "tokenizer 'gpt3': expected byte, gpt2, or PATTERN:RANKS_FILE");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // `pipetrain data`: add_data_command (declared in pipetrain/app/commands.hpp).
-//   pipetrain data text IN.txt... -o OUT.h5 [--tokenizer byte|gpt2|F.tiktoken] [--eot]
+//   pipetrain data text IN.txt... -o OUT.h5 [--tokenizer byte|gpt2|PATTERN:RANKS_FILE] [--eot]
 //   pipetrain data encode [FILE] [--text S] --tokenizer T      token ids to stdout
 //   pipetrain data decode IDS... --tokenizer T                   text to stdout
 //   pipetrain data megatron PREFIX -o OUT.h5 [--vocab N]          Megatron .bin/.idx
@@ -103,7 +103,7 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
 
   auto* text = data->add_subcommand("text", "Tokenize text files into a token dataset");
   add_inputs_and_output(text, *o, "Text files, concatenated in order");
-  text->add_option("--tokenizer", o->text_tokenizer, "byte (vocab 256), gpt2 (GPT-2's BPE) or a .tiktoken ranks file")
+  text->add_option("--tokenizer", o->text_tokenizer, "byte (vocab 256), gpt2 (GPT-2's BPE), or PATTERN:RANKS_FILE (PATTERN: gpt2, cl100k_base, o200k_base, llama3; a cl100k_base.tiktoken or o200k_base.tiktoken file names its own)")
       ->capture_default_str();
   text->add_flag("--eot", o->eot, "End-of-text token after each file (gpt2: <|endoftext|>)");
   text->callback([&runner, o] {  // every rank: each tokenizes its slice
@@ -116,7 +116,7 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   auto* encode = data->add_subcommand("encode", "Print the token ids of a text (a file or --text)");
   encode->add_option("file", o->out, "Text file (UTF-8 for BPE)");
   encode->add_option("--text", o->text, "The text itself");
-  encode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2 or a .tiktoken ranks file")->capture_default_str();
+  encode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2, or PATTERN:RANKS_FILE")->capture_default_str();
   run_on_rank0(encode, runner, [o] {
     if (o->out.empty() == o->text.empty()) fail("data encode: give a file or --text, not both");
     const auto tok = make_tokenizer(o->text_tokenizer);
@@ -128,7 +128,7 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
 
   auto* decode = data->add_subcommand("decode", "Print the text of token ids");
   decode->add_option("ids", o->ids, "Token ids (read from standard input when none are given)");
-  decode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2 or a .tiktoken ranks file")->capture_default_str();
+  decode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2, or PATTERN:RANKS_FILE")->capture_default_str();
   run_on_rank0(decode, runner, [o] {
     if (o->ids.empty())
       for (long long id; std::cin >> id;) o->ids.push_back(static_cast<int32_t>(id));

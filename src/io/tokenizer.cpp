@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/tokenizer_bpe.hpp"
 
@@ -62,8 +65,28 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     const std::string dir = bundled_tokenizers_dir() + "/gpt2";
     return make_gpt2_bpe(dir + "/encoder.json", dir + "/vocab.bpe");
   }
-  if (spec.size() > 9 && spec.ends_with(".tiktoken")) return make_tiktoken_bpe(spec);
-  fail("tokenizer '{}': expected byte, gpt2 or the path of a .tiktoken ranks file", spec);
+  // A ranks file with the pattern that splits text for it: "NAME:PATH", or a file named
+  // after its encoding (cl100k_base.tiktoken). Any other pattern than the vocabulary's own
+  // gives wrong ids without an error, so a file of unknown pattern is refused.
+  const std::string names = fmt::format("{}", fmt::join(pretokenizer_names(), ", "));
+  if (const auto colon = spec.find(':'); colon != std::string::npos && colon > 0 &&
+                                         spec.find('/') > colon) {  // "NAME:PATH", not a path with a colon
+    const std::string name = spec.substr(0, colon);
+    if (!known_pretokenizer(name))
+      fail("tokenizer '{}': no pre-tokenizer pattern is called '{}' (PATTERN:RANKS_FILE with PATTERN one of {})",
+           spec, name, names);
+    return make_tiktoken_bpe(spec.substr(colon + 1), name);
+  }
+  if (spec.size() > 9 && spec.ends_with(".tiktoken")) {
+    const std::string stem = std::filesystem::path(spec).stem().string();
+    if (known_pretokenizer(stem)) return make_tiktoken_bpe(spec, stem);
+    fail("tokenizer {}: which pre-tokenizer pattern splits text for this vocabulary? Name it before the path, "
+         "e.g. cl100k_base:{} (patterns: {})",
+         spec, spec, names);
+  }
+  fail("tokenizer '{}': expected byte, gpt2, or PATTERN:RANKS_FILE with PATTERN one of {} (a .tiktoken file "
+       "named after its encoding needs no PATTERN)",
+       spec, names);
 }
 
 size_t stream_split(std::string_view text) {

@@ -1,4 +1,4 @@
-// Byte-level BPE (see pipetrain/io/tokenizer_bpe.hpp and tokenizer.hpp): GPT-2's
+// Byte-level BPE (see pipetrain/io/tokenizer_bpe.hpp and tokenizer.hpp): a vocabulary's
 // pre-tokenizer pattern through PCRE2 (UTF mode, Unicode properties, JIT where the
 // library has it), then each piece's bytes merged pairwise by rank.
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -19,13 +19,36 @@
 namespace pipetrain {
 namespace {
 
-// OpenAI's GPT-2 pre-tokenizer: contractions, an optional space and letters, an optional
-// space and digits, an optional space and other symbols, whitespace not followed by a
-// non-space (so a run's last space joins the next word), any other whitespace.
-// Whitespace is Unicode's White_Space, as in tiktoken's regex: PCRE2's \s plus NEL (U+0085),
-// which some PCRE2 versions leave out.
+// The pre-tokenizer patterns, as tiktoken (openai_public.py) and Meta's Llama 3 tokenizer
+// write them. Whitespace is Unicode's White_Space, as in tiktoken's regex: PCRE2's \s plus
+// NEL (U+0085), which some PCRE2 versions leave out, so \s reads [\s\x{85}] throughout.
+//
+// GPT-2 (r50k_base, p50k_base too): contractions, an optional space and letters, an
+// optional space and digits, an optional space and other symbols, whitespace not followed
+// by a non-space (so a run's last space joins the next word), any other whitespace.
 constexpr const char* kGpt2Pattern =
     R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\x{85}\p{L}\p{N}]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+// cl100k_base and Llama 3: case-blind contractions, letters after at most one non-letter,
+// non-digit, non-newline character, digits in runs of at most three, symbols with their
+// trailing newlines, newline runs with the whitespace before them, then whitespace as GPT-2.
+constexpr const char* kCl100kPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\x{85}\p{L}\p{N}]+[\r\n]*)"
+    R"(|[\s\x{85}]*[\r\n]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+// o200k_base: words split at case changes (an upper-case run, then lower-case letters,
+// marks included), contractions kept with their word, digits in runs of at most three,
+// symbols with their trailing newlines or slashes, then whitespace as cl100k_base.
+constexpr const char* kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\x{85}\p{L}\p{N}]+[\r\n/]*|[\s\x{85}]*[\r\n]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+
+struct NamedPattern {
+  const char* name;
+  const char* pattern;
+};
+constexpr NamedPattern kPatterns[] = {{"gpt2", kGpt2Pattern},           {"r50k_base", kGpt2Pattern},
+                                      {"p50k_base", kGpt2Pattern},      {"cl100k_base", kCl100kPattern},
+                                      {"o200k_base", kO200kPattern},    {"llama3", kCl100kPattern}};
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 constexpr size_t kLongPiece = 256;  // bytes: longer pieces merge through a heap
 
@@ -116,10 +139,10 @@ std::optional<std::string> base64_decode(std::string_view s) {
 // The compiled pre-tokenizer pattern.
 class Pattern {
  public:
-  Pattern() {
+  explicit Pattern(const char* pattern) {
     int err = 0;
     PCRE2_SIZE at = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                           &err, &at, nullptr);
     if (!code_) fail("tokenizer: PCRE2 rejects the pre-tokenizer pattern at {} ({})", at, message(err));
     jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
@@ -170,9 +193,9 @@ class Pattern {
 
 class BpeTokenizer : public Tokenizer {
  public:
-  BpeTokenizer(std::string name, Ranks ranks, std::optional<int32_t> eot,
-               const std::string& file)
-      : name_(std::move(name)), ranks_(std::move(ranks)), eot_(eot) {
+  BpeTokenizer(std::string name, Ranks ranks, std::optional<int32_t> eot, const std::string& file,
+               const char* pattern)
+      : name_(std::move(name)), ranks_(std::move(ranks)), eot_(eot), pattern_(pattern) {
     int32_t top = -1;
     for (const auto& [bytes, r] : ranks_) {
       if (r < 0) fail("{}: negative rank {}", file, r);
@@ -343,10 +366,26 @@ std::unique_ptr<Tokenizer> make_gpt2_bpe(const std::string& encoder_json, const 
   if (expect != static_cast<int32_t>(ranks.size()))
     fail("{}: {} merges for {} tokens of {} (expected {})", vocab_bpe, expect - 256, ranks.size(), encoder_json,
          ranks.size() - 256);
-  return std::make_unique<BpeTokenizer>("gpt2", std::move(ranks), eot, encoder_json);
+  return std::make_unique<BpeTokenizer>("gpt2", std::move(ranks), eot, encoder_json, kGpt2Pattern);
 }
 
-std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path) {
+std::vector<std::string> pretokenizer_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPatterns) names.emplace_back(p.name);
+  return names;
+}
+
+bool known_pretokenizer(std::string_view name) {
+  for (const auto& p : kPatterns)
+    if (name == p.name) return true;
+  return false;
+}
+
+std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path, const std::string& pattern_name) {
+  const char* pattern = nullptr;
+  for (const auto& p : kPatterns)
+    if (pattern_name == p.name) pattern = p.pattern;
+  if (!pattern) fail("tokenizer {}: no pre-tokenizer pattern is called '{}'", path, pattern_name);
   std::istringstream in(read_file(path));
   Ranks ranks;
   std::string line;
@@ -372,7 +411,7 @@ std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path) {
   for (const auto& [bytes, r] : ranks) top = std::max(top, r);
   if (static_cast<size_t>(top) >= 2 * ranks.size() + 1024)
     fail("{}: rank {} with only {} entries (ranks run from 0 to the entry count)", path, top, ranks.size());
-  return std::make_unique<BpeTokenizer>(path, std::move(ranks), std::nullopt, path);
+  return std::make_unique<BpeTokenizer>(pattern_name + ":" + path, std::move(ranks), std::nullopt, path, pattern);
 }
 
 }  // namespace pipetrain

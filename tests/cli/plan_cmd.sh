@@ -11,8 +11,9 @@ source "$(dirname "$0")/lib/expect.sh"
 check() { check_failure "$1" one "${@:2}" || true; }
 h100="$SRC/inputs/clusters/dgx-h100.toml"
 
-# GPT-3 175B on 128 DGX H100 nodes: a ranking, a runnable line, valid JSON for every layout.
-out=$("$PIPETRAIN" plan "$SRC/inputs/gpt3-175b.toml" --cluster "$h100" --nodes 128 --top 3)
+# GPT-3 175B on 128 DGX H100 nodes: a ranking (tp 8, pp 8 or 16: the text; the JSON has the
+# whole search), a runnable line, valid JSON for every layout.
+out=$("$PIPETRAIN" plan "$SRC/inputs/gpt3-175b.toml" --cluster "$h100" --nodes 128 --tp 8 --pp 8 --pp 16 --top 3)
 expect_contains "$out" "1024 devices (8 per node)" "175B header"
 expect_contains "$out" "pruned for memory" "175B pruning count"
 expect_contains "$out" "why: " "175B reason"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPT-2 tokenizer against OpenAI's tiktoken (npm `tiktoken`; skipped without it):
-# identical token ids on the bundled corpus and a Unicode-heavy sample (accents, CJK, emoji, numbers, contractions, runs of every kind of whitespace),
+# The GPT-2, cl100k_base and o200k_base tokenizers against OpenAI's tiktoken (npm
+# `tiktoken`; skipped without it): identical token ids on the bundled corpus and a
+# Unicode-heavy sample (accents, CJK, emoji, numbers, contractions, runs of every kind of whitespace),
 # decode(encode(x)) == x with both, and `data text --tokenizer gpt2` stores those ids.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}"
@@ -39,6 +40,29 @@ done
 node "$js" --decode "${samples[@]}"
 echo "ok: tiktoken's decode(encode(x)) == x on both"
 
+# cl100k_base and o200k_base: their ranks as tiktoken's own package holds them, written as
+# .tiktoken files; pipetrain splits the text with each encoding's pattern (named by the
+# file) and must give tiktoken's ids on the same corpus.
+for enc in cl100k_base o200k_base; do
+  node "$js" --encoding "$enc" --ranks "$work/$enc.tiktoken"
+  for f in "${samples[@]}"; do
+    name=$(basename "$f")
+    node "$js" --encoding "$enc" "$f" >"$work/$name.$enc.want"
+    "$PIPETRAIN" data encode "$f" --tokenizer "$work/$enc.tiktoken" >"$work/$name.$enc.got"
+    cmp -s "$work/$name.$enc.want" "$work/$name.$enc.got" ||
+      { echo "FAIL: $name: pipetrain's $enc ids differ from tiktoken's"; exit 1; }
+    echo "ok: $name: $(wc -w <"$work/$name.$enc.got") $enc ids identical to tiktoken's"
+  done
+done
+# The same ranks under another name: the pattern must be said, and a wrong one differs.
+cp "$work/cl100k_base.tiktoken" "$work/ranks.tiktoken"
+expect_failure "which pre-tokenizer pattern" "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "$work/ranks.tiktoken"
+"$PIPETRAIN" data encode "${samples[1]}" --tokenizer "gpt2:$work/ranks.tiktoken" >"$work/wrong.ids"
+if cmp -s "$work/wrong.ids" "$work/unicode_sample.txt.cl100k_base.want"; then
+  echo "FAIL: GPT-2's pattern gave cl100k_base's ids: the sample cannot tell the patterns apart"; exit 1
+fi
+echo "ok: a ranks file of unknown pattern is refused; GPT-2's pattern gives other ids"
+
 # The dataset holds the same ids, with an end-of-text token (50256) after each file.
 "$PIPETRAIN" data text "${samples[@]}" -o "$work/t.h5" --tokenizer gpt2 --eot >"$work/text.out"
 grep -q "tokenizer" "$work/text.out" || { echo "FAIL: data text printed no summary"; cat "$work/text.out"; exit 1; }
@@ -55,6 +79,6 @@ echo "ok: data text --tokenizer gpt2 --eot stores tiktoken's ids and records the
 printf 'ok \xff\xfe bad' >"$work/bad.txt"
 expect_failure "not valid UTF-8" "$PIPETRAIN" data text "$work/bad.txt" -o "$work/bad.h5" --tokenizer gpt2
 [[ ! -e "$work/bad.h5" && ! -e "$work/bad.h5.tmp" ]] || { echo "FAIL: a failed tokenization left a file behind"; exit 1; }
-expect_failure "expected byte, gpt2 or the path" "$PIPETRAIN" data text "${samples[1]}" -o "$work/x.h5" --tokenizer nope
+expect_failure "expected byte, gpt2, or PATTERN:RANKS_FILE" "$PIPETRAIN" data text "${samples[1]}" -o "$work/x.h5" --tokenizer nope
 expect_failure "no end-of-text token" "$PIPETRAIN" data text "${samples[1]}" -o "$work/x.h5" --eot
 echo "ok: bad input fails with one line naming it"

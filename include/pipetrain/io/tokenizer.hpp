@@ -4,15 +4,16 @@
 //   - Tokenizer: the interface (encode ordinary text, decode ids, vocabulary, end-of-text);
 //   - make_tokenizer(spec): "byte" (each byte a token, vocabulary 256), "gpt2" (OpenAI's
 //     GPT-2 byte-level BPE, the files bundled in inputs/tokenizers/gpt2, identical to
-//     tiktoken's `gpt2` encoding), or the path of a tiktoken ranks file (`.tiktoken`:
-//     lines "base64(bytes) rank") for another byte-level BPE vocabulary, pre-tokenized
-//     with GPT-2's pattern;
+//     tiktoken's `gpt2` encoding), or "PATTERN:PATH" of a tiktoken ranks file (lines
+//     "base64(bytes) rank") for another byte-level BPE vocabulary with its pre-tokenizer
+//     pattern (tokenizer_bpe.hpp: gpt2, cl100k_base, o200k_base, llama3); a file named
+//     after its encoding (cl100k_base.tiktoken) needs no PATTERN, any other is refused;
 //   - stream_split(): where a long text may be cut so that encoding the parts one after
 //     the other gives the same ids as encoding it whole (how `data text` streams).
 //
-// Byte-level BPE (src/io/tokenizer_bpe.cpp): the text is cut into pieces by GPT-2's
-// pre-tokenizer pattern (contractions, letters, numbers, other symbols, whitespace; Unicode
-// classes through PCRE2), and each piece's bytes are merged pairwise, lowest rank first,
+// Byte-level BPE (src/io/tokenizer_bpe.cpp): the text is cut into pieces by the
+// vocabulary's pre-tokenizer pattern (contractions, letters, numbers, other symbols,
+// whitespace; Unicode classes through PCRE2), and each piece's bytes are merged pairwise, lowest rank first,
 // as tiktoken does. Text must be valid UTF-8 (the error says where it is not).
 #pragma once
 #include <cstdint>

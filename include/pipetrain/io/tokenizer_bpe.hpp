@@ -1,9 +1,12 @@
 // Byte-level BPE tokenizers (the Tokenizer of pipetrain/io/tokenizer.hpp): GPT-2's from
 // OpenAI's encoder.json (GPT-2's byte-to-unicode strings -> ids) checked against its
-// vocab.bpe (the merges, in rank order), or a tiktoken ranks file.
+// vocab.bpe (the merges, in rank order), or a tiktoken ranks file split by a named
+// pre-tokenizer pattern.
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "pipetrain/io/tokenizer.hpp"
 
@@ -11,7 +14,11 @@ namespace pipetrain {
 
 // name() "gpt2"; vocabulary 50257, <|endoftext|> = 50256.
 std::unique_ptr<Tokenizer> make_gpt2_bpe(const std::string& encoder_json, const std::string& vocab_bpe);
-// name() the path; vocabulary max rank + 1; no end-of-text token.
-std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path);
+// The pre-tokenizer patterns by name: gpt2 (also r50k_base, p50k_base), cl100k_base,
+// o200k_base, llama3 (Meta's Llama 3, cl100k_base's pattern).
+std::vector<std::string> pretokenizer_names();
+bool known_pretokenizer(std::string_view name);
+// name() "PATTERN:path"; vocabulary max rank + 1; no end-of-text token.
+std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path, const std::string& pattern_name);
 
 }  // namespace pipetrain
