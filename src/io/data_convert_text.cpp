@@ -12,6 +12,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/data_convert.hpp"
+#include "pipetrain/io/h5io.hpp"
 
 namespace pipetrain {
 namespace {
@@ -124,6 +125,11 @@ TokenFileInfo tokenize_text_parallel(MPI_Comm comm, const std::vector<std::strin
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
   if (ranks == 1) return tokenize_text(inputs, out, tok, eot, progress);
+  // Before any rank writes its part: the parts become one file only through parallel HDF5.
+  if (!h5io::parallel_hdf5())
+    fail("{}: {} ranks would write this file together, but pipetrain was built with a serial HDF5; run `data text` "
+         "on one rank, or rebuild against a parallel HDF5",
+         out, ranks);
   if (eot && !tok.end_of_text()) fail("--eot: the {} tokenizer has no end-of-text token", tok.name());
   TextProgress p;
   const std::vector<int64_t> sizes = input_sizes(inputs, p.bytes_total);

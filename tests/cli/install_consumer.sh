@@ -66,6 +66,9 @@ for needle in "setenv(\"PIPETRAIN_ROOT\", root)" "local root = \"$prefix\"" \
   grep -qF -- "$needle" "$module" || die "modulefile lacks '$needle':$(printf '\n')$(cat "$module")"
 done
 if grep -q "@[A-Za-z_]*@" "$module"; then die "modulefile has unreplaced @VARIABLES@: $(grep "@[A-Za-z_]*@" "$module")"; fi
+# Its help lists every subcommand `pipetrain --help` has, in the order the command lists them.
+subs=$(timeout 60 "$prefix/bin/pipetrain" --help | awk '/^Subcommands:/ {on = 1; next} on && NF {print $1}' | paste -sd, | sed 's/,/, /g')
+grep -qF "subcommands: $subs" "$module" || die "modulefile's subcommands are not 'pipetrain --help''s ($subs)"
 if command -v luac >/dev/null 2>&1; then
   luac -p "$module" || die "modulefile is not valid Lua"
 fi

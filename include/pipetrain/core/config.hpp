@@ -89,7 +89,7 @@ struct DataConfig {
 
 struct CheckpointConfig {
   std::string dir = "checkpoints";
-  int every = 0;  // 0 = never (until the checkpoint issue lands: at the end only if > 0)
+  int every = 0;  // steps between checkpoints; 0 = none on a cadence (SIGUSR1/SIGTERM still write one)
   int keep = 3;
 };
 
