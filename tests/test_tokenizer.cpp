@@ -142,21 +142,23 @@ TEST_F(TokenizerFiles, TokenizeTextMatchesWholeEncodingForAnyBlockSize) {
   EXPECT_FALSE(fs::exists(path("x.h5.tmp")));
 }
 
+// Base64, as tiktoken ranks files spell a token's bytes.
+std::string b64(const std::string& bytes) {
+  static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int acc = 0, bits = 0;
+  for (unsigned char c : bytes) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) out.push_back(digits[(acc >> (bits -= 6)) & 63]);
+  }
+  if (bits > 0) out.push_back(digits[(acc << (6 - bits)) & 63]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
 // A tiktoken ranks file: the 256 bytes, then merges "ab" (256) and "abab" (257).
 TEST_F(TokenizerFiles, TiktokenRanksFileMergesByRank) {
-  auto b64 = [](const std::string& bytes) {
-    static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    int acc = 0, bits = 0;
-    for (unsigned char c : bytes) {
-      acc = (acc << 8) | c;
-      bits += 8;
-      while (bits >= 6) out.push_back(digits[(acc >> (bits -= 6)) & 63]);
-    }
-    if (bits > 0) out.push_back(digits[(acc << (6 - bits)) & 63]);
-    while (out.size() % 4) out.push_back('=');
-    return out;
-  };
   std::ostringstream lines;
   for (int b = 0; b < 256; ++b) lines << b64(std::string(1, static_cast<char>(b))) << ' ' << b << '\n';
   lines << b64("ab") << " 256\n" << b64("abab") << " 257\n";
@@ -187,19 +189,7 @@ TEST_F(TokenizerFiles, TiktokenRanksFileMergesByRank) {
 // it. A file named after its encoding needs no pattern name.
 TEST_F(TokenizerFiles, ThePatternOfTheVocabularySplitsItsText) {
   std::ostringstream lines;
-  const auto add = [&](const std::string& bytes, int rank) {
-    static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    int acc = 0, bits = 0;
-    for (unsigned char c : bytes) {
-      acc = (acc << 8) | c;
-      bits += 8;
-      while (bits >= 6) out.push_back(digits[(acc >> (bits -= 6)) & 63]);
-    }
-    if (bits > 0) out.push_back(digits[(acc << (6 - bits)) & 63]);
-    while (out.size() % 4) out.push_back('=');
-    lines << out << ' ' << rank << '\n';
-  };
+  const auto add = [&](const std::string& bytes, int rank) { lines << b64(bytes) << ' ' << rank << '\n'; };
   for (int b = 0; b < 256; ++b) add(std::string(1, static_cast<char>(b)), b);
   add("12", 256);
   add("123", 257);
