@@ -56,19 +56,12 @@ Config resolve(const CheckOptions& o, const std::optional<ClusterSpec>& cluster,
            cfg.source, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, grid, ranks);
     return cfg;
   }
-  Config cfg = load_config(o.config, with_planning_layout(o.overrides));
   if (ranks == 0) fail("check --plan auto: say how many ranks the job runs (--ranks N)");
   if (!cluster)
     fail("check --plan auto: the layout for {} ranks comes from the planner; give it the machine (--cluster "
          "CLUSTER.toml; `pipetrain plan {} --calibrate -o CLUSTER.toml` measures one node)",
          ranks, o.config);
-  const PlanResult best = plan_for_ranks(cfg, *cluster, ranks);
-  std::vector<std::string> overrides = o.overrides;
-  for (const auto& s : layout_overrides(best.ranked.front().first)) overrides.push_back(s);
-  cfg = load_config(o.config, overrides);
-  cfg.schedule.file.clear();
-  plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory)", best.candidates, best.pruned_memory);
-  return cfg;
+  return planned_config(o.config, o.overrides, *cluster, ranks, &plan_note);
 }
 
 // Opens the data files as the run will (format, vocabulary, at least one window).

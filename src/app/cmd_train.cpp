@@ -85,13 +85,7 @@ ResolvedConfig resolve_config(const TrainOptions& opt, int world) {
       r.cluster = calibrate_cluster(r.cfg, *probe, MPI_COMM_WORLD);
       r.cluster->source = "calibrated now";
     }
-    const PlanResult best = plan_for_ranks(r.cfg, *r.cluster, world);
-    std::vector<std::string> overrides = opt.overrides;
-    for (const auto& o : layout_overrides(best.ranked.front().first)) overrides.push_back(o);
-    r.cfg = load_config(opt.config, overrides);
-    r.cfg.schedule.file.clear();  // the plan's schedule, not a file's
-    r.plan_note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", best.candidates, best.pruned_memory,
-                              best.reason.empty() ? "" : "; " + best.reason);
+    r.cfg = planned_config(opt.config, opt.overrides, *r.cluster, world, &r.plan_note);
   }
   if (!opt.metrics.empty()) r.cfg.log.metrics = opt.metrics;
   return r;

@@ -322,13 +322,23 @@ std::vector<std::string> with_planning_layout(const std::vector<std::string>& ov
   return all;
 }
 
-PlanResult plan_for_ranks(const Config& cfg, const ClusterSpec& cluster, int ranks) {
+Config planned_config(const std::string& path, const std::vector<std::string>& overrides, const ClusterSpec& cluster,
+                      int ranks, std::string* note) {
+  const Config neutral = load_config(path, with_planning_layout(overrides));
   PlanOptions po;
   po.devices = ranks;
-  po.precisions = {cfg.train.precision};
+  po.precisions = {neutral.train.precision};
   po.top = 2;
-  po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
-  return plan(cfg, cluster, po);
+  po.dp_bucket_mb = neutral.parallel.dp_bucket_mb;
+  const PlanResult best = plan(neutral, cluster, po);
+  std::vector<std::string> chosen = overrides;
+  for (const auto& o : layout_overrides(best.ranked.front().first)) chosen.push_back(o);
+  Config cfg = load_config(path, chosen);
+  cfg.schedule.file.clear();  // the plan's schedule, not a file's
+  if (note)
+    *note = fmt::format(" auto (best of {} layouts, {} pruned for memory{})", best.candidates, best.pruned_memory,
+                        best.reason.empty() ? "" : "; " + best.reason);
+  return cfg;
 }
 
 std::vector<std::string> layout_overrides(const Layout& l) {

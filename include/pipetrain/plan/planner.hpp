@@ -80,8 +80,11 @@ Layout layout_of(const Config& cfg);
 // batch or a rank count the planner is about to choose a layout for.
 std::vector<std::string> with_planning_layout(const std::vector<std::string>& overrides);
 
-// The best layouts for `ranks` devices in the config's precision (train --plan auto).
-PlanResult plan_for_ranks(const Config& cfg, const ClusterSpec& cluster, int ranks);
+// What `train --plan auto` (and `check --plan auto`) runs on `ranks` devices: the config
+// file with `overrides`, under the best layout for `cluster` in its precision (the plan's
+// schedule, not a file's). `note` gets " auto (best of N layouts, M pruned for memory...)".
+Config planned_config(const std::string& path, const std::vector<std::string>& overrides, const ClusterSpec& cluster,
+                      int ranks, std::string* note);
 
 // Per rank: the most (microbatch, stage) stashes alive at once in the schedule's order.
 std::vector<int> peak_stashes(const Schedule& s);
