@@ -1,0 +1,172 @@
+// Comparing two training runs of one model: a run's per-step losses, step-0 gradients and
+// final parameters, and the bounds within which float32 reordering (another grid, another
+// product kernel) may move them. Shared by the unit and MPI suites.
+#pragma once
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/shard.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/topology/grid.hpp"
+
+namespace pipetrain::testing {
+
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline void pattern(int64_t first, int count, int32_t* in, int32_t* tgt, int T) {
+  for (int k = 0; k < count; ++k)
+    for (int t = 0; t <= T; ++t) {
+      const auto tok = static_cast<int32_t>(((first + k) * 7 + 3 * t + (t * t) % 5) % 50);
+      if (t < T) in[k * T + t] = tok;
+      if (t > 0) tgt[k * T + t - 1] = tok;
+    }
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> params;     // after the last step
+  std::map<std::string, std::vector<float>> grads0;     // step 0's reduced gradient (before any update)
+  std::vector<int> peaks;
+  std::vector<double> bytes_sent;         // pipeline bytes this rank sent, per step
+  std::vector<int> copies_refreshed;      // runtime.pack_weights: copies refreshed while waiting, per step
+  std::map<std::string, Parameter> meta;  // shapes and shards of this rank's parameters
+  double lr_sum = 0;                      // sum of the learning rates of the steps run
+};
+
+inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend) {
+  Grid grid(comm, cfg.parallel, cfg.source);
+  const int T = cfg.train.seq_len;
+  Trainer trainer(cfg, grid, backend, [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); });
+  RunResult r;
+  for (int s = 0; s < cfg.train.steps; ++s) {
+    const StepMetrics m = trainer.train_step(s);
+    r.losses.push_back(m.loss);
+    r.peaks.push_back(m.peak_stashed);
+    r.bytes_sent.push_back(m.pp_bytes_sent);
+    r.copies_refreshed.push_back(trainer.last_stats().copies_refreshed);
+    r.lr_sum += m.lr;
+    if (s == 0) {
+      const std::vector<float> g = trainer.reduced_gradients();
+      for (const auto& p : trainer.params().params())
+        r.grads0[p.name] = std::vector<float>(g.begin() + p.offset, g.begin() + p.offset + p.numel());
+    }
+  }
+  for (const auto& p : trainer.params().params())
+    r.params[p.name] = std::vector<float>(p.value.f32(), p.value.f32() + p.numel());
+  for (const auto& p : trainer.params().params()) {
+    Parameter m;
+    m.shape = p.shape;
+    m.global_shape = p.global_shape;
+    m.shard = p.shard;
+    r.meta[p.name] = m;
+  }
+  return r;
+}
+inline RunResult run(const Config& cfg, MPI_Comm comm) {
+  auto backend = make_cpu_backend();
+  return run(cfg, comm, *backend);
+}
+
+// The bounds below hold on any machine and BLAS kernel: a parallel layout computes the
+// same sums as the single-rank run in another order (split over tp ranks, summed over dp
+// replicas and microbatches, other gemm blockings), and float32 reordering is all that
+// may differ.
+//
+// Gradients, compared before any update: each element is a chain of ~L = 6 n_layer + 4
+// reductions (forward and backward products, LayerNorm, softmax, the loss), each of
+// length <= N = max(B*T, 4d, V); reordering one sum moves it by ~sqrt(N) u relative
+// (u = 2^-24, random-walk rounding), so a tensor's relative L2 difference is at most
+// e = L sqrt(N) u = 28 * 11.3 * 6.0e-8 = 1.9e-5 for the grid suite (n_layer 4, N 128).
+inline double gradient_bound(const Config& c) {
+  const double u = std::ldexp(1.0, -24);
+  const double N = std::max({double(c.train.global_batch) * c.train.seq_len, 4.0 * c.model.d_model,
+                             double(c.model.vocab_size)});
+  return (6.0 * c.model.n_layer + 4.0) * std::sqrt(N) * u;
+}
+
+// Under train.precision = "bf16" both runs round the same values to bf16 at the same
+// points; a layout's f32 reordering (relative e, above) flips a rounding for a fraction
+// ~ e / 2^-9 of the elements, each flip moving that element by one bf16 step (2^-8
+// relative): sqrt(2^9 e) 2^-8 relative per rounding point, times the R = 16 n_layer + 8
+// points along forward and backward (0.028 for the grid suite).
+inline double bf16_layout_bound(const Config& c) {
+  const double e = gradient_bound(c);
+  return e + (16.0 * c.model.n_layer + 8.0) * std::sqrt(512.0 * e) * std::ldexp(1.0, -8);
+}
+
+inline double l2(const std::vector<float>& a) {
+  double d = 0;
+  for (float x : a) d += double(x) * x;
+  return std::sqrt(d);
+}
+inline double l2_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(d);
+}
+
+// Parameters after the steps. AdamW's update lr m/(sqrt(v)+eps) has size ~lr whatever the
+// gradient's size, so rounding matters through each element's *relative* gradient
+// error: an absolute error d = e rms(g) (the tensor bound spread evenly) on an element
+// with gradient g_i changes its update by <= 2 lr min(1, d/|g_i|) — near-zero gradients
+// (the key bias's are exactly zero: softmax ignores it) may flip sign and move by 2 lr.
+// Summed over the steps and the tensor (g = the reference's step-0 gradient):
+//   ||p - p_ref|| <= 2 sum(lr_t) sqrt(sum_i min(1, d/|g_i|)^2).
+inline double parameter_bound(double e, double lr_sum, const std::vector<float>& g) {
+  const double d = e * l2(g) / std::sqrt(double(std::max<size_t>(g.size(), 1)));
+  double s = 0;
+  for (float gi : g) {
+    const double r = std::abs(gi) > d ? d / std::abs(gi) : 1.0;
+    s += r * r;
+  }
+  return 2.0 * lr_sum * std::sqrt(s);
+}
+
+// Same step-0 gradients, per-step losses and final parameters as the reference run,
+// within the bounds above, for every parameter this rank holds (compared with the
+// reference's global tensor restricted to this rank's shard).
+inline void expect_same_run(const RunResult& got, const RunResult& ref, const Config& cfg) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  const double e = cfg.train.precision == "bf16" ? bf16_layout_bound(cfg) : gradient_bound(cfg);
+  // Loss: a mean of token log-softmax values (reductions over V logits, the same e
+  // applies); the parameter differences allowed below move it by far less.
+  for (size_t s = 0; s < ref.losses.size(); ++s)
+    EXPECT_NEAR(got.losses[s], ref.losses[s], e * ref.losses[s]) << "step " << s << " on rank " << world_rank();
+  ASSERT_FALSE(got.params.empty());
+  for (const auto& [name, values] : got.grads0) {
+    const Parameter& meta = got.meta.at(name);
+    const std::vector<float> want = extract_shard(ref.grads0.at(name), meta.global_shape, meta.shard);
+    ASSERT_EQ(values.size(), want.size()) << name;
+    EXPECT_LE(l2_diff(values, want), e * l2(want))
+        << "gradient of " << name << " (step 0) on rank " << world_rank() << ": relative difference "
+        << l2_diff(values, want) / l2(want) << ", bound " << e;
+  }
+  for (const auto& [name, values] : got.params) {
+    const Parameter& meta = got.meta.at(name);
+    const std::vector<float> want = extract_shard(ref.params.at(name), meta.global_shape, meta.shard);
+    const std::vector<float> g = extract_shard(ref.grads0.at(name), meta.global_shape, meta.shard);
+    ASSERT_EQ(values.size(), want.size()) << name;
+    const double bound = parameter_bound(e, ref.lr_sum, g);
+    EXPECT_LE(l2_diff(values, want), bound)
+        << name << " on rank " << world_rank() << ": L2 difference " << l2_diff(values, want) << ", bound " << bound;
+  }
+}
+
+}  // namespace pipetrain::testing
