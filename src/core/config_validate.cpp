@@ -9,6 +9,7 @@
 #include "config_keys.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 
 namespace pipetrain {
 
@@ -19,6 +20,9 @@ namespace {
 void check(bool ok, const std::string& pre, const std::string& msg) {
   if (!ok) throw Error(pre + msg);
 }
+
+// A grid rule of grid_rules.hpp: its problem, if any, with the file's name.
+void check(const std::string& pre, const std::string& problem) { check(problem.empty(), pre, problem); }
 
 }  // namespace
 
@@ -64,19 +68,7 @@ void validate_config(const Config& cfg) {
   at_least("parallel.tp", p.tp, 1);
   at_least("parallel.virtual_stages", p.virtual_stages, 1);
   check(p.dp_bucket_mb > 0, pre, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
-  check(m.n_head % p.tp == 0, pre,
-        fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", p.tp, m.n_head));
-  if (m.arch == "llama") {
-    check(m.kv_heads() % p.tp == 0, pre,
-          fmt::format("parallel.tp ({}) must divide model.n_kv_head ({}): each rank holds whole key/value heads",
-                      p.tp, m.kv_heads()));
-    check(m.ffn() % p.tp == 0, pre,
-          fmt::format("parallel.tp ({}) must divide the MLP width ({}, model.ffn_hidden)", p.tp, m.ffn()));
-  }
-  check(m.padded_vocab() % p.tp == 0, pre,
-        fmt::format("parallel.tp ({}) must divide the padded vocabulary ({}, model.vocab_size rounded up to "
-                    "a multiple of 128)",
-                    p.tp, m.padded_vocab()));
+  check(pre, tp_split_problem(m, p.tp));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {
     check(static_cast<int64_t>(p.layers_per_stage.size()) == stages, pre,
@@ -99,10 +91,7 @@ void validate_config(const Config& cfg) {
     check(sum == m.n_layer, pre,
           fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
   } else {
-    check(stages <= m.n_layer, pre,
-          fmt::format("parallel.pp * parallel.virtual_stages = {} stages is more than the "
-                      "model.n_layer = {} blocks to split",
-                      stages, m.n_layer));
+    check(pre, stage_split_problem(m, stages));
   }
   for (size_t i = 0; i < p.recompute_stages.size(); ++i)
     check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages, pre,
@@ -120,10 +109,7 @@ void validate_config(const Config& cfg) {
   at_least("train.steps", t.steps, 0);
   at_least("train.global_batch", t.global_batch, 1);
   at_least("train.microbatches", t.microbatches, 1);
-  const int64_t per_step = int64_t{p.dp} * t.microbatches;
-  check(t.global_batch % per_step == 0, pre,
-        fmt::format("train.global_batch ({}) must be divisible by parallel.dp * train.microbatches ({})",
-                    t.global_batch, per_step));
+  check(pre, batch_split_problem(t.global_batch, p.dp, t.microbatches));
   check(t.seq_len >= 1 && t.seq_len <= m.max_seq_len, pre,
         fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
                     m.max_seq_len));

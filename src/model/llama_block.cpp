@@ -7,6 +7,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
 
@@ -86,9 +87,7 @@ LlamaAttention::LlamaAttention(const ModelConfig& cfg, int index, ParameterStore
                             qkv_rows(cfg, tp), Init::Normal, 0.02)),
       ow_(p.declare_shard(key(index, "attn.o.w"), {C_, C_}, slice(1, C_, tp), Init::Normal,
                           0.02 / std::sqrt(2.0 * cfg.n_layer))) {
-  if (cfg.kv_heads() % tp.size != 0)
-    fail("parallel.tp = {} does not divide model.n_kv_head = {} (each rank needs whole key/value heads)", tp.size,
-         cfg.kv_heads());
+  if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
 }
 
 LlamaMlp::LlamaMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorParallel tp)

@@ -2,6 +2,7 @@
 
 #include "pipetrain/backend/attention.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/llama_block.hpp"
@@ -22,10 +23,7 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
                      TensorParallel tp)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
-  if (cfg.n_head % tp.size != 0)
-    fail("parallel.tp = {} does not divide model.n_head = {} (each rank needs whole heads)", tp.size, cfg.n_head);
-  if (cfg.padded_vocab() % tp.size != 0)
-    fail("parallel.tp = {} does not divide the padded vocabulary of {}", tp.size, cfg.padded_vocab());
+  if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);
   for (const StagePiece& p : stage_pieces(cfg, {first_, last_})) {

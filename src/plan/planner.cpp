@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/schedule/program.hpp"
@@ -399,8 +400,7 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
   };
   for (int tp : divisors(per_node)) {
     if (!allowed(o.only_tp, tp)) continue;
-    if (res.devices % tp || model.n_head % tp || model.kv_heads() % tp || model.padded_vocab() % tp) continue;
-    if (model.arch == "llama" && model.ffn() % tp) continue;
+    if (res.devices % tp || !tp_split_problem(model, tp).empty()) continue;
     for (int pp : divisors(res.devices / tp)) {
       if (pp > model.n_layer || !allowed(o.only_pp, pp)) continue;
       const int dp = res.devices / tp / pp;
@@ -410,7 +410,7 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
       for (int m : divisors(per_replica)) {
         for (const auto& name : pp == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
           for (int v = 1; v <= (pp == 1 ? 1 : o.max_virtual_stages); v *= 2) {
-            if (pp * v > model.n_layer) break;
+            if (!stage_split_problem(model, int64_t{pp} * v).empty()) break;
             if (pp > 1 && !allowed(o.only_virtual, v)) continue;
             Built& b = cache.get(name, pp, v, m);
             if (!b.ok) continue;

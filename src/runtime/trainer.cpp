@@ -13,6 +13,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
@@ -143,9 +144,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       pool_(MemoryPool::create(backend)),
       optimizer_(cfg.train),
       mb_size_(cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches)) {
-  if (mb_size_ < 1 || cfg.train.global_batch % (cfg.parallel.dp * cfg.train.microbatches) != 0)
-    fail("train.global_batch = {} is not a multiple of parallel.dp x train.microbatches = {} x {}",
-         cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
+  if (const std::string e = batch_split_problem(cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
+      !e.empty())
+    fail("{}", e);
   // runtime.pack_weights: the units are measured as the run will multiply ("auto" weighs
   // the copies once the split is known, below).
   apply_pack_weights(cfg, backend, mb_size_ * cfg.train.seq_len);

@@ -1,0 +1,21 @@
+// Which grids can split a model and its batch: each rule once, used by validate_config
+// (which names the file), the planner (which skips a candidate that breaks one) and the
+// layers and trainer that split (as a guard for configs built in code). Each returns ""
+// when the split works, else one line naming the keys.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/core/config.hpp"
+
+namespace pipetrain {
+
+// parallel.tp: every rank holds whole heads, whole key/value heads, an equal slice of the
+// MLP width (Llama) and of the padded vocabulary.
+std::string tp_split_problem(const ModelConfig& m, int tp);
+// parallel.pp * parallel.virtual_stages with no explicit split: each stage needs a block.
+std::string stage_split_problem(const ModelConfig& m, int64_t stages);
+// train.global_batch into dp replicas of `microbatches` equal microbatches.
+std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
+
+}  // namespace pipetrain

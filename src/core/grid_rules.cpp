@@ -1,0 +1,37 @@
+#include "pipetrain/core/grid_rules.hpp"
+
+#include <fmt/format.h>
+
+namespace pipetrain {
+
+std::string tp_split_problem(const ModelConfig& m, int tp) {
+  if (tp < 1) return fmt::format("parallel.tp ({}) must be > 0", tp);
+  if (m.n_head % tp)
+    return fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", tp, m.n_head);
+  if (m.arch == "llama" && m.kv_heads() % tp)
+    return fmt::format("parallel.tp ({}) must divide model.n_kv_head ({}): each rank holds whole key/value heads",
+                       tp, m.kv_heads());
+  if (m.arch == "llama" && m.ffn() % tp)
+    return fmt::format("parallel.tp ({}) must divide the MLP width ({}, model.ffn_hidden)", tp, m.ffn());
+  if (m.padded_vocab() % tp)
+    return fmt::format(
+        "parallel.tp ({}) must divide the padded vocabulary ({}, model.vocab_size rounded up to a multiple of 128)",
+        tp, m.padded_vocab());
+  return "";
+}
+
+std::string stage_split_problem(const ModelConfig& m, int64_t stages) {
+  if (stages <= m.n_layer) return "";
+  return fmt::format(
+      "parallel.pp * parallel.virtual_stages = {} stages is more than the model.n_layer = {} blocks to split", stages,
+      m.n_layer);
+}
+
+std::string batch_split_problem(int64_t global_batch, int dp, int microbatches) {
+  const int64_t per_step = int64_t{dp} * microbatches;
+  if (per_step > 0 && global_batch >= per_step && global_batch % per_step == 0) return "";
+  return fmt::format("train.global_batch ({}) must be divisible by parallel.dp * train.microbatches ({})",
+                     global_batch, per_step);
+}
+
+}  // namespace pipetrain
