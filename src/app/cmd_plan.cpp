@@ -120,13 +120,9 @@ int run_plan(const PlanCliOptions& o) {
       std::fflush(stdout);
     });
     if (rank == 0) {
-      const std::string tmp = o.output + ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::trunc);
+      write_durably(o.output, [&](std::ostream& out) {
         out << "# Written by pipetrain plan --calibrate " << o.config << "\n" << cluster_to_toml(c);
-        if (!out) fail("{}: cannot write the cluster file", tmp);
-      }
-      durable_rename(tmp, o.output);
+      });
       fmt::print("wrote {}\n", o.output);
     }
     return 0;

@@ -101,14 +101,8 @@ std::vector<std::string> checkpoints_in(const std::string& dir) {
 }
 
 void update_latest(const std::string& dir, const std::string& file) {
-  const fs::path tmp = fs::path(dir) / "latest.tmp", latest = fs::path(dir) / "latest";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << fs::path(file).filename().string() << '\n';
-    out.close();
-    if (!out) fail("{}: cannot write", tmp.string());
-  }
-  durable_rename(tmp.string(), latest.string());
+  write_durably((fs::path(dir) / "latest").string(),
+                [&](std::ostream& out) { out << fs::path(file).filename().string() << '\n'; });
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {

@@ -187,56 +187,72 @@ std::vector<hsize_t> chunk_dims(const std::vector<int64_t>& gshape) {
   return c;
 }
 
+// The collective write of the whole file under the temporary name `tmp`.
+void write_file(const std::string& tmp, const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
+                const std::vector<CheckpointTensor>& tensors) {
+  Id fapl = mpio_fapl(comm, path);
+  Id file = checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp + ": cannot create");
+  const hid_t root = file.get();
+  write_attr(root, "format_version", H5T_NATIVE_INT, meta.format_version);
+  write_attr(root, "step", H5T_NATIVE_INT64, meta.step);
+  write_attr(root, "tokens_seen", H5T_NATIVE_INT64, meta.tokens_seen);
+  write_attr(root, "samples_seen", H5T_NATIVE_INT64, meta.samples_seen);
+  write_attr(root, "seed", H5T_NATIVE_UINT64, meta.seed);
+  const int grid[3] = {meta.dp, meta.pp, meta.tp};
+  write_attr(root, "grid_dp", H5T_NATIVE_INT, grid[0]);
+  write_attr(root, "grid_pp", H5T_NATIVE_INT, grid[1]);
+  write_attr(root, "grid_tp", H5T_NATIVE_INT, grid[2]);
+  write_attr(root, "zero1", H5T_NATIVE_INT, static_cast<int>(meta.zero1));
+  write_string_attr(root, "schedule", meta.schedule);
+  if (!meta.tokenizer.empty()) write_string_attr(root, "tokenizer", meta.tokenizer);
+  write_string_attr(root, "config", meta.config_toml);
+
+  Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Id dxpl = transfer_list(h5io::Transfer::Collective);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    fault::point("checkpoint-write");
+    std::vector<hsize_t> dims(t.global_shape.begin(), t.global_shape.end());
+    Id space = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), t.name);
+    Id dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), t.name);
+    const auto chunk = chunk_dims(t.global_shape);
+    check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), t.name);
+    check(H5Pset_fletcher32(dcpl.get()), t.name);
+    // Every element is written: no fill values (parallel HDF5 would write them first).
+    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), t.name);
+    Id dset = checked(H5Dcreate2(root, t.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
+                                 H5P_DEFAULT),
+                      tmp + ": " + t.name);
+    select_part(space.get(), t, t.write && t.data);
+    Id mem = memory_space(space.get(), t);
+    check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), buffer_of(t)),
+          tmp + ": writing " + t.name);
+  }
+  check(H5Fflush(root, H5F_SCOPE_GLOBAL), tmp + ": flush");
+  if (!file.reset()) fail("{}: closing the file failed", tmp);
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                       const std::vector<CheckpointTensor>& tensors) {
   h5io::Quiet quiet;
-  int rank = 0;
+  int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
   const std::string tmp = path + ".tmp";
-  {
-    Id fapl = mpio_fapl(comm, path);
-    Id file = checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp + ": cannot create");
-    const hid_t root = file.get();
-    write_attr(root, "format_version", H5T_NATIVE_INT, meta.format_version);
-    write_attr(root, "step", H5T_NATIVE_INT64, meta.step);
-    write_attr(root, "tokens_seen", H5T_NATIVE_INT64, meta.tokens_seen);
-    write_attr(root, "samples_seen", H5T_NATIVE_INT64, meta.samples_seen);
-    write_attr(root, "seed", H5T_NATIVE_UINT64, meta.seed);
-    const int grid[3] = {meta.dp, meta.pp, meta.tp};
-    write_attr(root, "grid_dp", H5T_NATIVE_INT, grid[0]);
-    write_attr(root, "grid_pp", H5T_NATIVE_INT, grid[1]);
-    write_attr(root, "grid_tp", H5T_NATIVE_INT, grid[2]);
-    write_attr(root, "zero1", H5T_NATIVE_INT, static_cast<int>(meta.zero1));
-    write_string_attr(root, "schedule", meta.schedule);
-    if (!meta.tokenizer.empty()) write_string_attr(root, "tokenizer", meta.tokenizer);
-    write_string_attr(root, "config", meta.config_toml);
-
-    Id lcpl = checked(H5Pcreate(H5P_LINK_CREATE), "link list");
-    H5Pset_create_intermediate_group(lcpl.get(), 1);
-    Id dxpl = transfer_list(h5io::Transfer::Collective);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const auto& t = tensors[i];
-      fault::point("checkpoint-write");
-      std::vector<hsize_t> dims(t.global_shape.begin(), t.global_shape.end());
-      Id space = checked(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), t.name);
-      Id dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), t.name);
-      const auto chunk = chunk_dims(t.global_shape);
-      check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), t.name);
-      check(H5Pset_fletcher32(dcpl.get()), t.name);
-      // Every element is written: no fill values (parallel HDF5 would write them first).
-      check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), t.name);
-      Id dset = checked(H5Dcreate2(root, t.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
-                                   H5P_DEFAULT),
-                        tmp + ": " + t.name);
-      select_part(space.get(), t, t.write && t.data);
-      Id mem = memory_space(space.get(), t);
-      check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), dxpl.get(), buffer_of(t)),
-            tmp + ": writing " + t.name);
+  if (ranks > 1) {
+    write_file(tmp, path, comm, meta, tensors);  // an error here ends the job (fail_fast.hpp)
+  } else {
+    // One rank unwinds its errors: leave no partial file behind.
+    try {
+      write_file(tmp, path, comm, meta, tensors);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw;
     }
-    check(H5Fflush(root, H5F_SCOPE_GLOBAL), tmp + ": flush");
-    if (!file.reset()) fail("{}: closing the file failed", tmp);
   }
   // Every writer syncs what it wrote (on a parallel file system each client caches its
   // own writes); only then is the complete file published under its name.

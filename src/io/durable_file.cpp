@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "pipetrain/core/error.hpp"
 
@@ -40,6 +41,24 @@ void publish(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
     fail("{}: cannot rename to {}: {}", from, to, std::strerror(errno));
   sync_directory(std::filesystem::path(to).parent_path().string());
+}
+
+void write_durably(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string tmp = path + ".tmp";
+  try {
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) fail("{}: cannot create: {}", tmp, std::strerror(errno));
+      write(out);
+      out.close();
+      if (!out) fail("{}: write error (disk full?)", tmp);
+    }
+    durable_rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
 }
 
 }  // namespace pipetrain

@@ -11,6 +11,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/durable_file.hpp"
 #include "pipetrain/io/h5io.hpp"
 #include "pipetrain/io/safetensors.hpp"
 
@@ -230,13 +231,7 @@ ModelConfig import_hf(const std::string& dir, const std::string& out_h5) {
     ct.write = true;
     tensors.push_back(std::move(ct));
   }
-  try {
-    write_checkpoint(out_h5, MPI_COMM_SELF, meta, tensors);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(out_h5 + ".tmp", ec);
-    throw;
-  }
+  write_checkpoint(out_h5, MPI_COMM_SELF, meta, tensors);
   return m;
 }
 
@@ -305,11 +300,7 @@ ModelConfig export_hf(const std::string& h5, const std::string& out_dir) {
   c["tie_word_embeddings"] = m.tied();
   c["hidden_act"] = "silu";
   c["torch_dtype"] = "float32";
-  {
-    const std::string tmp = out_dir + "/config.json.tmp";
-    std::ofstream(tmp) << c.dump(2) << "\n";
-    fs::rename(tmp, out_dir + "/config.json");
-  }
+  write_durably(out_dir + "/config.json", [&](std::ostream& out) { out << c.dump(2) << "\n"; });
   write_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}});
   return m;
 }

@@ -11,6 +11,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/durable_file.hpp"
 #include "pipetrain/io/h5io.hpp"
 
 namespace pipetrain {
@@ -176,13 +177,7 @@ ModelConfig import_llmc(const std::string& bin, const std::string& out_h5) {
     ct.write = true;
     tensors.push_back(std::move(ct));
   }
-  try {
-    write_checkpoint(out_h5, MPI_COMM_SELF, meta, tensors);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(out_h5 + ".tmp", ec);
-    throw;
-  }
+  write_checkpoint(out_h5, MPI_COMM_SELF, meta, tensors);
   return model;
 }
 
@@ -210,28 +205,10 @@ ModelConfig export_llmc(const std::string& h5, const std::string& out_bin) {
   h[5] = model.n_head;
   h[6] = model.d_model;
   h[7] = model.padded_vocab();
-  const std::string tmp = out_bin + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot create", tmp);
+  write_durably(out_bin, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(kHeaderBytes));
-    out.write(reinterpret_cast<const char*>(values.data()),
-              static_cast<std::streamsize>(values.size() * sizeof(float)));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      fail("{}: write error (disk full?)", tmp);
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, out_bin, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    fail("{}: cannot rename to {}: {}", tmp, out_bin, ec.message());
-  }
+    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  });
   return model;
 }
 

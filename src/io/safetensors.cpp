@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/io/durable_file.hpp"
 
 namespace pipetrain {
 
@@ -147,10 +148,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t len = text.size();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot create", tmp);
+  write_durably(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(&len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const auto& t : tensors) {
@@ -158,17 +156,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
       out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(4 * n));
     }
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      fail("{}: write error (disk full?)", tmp);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+  });
 }
 
 }  // namespace pipetrain
