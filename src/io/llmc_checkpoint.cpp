@@ -207,7 +207,8 @@ ModelConfig export_llmc(const std::string& h5, const std::string& out_bin) {
   h[7] = model.padded_vocab();
   write_durably(out_bin, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(kHeaderBytes));
-    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(values.data()),
+              static_cast<std::streamsize>(values.size() * sizeof(float)));
   });
   return model;
 }

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "mpi/communicator_checks.hpp"
 #include "mpi/mpi_fixtures.hpp"
 #include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/comm/mpi_tool_vars.hpp"
@@ -30,62 +31,12 @@ using namespace testing;
 struct CommFixture : ::testing::Test {
   HostAllocator memory;
   std::shared_ptr<MemoryPool> pool = MemoryPool::create(memory);
-  MpiCommunicator comm{dup(), "test"};
-  static MPI_Comm dup() {
-    MPI_Comm c = MPI_COMM_NULL;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    return c;
-  }
-  Tensor f32(int64_t n, float (*value)(int rank, int64_t i)) {
-    Tensor t = Tensor::empty(*pool, {n});
-    for (int64_t i = 0; i < n; ++i) t.f32()[i] = value(comm.rank(), i);
-    return t;
-  }
+  MpiCommunicator comm{dup_world(), "test"};
+  Tensor f32(int64_t n, float (*value)(int rank, int64_t i)) { return filled(*pool, comm, n, value); }
 };
 
 TEST_F(CommFixture, CollectivesGiveTheirValuesOnEveryRank) {
-  const int R = comm.size(), me = comm.rank();
-  Stream& s = host_stream();
-  Tensor sum = f32(7, [](int r, int64_t i) { return static_cast<float>(r + 1) * static_cast<float>(i); });
-  Tensor mx = f32(5, [](int r, int64_t i) { return static_cast<float>((r * 3 + i) % 4); });
-  // Both in flight at once, waited for in the reverse order.
-  auto a = comm.allreduce_sum(sum, s);
-  auto b = comm.allreduce_max(mx, s);
-  b->wait();
-  a->wait();
-  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(sum.f32()[i], static_cast<float>(R * (R + 1) / 2 * i));
-  for (int64_t i = 0; i < 5; ++i) {
-    float want = 0;
-    for (int r = 0; r < R; ++r) want = std::max(want, static_cast<float>((r * 3 + i) % 4));
-    EXPECT_EQ(mx.f32()[i], want);
-  }
-  // Reduce-scatter: block r of the sum of everyone's send.
-  Tensor send = f32(3 * R, [](int r, int64_t i) { return static_cast<float>(r + i); });
-  Tensor mine = Tensor::empty(*pool, {3});
-  comm.reduce_scatter_sum(send, mine, s)->wait();
-  for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(mine.f32()[j], static_cast<float>(R * (R - 1) / 2 + R * (me * 3 + j)));
-  // Reduce in place to one rank: the root holds the sum, the others keep their data.
-  for (int root : {0, R - 1}) {
-    Tensor red = f32(4, [](int r, int64_t i) { return static_cast<float>(r * 10 + i); });
-    comm.reduce_sum(red, root, s)->wait();
-    for (int64_t i = 0; i < 4; ++i)
-      EXPECT_EQ(red.f32()[i], me == root ? static_cast<float>(10 * R * (R - 1) / 2 + R * i)
-                                         : static_cast<float>(me * 10 + i));
-  }
-  // All-gather, in place (this rank's block of recv is its send).
-  Tensor all = Tensor::empty(*pool, {2 * R});
-  all.f32()[2 * me] = static_cast<float>(10 * me);
-  all.f32()[2 * me + 1] = static_cast<float>(10 * me + 1);
-  comm.all_gather(all.view(2 * me, {2}), all, s)->wait_on(s);
-  for (int r = 0; r < R; ++r) {
-    EXPECT_EQ(all.f32()[2 * r], static_cast<float>(10 * r));
-    EXPECT_EQ(all.f32()[2 * r + 1], static_cast<float>(10 * r + 1));
-  }
-  // Broadcast of i32 data from the last rank.
-  Tensor ids = Tensor::empty(*pool, {4}, DType::I32);
-  for (int i = 0; i < 4; ++i) ids.i32()[i] = me == R - 1 ? 100 + i : -1;
-  comm.broadcast(ids, R - 1, s)->wait();
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(ids.i32()[i], 100 + i);
+  expect_collectives_give_their_values(comm, *pool, host_stream());
 }
 
 TEST_F(CommFixture, Bf16TravelsBitForBitAndIsNeverReduced) {

@@ -9,12 +9,16 @@
 #include <cstring>
 #include <vector>
 
+#include "mpi/communicator_checks.hpp"
 #include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/comm/staged_communicator.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
 namespace {
+
+using testing::dup_world;
+using testing::expect_collectives_give_their_values;
 
 class StandInDevice final : public DeviceAllocator {
  public:
@@ -43,12 +47,6 @@ class StandInStream final : public Stream {
   int syncs = 0;
 };
 
-MPI_Comm dup_world() {
-  MPI_Comm c = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_WORLD, &c);
-  return c;
-}
-
 struct StagedFixture : ::testing::Test {
   StandInDevice gpu;
   StandInStream stream;
@@ -69,47 +67,10 @@ struct StagedFixture : ::testing::Test {
 };
 
 TEST_F(StagedFixture, CollectivesGiveTheHostCommunicatorsValues) {
-  const int R = comm.size(), me = comm.rank();
-  Tensor sum = filled(7, [](int r, int64_t i) { return static_cast<float>(r + 1) * static_cast<float>(i); });
-  Tensor mx = filled(5, [](int r, int64_t i) { return static_cast<float>((r * 3 + i) % 4); });
-  auto a = comm.allreduce_sum(sum, stream);
-  auto b = comm.allreduce_max(mx, stream);
-  b->wait();
-  a->wait();
-  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(sum.f32()[i], static_cast<float>(R * (R + 1) / 2 * i));
-  for (int64_t i = 0; i < 5; ++i) {
-    float want = 0;
-    for (int r = 0; r < R; ++r) want = std::max(want, static_cast<float>((r * 3 + i) % 4));
-    EXPECT_EQ(mx.f32()[i], want);
-  }
-  Tensor send = filled(3 * R, [](int r, int64_t i) { return static_cast<float>(r + i); });
-  Tensor mine = Tensor::empty(*pool, {3});
-  comm.reduce_scatter_sum(send, mine, stream)->wait();
-  for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(mine.f32()[j], static_cast<float>(R * (R - 1) / 2 + R * (me * 3 + j)));
-  // Reduce in place to one rank: the root holds the sum, the others keep their data.
-  for (int root : {0, R - 1}) {
-    Tensor red = filled(4, [](int r, int64_t i) { return static_cast<float>(r * 10 + i); });
-    comm.reduce_sum(red, root, stream)->wait();
-    for (int64_t i = 0; i < 4; ++i)
-      EXPECT_EQ(red.f32()[i], me == root ? static_cast<float>(10 * R * (R - 1) / 2 + R * i)
-                                         : static_cast<float>(me * 10 + i));
-  }
-  // All-gather in place: this rank's block of recv is its send.
-  Tensor all = Tensor::empty(*pool, {2 * R});
-  all.f32()[2 * me] = static_cast<float>(10 * me);
-  all.f32()[2 * me + 1] = static_cast<float>(10 * me + 1);
-  comm.all_gather(all.view(2 * me, {2}), all, stream)->wait_on(stream);
-  for (int r = 0; r < R; ++r) {
-    EXPECT_EQ(all.f32()[2 * r], static_cast<float>(10 * r));
-    EXPECT_EQ(all.f32()[2 * r + 1], static_cast<float>(10 * r + 1));
-  }
-  Tensor ids = Tensor::empty(*pool, {4}, DType::I32);
-  for (int i = 0; i < 4; ++i) ids.i32()[i] = me == R - 1 ? 100 + i : -1;
-  comm.broadcast(ids, R - 1, stream)->wait();
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(ids.i32()[i], 100 + i);
+  expect_collectives_give_their_values(comm, *pool, stream);
   double x = 1.0;
   comm.allreduce_sum(&x, 1);  // host scalars go straight to the host communicator
-  EXPECT_EQ(x, static_cast<double>(R));
+  EXPECT_EQ(x, static_cast<double>(comm.size()));
 }
 
 TEST_F(StagedFixture, TransfersCopyOutAfterTheStreamAndLandOnlyWhenComplete) {
