@@ -17,152 +17,173 @@ using namespace config_keys;
 
 namespace {
 
-void check(bool ok, const std::string& pre, const std::string& msg) {
-  if (!ok) throw Error(pre + msg);
-}
+// The checks' one-line errors, each prefixed with the file's name.
+struct Checker {
+  std::string pre;
+  void check(bool ok, const std::string& msg) const {
+    if (!ok) throw Error(pre + msg);
+  }
+  // A grid rule of grid_rules.hpp: its problem, if any.
+  void rule(const std::string& problem) const { check(problem.empty(), problem); }
+  void at_least(const char* key, int64_t v, int64_t min) const {
+    check(v >= min, fmt::format("{} ({}) must be {}", key, v, min == 1 ? "> 0" : fmt::format(">= {}", min)));
+  }
+};
 
-// A grid rule of grid_rules.hpp: its problem, if any, with the file's name.
-void check(const std::string& pre, const std::string& problem) { check(problem.empty(), pre, problem); }
-
-}  // namespace
-
-void validate_config(const Config& cfg) {
-  const std::string pre = prefix(cfg.source);
+void check_numbers_finite(const Checker& c, const Config& cfg) {
   Config copy = cfg;
   for (const auto& k : kKeys)
     if (const Ref r = k.ref(copy); const auto* d = std::get_if<double*>(&r))
-      check(std::isfinite(**d), pre,
-            fmt::format("{}: must be a finite number, got {}", k.full(), format_double(**d)));
+      c.check(std::isfinite(**d), fmt::format("{}: must be a finite number, got {}", k.full(), format_double(**d)));
+}
 
-  const auto at_least = [&](const char* key, int64_t v, int64_t min) {
-    check(v >= min, pre, fmt::format("{} ({}) must be {}", key, v, min == 1 ? "> 0" : fmt::format(">= {}", min)));
-  };
-  const auto& m = cfg.model;
-  check(m.arch == "gpt2" || m.arch == "llama", pre,
-        fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
-  at_least("model.n_layer", m.n_layer, 1);
-  at_least("model.n_head", m.n_head, 1);
-  at_least("model.d_model", m.d_model, 1);
-  at_least("model.vocab_size", m.vocab_size, 1);
-  at_least("model.max_seq_len", m.max_seq_len, 1);
-  check(m.d_model % m.n_head == 0, pre,
-        fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
+void check_model(const Checker& c, const ModelConfig& m) {
+  c.check(m.arch == "gpt2" || m.arch == "llama",
+          fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
+  c.at_least("model.n_layer", m.n_layer, 1);
+  c.at_least("model.n_head", m.n_head, 1);
+  c.at_least("model.d_model", m.d_model, 1);
+  c.at_least("model.vocab_size", m.vocab_size, 1);
+  c.at_least("model.max_seq_len", m.max_seq_len, 1);
+  c.check(m.d_model % m.n_head == 0,
+          fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
   if (m.arch == "llama") {
-    at_least("model.n_kv_head", m.n_kv_head, 0);
-    at_least("model.ffn_hidden", m.ffn_hidden, 0);
-    at_least("model.multiple_of", m.multiple_of, 1);
-    check(m.n_head % m.kv_heads() == 0, pre,
-          fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves whole "
-                      "query heads",
-                      m.kv_heads(), m.n_head));
-    check((m.d_model / m.n_head) % 2 == 0, pre,
-          fmt::format("model.d_model / model.n_head = {} must be even (rotary embeddings turn channel pairs)",
-                      m.d_model / m.n_head));
-    check(m.norm_eps > 0, pre, fmt::format("model.norm_eps ({}) must be > 0", m.norm_eps));
-    check(m.rope_theta > 1, pre, fmt::format("model.rope_theta ({}) must be > 1", m.rope_theta));
+    c.at_least("model.n_kv_head", m.n_kv_head, 0);
+    c.at_least("model.ffn_hidden", m.ffn_hidden, 0);
+    c.at_least("model.multiple_of", m.multiple_of, 1);
+    c.check(m.n_head % m.kv_heads() == 0,
+            fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves whole "
+                        "query heads",
+                        m.kv_heads(), m.n_head));
+    c.check((m.d_model / m.n_head) % 2 == 0,
+            fmt::format("model.d_model / model.n_head = {} must be even (rotary embeddings turn channel pairs)",
+                        m.d_model / m.n_head));
+    c.check(m.norm_eps > 0, fmt::format("model.norm_eps ({}) must be > 0", m.norm_eps));
+    c.check(m.rope_theta > 1, fmt::format("model.rope_theta ({}) must be > 1", m.rope_theta));
   }
+}
 
+void check_parallel(const Checker& c, const Config& cfg) {
+  const auto& m = cfg.model;
   const auto& p = cfg.parallel;
-  at_least("parallel.dp", p.dp, 1);
-  at_least("parallel.pp", p.pp, 1);
-  at_least("parallel.tp", p.tp, 1);
-  at_least("parallel.virtual_stages", p.virtual_stages, 1);
-  check(p.dp_bucket_mb > 0, pre, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
-  check(pre, tp_split_problem(m, p.tp));
+  c.at_least("parallel.dp", p.dp, 1);
+  c.at_least("parallel.pp", p.pp, 1);
+  c.at_least("parallel.tp", p.tp, 1);
+  c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  c.check(p.dp_bucket_mb > 0, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
+  c.rule(tp_split_problem(m, p.tp));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {
-    check(static_cast<int64_t>(p.layers_per_stage.size()) == stages, pre,
-          fmt::format("parallel.layers_per_stage has {} entries, expected parallel.pp * "
-                      "parallel.virtual_stages = {}",
-                      p.layers_per_stage.size(), stages));
+    c.check(static_cast<int64_t>(p.layers_per_stage.size()) == stages,
+            fmt::format("parallel.layers_per_stage has {} entries, expected parallel.pp * "
+                        "parallel.virtual_stages = {}",
+                        p.layers_per_stage.size(), stages));
     double sum = 0;
     for (size_t i = 0; i < p.layers_per_stage.size(); ++i) {
       const double n = p.layers_per_stage[i];
       const bool end = i == 0 || i + 1 == p.layers_per_stage.size();
-      check(2 * n == std::floor(2 * n), pre,
-            fmt::format("parallel.layers_per_stage[{}] ({}) must be a whole or half number of blocks (x.5 splits a "
-                        "block between its attention and its MLP)",
-                        i, n));
-      check(n >= (end ? 0 : 0.5), pre,
-            fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, n,
-                        end ? ">= 0" : ">= 0.5 (only the first and last stage may hold no block)"));
+      c.check(2 * n == std::floor(2 * n),
+              fmt::format("parallel.layers_per_stage[{}] ({}) must be a whole or half number of blocks (x.5 splits a "
+                          "block between its attention and its MLP)",
+                          i, n));
+      c.check(n >= (end ? 0 : 0.5),
+              fmt::format("parallel.layers_per_stage[{}] ({}) must be {}", i, n,
+                          end ? ">= 0" : ">= 0.5 (only the first and last stage may hold no block)"));
       sum += n;
     }
-    check(sum == m.n_layer, pre,
-          fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
+    c.check(sum == m.n_layer,
+            fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
   } else {
-    check(pre, stage_split_problem(m, stages));
+    c.rule(stage_split_problem(m, stages));
   }
   for (size_t i = 0; i < p.recompute_stages.size(); ++i)
-    check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages, pre,
-          fmt::format("parallel.recompute_stages[{}] ({}) is not a stage: stages are 0..{}", i, p.recompute_stages[i],
-                      stages - 1));
-  check(cfg.schedule.placement == "loop" || cfg.schedule.placement == "v" ||
-            cfg.schedule.placement.find_first_not_of("0123456789, ") == std::string::npos,
-        pre,
-        fmt::format("schedule.placement: {} is not \"loop\", \"v\" or a list of ranks like \"0,1,1,0\"",
-                    quote(cfg.schedule.placement)));
-  check(!cfg.schedule.name.empty() || !cfg.schedule.file.empty(), pre,
-        "schedule.name: must not be empty (or set schedule.file)");
+    c.check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages,
+            fmt::format("parallel.recompute_stages[{}] ({}) is not a stage: stages are 0..{}", i, p.recompute_stages[i],
+                        stages - 1));
+  c.check(cfg.schedule.placement == "loop" || cfg.schedule.placement == "v" ||
+              cfg.schedule.placement.find_first_not_of("0123456789, ") == std::string::npos,
+          fmt::format("schedule.placement: {} is not \"loop\", \"v\" or a list of ranks like \"0,1,1,0\"",
+                      quote(cfg.schedule.placement)));
+  c.check(!cfg.schedule.name.empty() || !cfg.schedule.file.empty(),
+          "schedule.name: must not be empty (or set schedule.file)");
+}
 
+void check_train(const Checker& c, const Config& cfg) {
+  const auto& m = cfg.model;
+  const auto& p = cfg.parallel;
   const auto& t = cfg.train;
-  at_least("train.steps", t.steps, 0);
-  at_least("train.global_batch", t.global_batch, 1);
-  at_least("train.microbatches", t.microbatches, 1);
-  check(pre, batch_split_problem(t.global_batch, p.dp, t.microbatches));
-  check(t.seq_len >= 1 && t.seq_len <= m.max_seq_len, pre,
-        fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len,
-                    m.max_seq_len));
-  check(t.lr > 0, pre, fmt::format("train.lr ({}) must be > 0", t.lr));
-  check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", pre,
-        fmt::format("train.recompute: unknown mode {} (expected \"none\", \"selective\" or \"full\")",
-                    quote(t.recompute)));
-  check(t.precision == "fp32" || t.precision == "bf16", pre,
-        fmt::format("train.precision: unknown precision {} (expected \"fp32\" or \"bf16\")", quote(t.precision)));
-  check(t.lr_schedule == "constant" || t.lr_schedule == "cosine", pre,
-        fmt::format("train.lr_schedule: unknown schedule {} (expected \"constant\" or \"cosine\")",
-                    quote(t.lr_schedule)));
-  at_least("train.warmup_steps", t.warmup_steps, 0);
-  check(t.min_lr >= 0 && t.min_lr <= t.lr, pre,
-        fmt::format("train.min_lr ({}) must be between 0 and train.lr ({})", t.min_lr, t.lr));
-  check(t.beta1 >= 0 && t.beta1 < 1, pre, fmt::format("train.beta1 ({}) must be in [0, 1)", t.beta1));
-  check(t.beta2 >= 0 && t.beta2 < 1, pre, fmt::format("train.beta2 ({}) must be in [0, 1)", t.beta2));
-  check(t.eps > 0, pre, fmt::format("train.eps ({}) must be > 0", t.eps));
-  check(t.weight_decay >= 0, pre, fmt::format("train.weight_decay ({}) must be >= 0", t.weight_decay));
-  check(t.grad_clip >= 0, pre, fmt::format("train.grad_clip ({}) must be >= 0 (0 = off)", t.grad_clip));
+  c.at_least("train.steps", t.steps, 0);
+  c.at_least("train.global_batch", t.global_batch, 1);
+  c.at_least("train.microbatches", t.microbatches, 1);
+  c.rule(batch_split_problem(t.global_batch, p.dp, t.microbatches));
+  c.check(t.seq_len >= 1 && t.seq_len <= m.max_seq_len,
+          fmt::format("train.seq_len ({}) must be between 1 and model.max_seq_len ({})", t.seq_len, m.max_seq_len));
+  c.check(t.lr > 0, fmt::format("train.lr ({}) must be > 0", t.lr));
+  c.check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full",
+          fmt::format("train.recompute: unknown mode {} (expected \"none\", \"selective\" or \"full\")",
+                      quote(t.recompute)));
+  c.check(t.precision == "fp32" || t.precision == "bf16",
+          fmt::format("train.precision: unknown precision {} (expected \"fp32\" or \"bf16\")", quote(t.precision)));
+  c.check(t.lr_schedule == "constant" || t.lr_schedule == "cosine",
+          fmt::format("train.lr_schedule: unknown schedule {} (expected \"constant\" or \"cosine\")",
+                      quote(t.lr_schedule)));
+  c.at_least("train.warmup_steps", t.warmup_steps, 0);
+  c.check(t.min_lr >= 0 && t.min_lr <= t.lr,
+          fmt::format("train.min_lr ({}) must be between 0 and train.lr ({})", t.min_lr, t.lr));
+  c.check(t.beta1 >= 0 && t.beta1 < 1, fmt::format("train.beta1 ({}) must be in [0, 1)", t.beta1));
+  c.check(t.beta2 >= 0 && t.beta2 < 1, fmt::format("train.beta2 ({}) must be in [0, 1)", t.beta2));
+  c.check(t.eps > 0, fmt::format("train.eps ({}) must be > 0", t.eps));
+  c.check(t.weight_decay >= 0, fmt::format("train.weight_decay ({}) must be >= 0", t.weight_decay));
+  c.check(t.grad_clip >= 0, fmt::format("train.grad_clip ({}) must be >= 0 (0 = off)", t.grad_clip));
+}
 
-  at_least("train.eval_every", t.eval_every, 0);
-  at_least("train.eval_batches", t.eval_batches, 1);
+void check_data(const Checker& c, const Config& cfg) {
+  const auto& t = cfg.train;
+  c.at_least("train.eval_every", t.eval_every, 0);
+  c.at_least("train.eval_batches", t.eval_batches, 1);
   const auto& d = cfg.data;
-  check(t.eval_every == 0 || !d.val.empty(), pre, "train.eval_every is set but data.val names no validation dataset");
-  check(!d.train.empty(), pre, "data.train: no training dataset given");
-  check(d.train_weights.empty() || d.train_weights.size() == d.train.size(), pre, "data.train: one weight per source");
+  c.check(t.eval_every == 0 || !d.val.empty(), "train.eval_every is set but data.val names no validation dataset");
+  c.check(!d.train.empty(), "data.train: no training dataset given");
+  c.check(d.train_weights.empty() || d.train_weights.size() == d.train.size(), "data.train: one weight per source");
   for (size_t i = 0; i < d.train_weights.size(); ++i)
-    check(d.train_weights[i] > 0 && std::isfinite(d.train_weights[i]), pre,
-          fmt::format("data.train[{}].weight ({}): blend weights must be positive", i, format_double(d.train_weights[i])));
+    c.check(d.train_weights[i] > 0 && std::isfinite(d.train_weights[i]),
+            fmt::format("data.train[{}].weight ({}): blend weights must be positive", i,
+                        format_double(d.train_weights[i])));
   for (const auto* list : {&d.train, &d.val})
     for (size_t i = 0; i < list->size(); ++i)
-      check(!(*list)[i].empty(), pre,
-            fmt::format("data.{}[{}]: empty file name", list == &d.train ? "train" : "val", i));
-  check(d.sampling == "sequential" || d.sampling == "shuffle", pre,
-        fmt::format("data.sampling: unknown mode {} (expected \"sequential\" or \"shuffle\")",
-                    quote(d.sampling)));
+      c.check(!(*list)[i].empty(), fmt::format("data.{}[{}]: empty file name", list == &d.train ? "train" : "val", i));
+  c.check(d.sampling == "sequential" || d.sampling == "shuffle",
+          fmt::format("data.sampling: unknown mode {} (expected \"sequential\" or \"shuffle\")", quote(d.sampling)));
+}
 
-  at_least("checkpoint.every", cfg.checkpoint.every, 0);
-  at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
-  at_least("log.every", cfg.log.every, 1);
-  check(cfg.runtime.device == "cpu" || cfg.runtime.device == "cuda", pre,
-        fmt::format("runtime.device: unknown device {} (expected \"cpu\" or \"cuda\")", quote(cfg.runtime.device)));
-  check(cfg.comm.p2p == "auto" || cfg.comm.p2p == "nccl" || cfg.comm.p2p == "mpi", pre,
-        fmt::format("comm.p2p: unknown transport {} (expected \"auto\", \"nccl\" or \"mpi\")", quote(cfg.comm.p2p)));
-  check(cfg.comm.p2p != "nccl" || cfg.runtime.device == "cuda", pre,
-        "comm.p2p = \"nccl\" needs runtime.device = \"cuda\" (CPU runs move host memory with MPI)");
-  check(cfg.runtime.timeout_s >= 0, pre,
-        fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
-  check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip", pre,
-        fmt::format("runtime.on_nonfinite: unknown action {} (expected \"stop\" or \"skip\")",
-                    quote(cfg.runtime.on_nonfinite)));
-  check(cfg.log.peak_flops >= 0, pre, fmt::format("log.peak_flops ({}) must be >= 0 (0 = unknown)", cfg.log.peak_flops));
+void check_runtime(const Checker& c, const Config& cfg) {
+  c.at_least("checkpoint.every", cfg.checkpoint.every, 0);
+  c.at_least("checkpoint.keep", cfg.checkpoint.keep, 1);
+  c.at_least("log.every", cfg.log.every, 1);
+  c.check(cfg.runtime.device == "cpu" || cfg.runtime.device == "cuda",
+          fmt::format("runtime.device: unknown device {} (expected \"cpu\" or \"cuda\")", quote(cfg.runtime.device)));
+  c.check(cfg.comm.p2p == "auto" || cfg.comm.p2p == "nccl" || cfg.comm.p2p == "mpi",
+          fmt::format("comm.p2p: unknown transport {} (expected \"auto\", \"nccl\" or \"mpi\")", quote(cfg.comm.p2p)));
+  c.check(cfg.comm.p2p != "nccl" || cfg.runtime.device == "cuda",
+          "comm.p2p = \"nccl\" needs runtime.device = \"cuda\" (CPU runs move host memory with MPI)");
+  c.check(cfg.runtime.timeout_s >= 0,
+          fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
+  c.check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip",
+          fmt::format("runtime.on_nonfinite: unknown action {} (expected \"stop\" or \"skip\")",
+                      quote(cfg.runtime.on_nonfinite)));
+  c.check(cfg.log.peak_flops >= 0, fmt::format("log.peak_flops ({}) must be >= 0 (0 = unknown)", cfg.log.peak_flops));
+}
+
+}  // namespace
+
+void validate_config(const Config& cfg) {
+  const Checker c{prefix(cfg.source)};
+  check_numbers_finite(c, cfg);
+  check_model(c, cfg.model);
+  check_parallel(c, cfg);
+  check_train(c, cfg);
+  check_data(c, cfg);
+  check_runtime(c, cfg);
 }
 
 }  // namespace pipetrain
