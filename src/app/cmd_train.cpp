@@ -1,18 +1,16 @@
 // `pipetrain train CONFIG [--set section.key=value]... [--metrics FILE.jsonl]`
-#include <mpi.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
+#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
-#include <cstdlib>
-#include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/app/run_header.hpp"
@@ -22,12 +20,12 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/watchdog.hpp"
-#include "pipetrain/model/partition.hpp"
-#include "pipetrain/plan/planner.hpp"
-#include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/plan/planner.hpp"
+#include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/training_loop.hpp"
 #include "pipetrain/schedule/simulate.hpp"
@@ -42,10 +40,10 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string metrics;
   std::string trace_dir;
-  std::string resume;  // "auto" or a checkpoint file
-  std::string init;    // a checkpoint whose weights start a new run
-  std::string plan;    // "auto": run the planner's best layout for the ranks launched
-  std::string cluster; // CLUSTER.toml: the planner's machine (else --plan auto calibrates)
+  std::string resume;   // "auto" or a checkpoint file
+  std::string init;     // a checkpoint whose weights start a new run
+  std::string plan;     // "auto": run the planner's best layout for the ranks launched
+  std::string cluster;  // CLUSTER.toml: the planner's machine (else --plan auto calibrates)
 };
 
 // Keeps the hang watchdog running for the scope of a run, also when it ends by an error.
@@ -145,8 +143,7 @@ std::string TrainData::summary(const Config& cfg) const {
 // one), runtime.pack_weights' two copies of the matrices, the stashed activations the
 // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
 // receive buffers and a dp bucket. The largest over the ranks.
-double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend,
-                       const SimResult& sim) {
+double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend, const SimResult& sim) {
   const Schedule& sched = trainer.schedule();
   const bool bf16 = cfg.train.precision == "bf16";
   const auto& units = trainer.stage_units();
@@ -163,9 +160,9 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
     if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
       const auto& u = units[static_cast<size_t>(st)];
       const Recompute mode = trainer.recompute_of(st);
-      in.largest_stash = std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(),
-                                                                trainer.microbatch_size(), cfg.train.seq_len, storage,
-                                                                mode, keeps));
+      in.largest_stash =
+          std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
+                                                 cfg.train.seq_len, storage, mode, keeps));
       const auto pieces = stage_pieces(cfg.model, u);
       for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
       if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
@@ -202,16 +199,16 @@ std::string split_line(const Config& cfg, const Trainer& trainer) {
   const std::vector<double> even(units.size(), total / static_cast<double>(units.size()));
   const SimResult with_split = simulate(sched, Costs::from_stage_times(times));
   const bool automatic = cfg.parallel.layers_per_stage.empty();
-  return fmt::format("  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
-                     "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
-                     fmt::join(blocks_per_stage(cfg.model, units), ", "),
-                     automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms "
-                                             "(attention half {:.0f}%), head {:.2f} ms",
-                                             1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share,
-                                             1e3 * c.head)
-                               : std::string("parallel.layers_per_stage"),
-                     fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
-                     with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan);
+  return fmt::format(
+      "  split: blocks per stage [{}] ({}); predicted share of the step per stage {}; simulated "
+      "with these costs: bubble {:.1f}%, step {:.3f} x that of stages of equal cost",
+      fmt::join(blocks_per_stage(cfg.model, units), ", "),
+      automatic ? fmt::format("auto, measured per microbatch: embedding {:.2f} ms, block {:.2f} ms "
+                              "(attention half {:.0f}%), head {:.2f} ms",
+                              1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share, 1e3 * c.head)
+                : std::string("parallel.layers_per_stage"),
+      fmt::join(shares, " "), 100.0 * with_split.bubble_fraction,
+      with_split.makespan / simulate(sched, Costs::from_stage_times(even)).makespan);
 }
 
 // "step N/M | loss ... | mem ..." and, on a terminal, a progress bar with ETA.
@@ -253,6 +250,63 @@ nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>&
   return row;
 }
 
+// The backend's part of the header: its name, what runtime.pack_weights = "auto" chose,
+// and how transfers and dp reductions run.
+std::string backend_summary(const Config& cfg, const Trainer& trainer, const Backend& backend) {
+  std::string s = backend.name();
+  if (!trainer.pack_reason().empty())
+    s += fmt::format(" (runtime.pack_weights = \"auto\": {}, {})", trainer.packs_weights() ? "packed" : "not packed",
+                     trainer.pack_reason());
+  if (cfg.runtime.device != "cpu")
+    s += " (transfers: " + trainer.comms_summary() + ")";
+  else if (trainer.progress_thread())
+    s += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
+  return s;
+}
+
+// A blend's sources: what each gives over this run's steps.
+void log_blend(RunLog& log, const Config& cfg, const TrainData& data) {
+  if (!data.blend) return;
+  const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;
+  const std::vector<int64_t> n = data.blend->counts(samples);
+  for (int k = 0; k < data.blend->num_sources(); ++k)
+    log.line(fmt::format(
+        "  source {}: {} (weight {:.3f}): {} windows; {} of the run's {} samples ({:.2f} epochs)", k,
+        cfg.data.train[static_cast<size_t>(k)], data.blend->weight(k), data.blend->dataset(k).num_windows(),
+        n[static_cast<size_t>(k)], samples,
+        static_cast<double>(n[static_cast<size_t>(k)]) / static_cast<double>(data.blend->dataset(k).num_windows())));
+}
+
+// run.json: what this run is (grid, schedule, sizes, the planner's prediction).
+nlohmann::json run_info(const Config& cfg, const Grid& grid, const Trainer& trainer, const SimResult& sim,
+                        const std::optional<Prediction>& predicted) {
+  nlohmann::json info = {
+      {"config", cfg.source},
+      {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},
+      {"world_size", grid.world_size()},
+      {"schedule", trainer.schedule().name},
+      {"num_stages", trainer.schedule().num_stages},
+      {"microbatches", trainer.schedule().num_microbatches},
+      {"model_params", trainer.model_params()},
+      {"tokens_per_step", trainer.tokens_per_step()},
+      {"flops_per_token", model_flops_per_token(cfg.model, trainer.model_params(), cfg.train.seq_len)},
+      {"peak_flops", cfg.log.peak_flops},
+      {"simulated_bubble", sim.bubble_fraction},
+      {"predicted_step_time_s", predicted ? predicted->step_s : -1.0}};
+  return info;
+}
+
+// --cluster: the measured median step against the planner's prediction.
+void log_step_time(RunLog& log, const std::optional<Prediction>& predicted, std::vector<double> step_times) {
+  if (!predicted || step_times.empty()) return;
+  std::sort(step_times.begin(), step_times.end());
+  const double median = step_times[step_times.size() / 2];
+  log.line(
+      fmt::format("step time: measured median {:.1f} ms over {} steps, predicted {:.1f} ms (measured / "
+                  "predicted {:.3f})",
+                  1e3 * median, step_times.size(), 1e3 * predicted->step_s, median / predicted->step_s));
+}
+
 int run_train(const TrainOptions& opt) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -281,45 +335,17 @@ int run_train(const TrainOptions& opt) {
   const double est = memory_estimate(cfg, trainer, grid, *backend, sim);
 
   log.line(model_line(cfg, nparams));
-  std::string backend_summary = backend->name();
-  if (!trainer.pack_reason().empty())
-    backend_summary += fmt::format(" (runtime.pack_weights = \"auto\": {}, {})",
-                                   trainer.packs_weights() ? "packed" : "not packed", trainer.pack_reason());
-  if (cfg.runtime.device != "cpu") backend_summary += " (transfers: " + trainer.comms_summary() + ")";
-  else if (trainer.progress_thread())
-    backend_summary += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
-  log.line(fmt::format("  data {}, {} sampling; {} tokens/step "
-                       "({} x {} microbatches x seq {}); backend {}; precision {}",
-                       data.summary(cfg), cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
-                       cfg.train.microbatches, cfg.train.seq_len, backend_summary, cfg.train.precision));
-  if (data.blend) {  // what each source gives over this run's steps
-    const int64_t samples = static_cast<int64_t>(cfg.train.steps) * cfg.train.global_batch;
-    const std::vector<int64_t> n = data.blend->counts(samples);
-    for (int k = 0; k < data.blend->num_sources(); ++k)
-      log.line(fmt::format("  source {}: {} (weight {:.3f}): {} windows; {} of the run's {} samples ({:.2f} epochs)", k,
-                           cfg.data.train[static_cast<size_t>(k)], data.blend->weight(k),
-                           data.blend->dataset(k).num_windows(), n[static_cast<size_t>(k)], samples,
-                           static_cast<double>(n[static_cast<size_t>(k)]) /
-                               static_cast<double>(data.blend->dataset(k).num_windows())));
-  }
+  log.line(fmt::format(
+      "  data {}, {} sampling; {} tokens/step "
+      "({} x {} microbatches x seq {}); backend {}; precision {}",
+      data.summary(cfg), cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
+      cfg.train.microbatches, cfg.train.seq_len, backend_summary(cfg, trainer, *backend), cfg.train.precision));
+  log_blend(log, cfg, data);
   log.line(grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
                       sim.bubble_fraction, est}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
-  log.run_files(cfg,
-                {{"config", cfg.source},
-                 {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},
-                 {"world_size", grid.world_size()},
-                 {"schedule", sched.name},
-                 {"num_stages", sched.num_stages},
-                 {"microbatches", sched.num_microbatches},
-                 {"model_params", nparams},
-                 {"tokens_per_step", trainer.tokens_per_step()},
-                 {"flops_per_token", flops_per_token},
-                 {"peak_flops", cfg.log.peak_flops},
-                 {"simulated_bubble", sim.bubble_fraction},
-                 {"predicted_step_time_s", predicted ? predicted->step_s : -1.0}},
-                sched, sim);
+  log.run_files(cfg, run_info(cfg, grid, trainer, sim, predicted), sched, sim);
   // Progress bar only on a terminal, never inside a batch job (mpirun may hand ranks a
   // pseudo-terminal even when its own output goes to a file: log.progress = false).
   const bool tty = rank == 0 && cfg.log.progress && isatty(fileno(stdout)) && !std::getenv("SLURM_JOB_ID") &&
@@ -342,9 +368,10 @@ int run_train(const TrainOptions& opt) {
   sink.step = [&](const StepRecord& r) {
     const StepMetrics& m = r.metrics;
     if (m.skipped)
-      log.line(fmt::format("step {}: non-finite loss ({}) or gradient norm ({}): update skipped "
-                           "(runtime.on_nonfinite = \"skip\")",
-                           m.step, m.loss, m.grad_norm));
+      log.line(
+          fmt::format("step {}: non-finite loss ({}) or gradient norm ({}): update skipped "
+                      "(runtime.on_nonfinite = \"skip\")",
+                      m.step, m.loss, m.grad_norm));
     if (r.report) log.line(step_text(cfg, r, start, tty, t_start));
     if (m.step > start) step_times.push_back(m.step_time_s);  // the run's first step warms up
     log.metrics(metrics_row(r, predicted));
@@ -355,13 +382,7 @@ int run_train(const TrainOptions& opt) {
   if (loop.run(start).stop_signal != 0) return 0;
   log.line(fmt::format("done: {} steps; peak pooled memory {} MiB on rank 0", cfg.train.steps,
                        trainer.pool().stats().peak_in_use_bytes >> 20));
-  if (predicted && !step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    const double median = step_times[step_times.size() / 2];
-    log.line(fmt::format("step time: measured median {:.1f} ms over {} steps, predicted {:.1f} ms (measured / "
-                         "predicted {:.3f})",
-                         1e3 * median, step_times.size(), 1e3 * predicted->step_s, median / predicted->step_s));
-  }
+  log_step_time(log, predicted, step_times);
   return 0;
 }
 
