@@ -135,6 +135,69 @@ PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
   return c;
 }
 
+// This rank's stages of the schedule, each holding its units' layers.
+std::map<int, ModelStage*> Trainer::build_stages() {
+  const int me = grid_.coords().pp;
+  const TensorParallel tp{grid_.coords().tp, grid_.tp()};
+  std::map<int, ModelStage*> mine;
+  for (int s = 0; s < schedule_.num_stages; ++s) {
+    if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
+    const auto& u = units_[static_cast<size_t>(s)];
+    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp);
+    mine[s] = stages_[s].get();
+  }
+  return mine;
+}
+
+// ZeRO-1's shard of the flat buffers, the dp reducer and the tied embedding's exchange
+// between the first and last stage (each when this grid has one).
+void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1) {
+  Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
+  if (zero1) {  // this rank's range of the flat buffer: its gradients (reduced in place) and moments
+    const int64_t n = params_.numel() / grid_.dp();
+    shard_lo_ = n * grid_.coords().dp;
+    shard_hi_ = shard_lo_ + n;
+    grad_shard_ = params_.grads().view(shard_lo_, {n});
+    for (Tensor* t : {&m_shard_, &v_shard_}) {
+      *t = Tensor::empty(*pool_, {n});
+      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+    }
+  }
+  if (grid_.dp() > 1) {
+    // On the CPU the buckets are MPI collectives: a helper thread keeps them moving.
+    if (cfg_.comm.progress_us > 0 && cfg_.runtime.device == "cpu" && ProgressThread::supported())
+      progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg_.comm.progress_us));
+    DataParallelReducer::Options o;
+    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
+    o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
+    o.progress = progress_.get();
+    if (zero1) {
+      o.shard_elems = shard_hi_ - shard_lo_;
+      if (pair) o.late = params_.find("wte");  // after its copies' pair sum
+    }
+    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
+  }
+  // The last stage sends its copy early unless dp buckets all-reduce wte.grad in place
+  // meanwhile (ZeRO-1 holds wte back until the pair sum is in); only then may the first
+  // stage keep its embedding's rows too. Built after the reducer, which has the first
+  // claim on them.
+  if (pair) {
+    const bool wte_alone = !reducer_ || zero1;
+    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
+    tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
+                                                   !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
+  }
+}
+
+int64_t Trainer::count_model_params() {
+  // Whole-model size: sum over the replica's ranks, each value counted once.
+  double local = 0;
+  for (const auto& p : params_.params())
+    if (counts_in_norm(p)) local += static_cast<double>(p.numel());
+  grid_.replica_comm().allreduce_sum(&local, 1);
+  return static_cast<int64_t>(local);
+}
+
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),
       use_(use),
@@ -159,16 +222,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
   pack_ = resolve_pack_weights(cfg);
-  const auto& units = units_;
+  const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
-  const TensorParallel tp{grid.coords().tp, grid.tp()};
-  std::map<int, ModelStage*> mine;
-  for (int s = 0; s < S; ++s) {
-    if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
-    const auto& u = units[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<ModelStage>(cfg.model, u.first, u.last, params_, tp);
-    mine[s] = stages_[s].get();
-  }
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
   const bool training = use == TrainerUse::Train;
   if (!training && grid.world_size() > 1)
@@ -203,48 +258,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
-  Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
-  if (zero1) {  // this rank's range of the flat buffer: its gradients (reduced in place) and moments
-    const int64_t n = params_.numel() / grid.dp();
-    shard_lo_ = n * grid.coords().dp;
-    shard_hi_ = shard_lo_ + n;
-    grad_shard_ = params_.grads().view(shard_lo_, {n});
-    for (Tensor* t : {&m_shard_, &v_shard_}) {
-      *t = Tensor::empty(*pool_, {n});
-      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
-    }
-  }
-  if (grid.dp() > 1) {
-    // On the CPU the buckets are MPI collectives: a helper thread keeps them moving.
-    if (cfg.comm.progress_us > 0 && cfg.runtime.device == "cpu" && ProgressThread::supported())
-      progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg.comm.progress_us));
-    DataParallelReducer::Options o;
-    o.tokens_per_step = static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len;
-    o.bucket_bytes = static_cast<size_t>(cfg.parallel.dp_bucket_mb * 1048576.0);
-    o.progress = progress_.get();
-    if (zero1) {
-      o.shard_elems = shard_hi_ - shard_lo_;
-      if (pair) o.late = params_.find("wte");  // after its copies' pair sum
-    }
-    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
-  }
-  // The last stage sends its copy early unless dp buckets all-reduce wte.grad in place
-  // meanwhile (ZeRO-1 holds wte back until the pair sum is in); only then may the first
-  // stage keep its embedding's rows too. Built after the reducer, which has the first
-  // claim on them.
-  if (pair) {
-    const bool wte_alone = !reducer_ || zero1;
-    const int64_t row_tokens = static_cast<int64_t>(cfg.train.global_batch / grid.dp()) * cfg.train.seq_len;
-    tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
-                                                   !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
-  }
-
-  // Whole-model size: sum over the replica's ranks, each value counted once.
-  double local = 0;
-  for (const auto& p : params_.params())
-    if (counts_in_norm(p)) local += static_cast<double>(p.numel());
-  grid.replica_comm().allreduce_sum(&local, 1);
-  model_params_ = static_cast<int64_t>(local);
+  build_gradient_exchanges(mine, zero1);
+  model_params_ = count_model_params();
 }
 
 bool Trainer::once_over_tp(const Parameter& p) const { return !p.shard.replicated() || grid_.coords().tp == 0; }

@@ -125,6 +125,10 @@ class Trainer {
   ModelStage& stage(int s) const;
 
  private:
+  // The constructor's parts.
+  std::map<int, ModelStage*> build_stages();
+  void build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1);
+  int64_t count_model_params();  // the whole model's, summed over the replica's ranks
   void reduce_gradients();
   // This rank's sum of squared gradients, each value of the model counted once over a
   // replica (under ZeRO-1: of this rank's shard).
@@ -157,8 +161,8 @@ class Trainer {
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
   PackChoice resolve_pack_weights(const Config& cfg);
-  std::unique_ptr<DeviceComms> comms_;
-  std::map<int, Recompute> recompute_;  // each stage's train.recompute  // tp, dp, pp and the tied pair (first and last stage, if distinct)
+  std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
+  std::map<int, Recompute> recompute_;  // each stage's train.recompute
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<ProgressThread> progress_;      // the reducer's (declared first: outlives it)
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
