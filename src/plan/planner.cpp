@@ -5,8 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -77,11 +77,11 @@ class ScheduleCache {
 struct Costed {
   Layout layout;
   Built* built = nullptr;
-  Costs costs;                          // per stage
-  double transfer = 0;                  // one activation between stages
-  std::vector<double> busy, tp_comm;    // per pipeline rank, over the step
+  Costs costs;                               // per stage
+  double transfer = 0;                       // one activation between stages
+  std::vector<double> busy, tp_comm;         // per pipeline rank, over the step
   std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
-  RankMemory memory;                    // the rank that holds the most
+  RankMemory memory;                         // the rank that holds the most
   double lower_bound = 0;
 };
 
@@ -91,6 +91,88 @@ struct Context {
   int devices, global_batch;
   double bucket_bytes;
 };
+
+// runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
+// rank with the most copies (as the Trainer decides), on CPUs only.
+bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, const std::vector<StageUnits>& units) {
+  const ModelConfig& model = cx.cfg.model;
+  const ClusterSpec& c = cx.cluster;
+  const int R = s.num_ranks, tp = l.tp;
+  bool pack = cx.cfg.runtime.pack_weights == Toggle::On;
+  if (cx.cfg.runtime.pack_weights == Toggle::Auto) {
+    std::vector<double> dense_on(static_cast<size_t>(R), 0.0);
+    for (int st = 0; st < s.num_stages; ++st)
+      for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)]))
+        dense_on[static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)])] +=
+            dense_weight_params(model, p.kind, tp);
+    PackInputs in;
+    in.can_pack = c.device.kind == "cpu";
+    in.f32_products = !(l.precision == "bf16" && multiplies_bf16(c.device));
+    in.d_model = model.d_model;
+    in.rows = l.microbatch_size * cx.cfg.train.seq_len;
+    in.microbatches = l.microbatches;
+    in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
+    in.memory_per_rank = c.device.memory_bytes;
+    pack = choose_pack_weights(in).on;
+  }
+  return pack;
+}
+
+// What rank r holds of the model: its parameters (as stored, widened for products and
+// in dense products' weights), its largest stage stash, and which pieces it has.
+struct Holdings {
+  double params = 0, widened = 0, dense = 0, largest_stash = 0;
+  bool embedding = false, head = false, block = false;
+};
+Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule& s,
+                       const std::vector<StageUnits>& units, int r, int T, const AttentionKeeps& keeps,
+                       bool native_bf16) {
+  const DType storage = l.precision == "bf16" ? DType::BF16 : DType::F32;
+  Holdings h;
+  for (int st = 0; st < s.num_stages; ++st) {
+    if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+    const auto& u = units[static_cast<size_t>(st)];
+    h.largest_stash = std::max(
+        h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage, l.recompute, keeps));
+    for (const StagePiece& p : stage_pieces(model, u)) {
+      h.widened += widened_params(model, p.kind, l.tp, native_bf16);
+      h.dense += dense_weight_params(model, p.kind, l.tp);
+      h.params += unit_params(model, p.kind).on_rank(l.tp);
+      h.embedding = h.embedding || p.kind == UnitKind::Embedding;
+      h.head = h.head || p.kind == UnitKind::Head;
+      h.block = h.block || is_block_part(p.kind);
+    }
+  }
+  if (h.embedding && h.head && model.tied()) {  // one table serves both
+    const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
+    h.params -= table;
+    if (!native_bf16) h.widened -= table;
+  }
+  return h;
+}
+
+// One microbatch's backward on rank r, summed over its stages (what dp buckets hide behind).
+double stage_backward_on(int r, const Schedule& s, const Costs& costs) {
+  double b = 0;
+  for (int st = 0; st < s.num_stages; ++st)
+    if (s.stage_to_rank[static_cast<size_t>(st)] == r) b += costs.per_stage[static_cast<size_t>(st)][1];
+  return b;
+}
+
+// The dp reduction's time not hidden behind the last microbatch's backward, on a rank
+// with `grads` bytes of gradients. Buckets go out while that backward still runs; the
+// last one cannot. ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's
+// bytes, overlapped alike, except `held` bytes, a tied table that waits for its copies'
+// pair sum) and all-gathers the updated weights after AdamW, exposed.
+double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, double backward, double held) {
+  if (l.dp == 1) return 0.0;
+  const LinkSpec& dp_link = group_link(cx.cluster, l.tp, l.dp);
+  const double t_gather = allgather_seconds(grads, l.dp, dp_link);  // = a reduce-scatter's
+  const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, l.dp, dp_link);
+  const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
+  const double t_held = t_red * std::min(1.0, held / std::max(grads, 1.0));
+  return std::max({last_bucket, t_held, t_red - backward}) + (l.zero1 ? t_gather : 0.0);
+}
 
 // Costs everything but the timeline. `built` is the layout's schedule.
 Costed cost_layout(const Context& cx, Layout l, Built& built) {
@@ -112,7 +194,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
 
   Costed out;
   out.costs.per_stage.resize(static_cast<size_t>(S));
-  std::vector<double> stage_tp(static_cast<size_t>(S), 0.0), stage_bwd(static_cast<size_t>(S), 0.0);
+  std::vector<double> stage_tp(static_cast<size_t>(S), 0.0);
   for (int st = 0; st < S; ++st) {
     double F = 0, I = 0, W = 0, comm = 0;
     for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
@@ -121,7 +203,6 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
     stage_tp[static_cast<size_t>(st)] = comm;
-    stage_bwd[static_cast<size_t>(st)] = I + W;
   }
   const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
@@ -132,73 +213,28 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
   const UnitParams up_head = unit_params(model, UnitKind::Head);
   const Recompute mode = l.recompute;
-  const double world_latency = allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node
-                                                                                                  : c.inter_node);
-  // runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
-  // rank with the most copies (as the Trainer decides), on CPUs only.
-  bool pack = cx.cfg.runtime.pack_weights == Toggle::On;
-  if (cx.cfg.runtime.pack_weights == Toggle::Auto) {
-    std::vector<double> dense_on(static_cast<size_t>(R), 0.0);
-    for (int st = 0; st < S; ++st)
-      for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)]))
-        dense_on[static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)])] += dense_weight_params(model, p.kind, tp);
-    PackInputs in;
-    in.can_pack = c.device.kind == "cpu";
-    in.f32_products = !(bf16 && native_bf16);
-    in.d_model = model.d_model;
-    in.rows = B * T;
-    in.microbatches = m;
-    in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
-    in.memory_per_rank = c.device.memory_bytes;
-    pack = choose_pack_weights(in).on;
-  }
+  const double world_latency =
+      allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
+  const bool pack = planned_packing(cx, l, s, units);
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
-    double params = 0, widened = 0, dense = 0, largest = 0, backward = 0;
-    bool embedding = false, head_here = false, block = false;
+    const Holdings h = rank_holdings(model, l, s, units, r, T, keeps, native_bf16);
+    const double params = h.params, widened = h.widened, dense = h.dense, largest = h.largest_stash;
+    const bool embedding = h.embedding, block = h.block;
     for (int st = 0; st < S; ++st) {
       if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
-      const auto& u = units[static_cast<size_t>(st)];
       const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
       out.busy[r] += m * (pc[0] + pc[1]);
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
-      backward += stage_bwd[static_cast<size_t>(st)];
-      largest = std::max(largest, stash_bytes(model, u.first, u.last, tp, B, T, storage, mode, keeps));
-      for (const StagePiece& p : stage_pieces(model, u)) {
-        const UnitKind k = p.kind;
-        widened += widened_params(model, k, tp, native_bf16);
-        dense += dense_weight_params(model, k, tp);
-        params += unit_params(model, k).on_rank(tp);
-        embedding = embedding || k == UnitKind::Embedding;
-        head_here = head_here || k == UnitKind::Head;
-        block = block || is_block_part(k);
-      }
     }
-    if (embedding && head_here && model.tied()) {  // one table serves both
-      params -= up_head.sharded / tp;
-      if (!native_bf16) widened -= up_head.sharded / tp;
-    }
-    const double grads = 4.0 * params;
-    const LinkSpec& dp_link = group_link(c, tp, l.dp);
-    // Buckets go out while the last microbatch's backward still runs; the last one cannot.
-    // ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's bytes, overlapped
-    // alike, except a tied table that waits for its copies' pair sum) and all-gathers the
-    // updated weights after AdamW, exposed.
-    const double t_gather = allgather_seconds(grads, l.dp, dp_link);  // = a reduce-scatter's
-    const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, l.dp, dp_link);
-    const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
-    const double held = l.zero1 && model.tied() && embedding != head_here
-                            ? t_red * std::min(1.0, 4.0 * up_head.sharded / tp / std::max(grads, 1.0))
-                            : 0.0;
-    out.dp[r] = l.dp == 1 ? 0.0
-                          : std::max({last_bucket, held, t_red - backward}) +
-                                (l.zero1 ? t_gather : 0.0);
     // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
-    const bool tied_pair = model.tied() && embedding != head_here;
+    const bool tied_pair = model.tied() && h.embedding != h.head;
+    out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
+                                   tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
     const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
-    out.optimizer[r] = adamw_seconds(updated / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) +
-                       gradient_passes_seconds(params, c.device);
+    out.optimizer[r] =
+        adamw_seconds(updated / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) + gradient_passes_seconds(params, c.device);
     // The table's summed gradient comes back to the head's rank before its update, and
     // the updated table back to the embedding's rank.
     const double tied = tied_pair ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
@@ -219,8 +255,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
     const RankMemory mem = rank_memory(in);
     if (mem.total() > out.memory.total()) out.memory = mem;
-    out.lower_bound =
-        std::max(out.lower_bound, out.busy[r] + out.dp[r] + out.optimizer[r] + out.other[r]);
+    out.lower_bound = std::max(out.lower_bound, out.busy[r] + out.dp[r] + out.optimizer[r] + out.other[r]);
   }
   out.layout = std::move(l);
   out.built = &built;
@@ -231,7 +266,8 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   const Program& prog = cache.program(*k.built);
   const SimResult sim = simulate_program(prog, k.costs, TransferCosts{0, 0, k.transfer});
   std::vector<double> end(static_cast<size_t>(prog.num_ranks), 0.0);
-  for (const SimEvent& e : sim.events) end[static_cast<size_t>(e.rank)] = std::max(end[static_cast<size_t>(e.rank)], e.end);
+  for (const SimEvent& e : sim.events)
+    end[static_cast<size_t>(e.rank)] = std::max(end[static_cast<size_t>(e.rank)], e.end);
   Prediction p;
   for (int r = 0; r < prog.num_ranks; ++r) {
     const auto i = static_cast<size_t>(r);
@@ -276,19 +312,22 @@ bool faster(const std::pair<Layout, Prediction>& a, const std::pair<Layout, Pred
 
 // The component that makes the first faster than the second.
 std::string reason(const Prediction& a, const Prediction& b, const Layout& second) {
-  const std::pair<const char*, double> parts[] = {
-      {"pipeline bubble", b.bubble_s - a.bubble_s}, {"tensor-parallel communication", b.tp_comm_s - a.tp_comm_s},
-      {"compute (recomputation, kernel sizes)", b.compute_s - a.compute_s}, {"data-parallel tail", b.dp_s - a.dp_s},
-      {"optimizer step", b.optimizer_s - a.optimizer_s}, {"tied-embedding exchange", b.other_s - a.other_s}};
+  const std::pair<const char*, double> parts[] = {{"pipeline bubble", b.bubble_s - a.bubble_s},
+                                                  {"tensor-parallel communication", b.tp_comm_s - a.tp_comm_s},
+                                                  {"compute (recomputation, kernel sizes)", b.compute_s - a.compute_s},
+                                                  {"data-parallel tail", b.dp_s - a.dp_s},
+                                                  {"optimizer step", b.optimizer_s - a.optimizer_s},
+                                                  {"tied-embedding exchange", b.other_s - a.other_s}};
   const auto* best = &parts[0];
   for (const auto& x : parts)
     if (x.second > best->second) best = &x;
   if (b.step_s - a.step_s <= 1e-3 * a.step_s)
-    return fmt::format("a tie with the runner-up ({}, step {:.1f} ms) within 0.1%: fewer microbatches, then less "
-                       "memory, decide",
-                       describe(second), 1e3 * b.step_s);
-  return fmt::format("{} {:.1f} ms shorter than in the runner-up ({}, step {:.1f} ms)", best->first,
-                     1e3 * best->second, describe(second), 1e3 * b.step_s);
+    return fmt::format(
+        "a tie with the runner-up ({}, step {:.1f} ms) within 0.1%: fewer microbatches, then less "
+        "memory, decide",
+        describe(second), 1e3 * b.step_s);
+  return fmt::format("{} {:.1f} ms shorter than in the runner-up ({}, step {:.1f} ms)", best->first, 1e3 * best->second,
+                     describe(second), 1e3 * b.step_s);
 }
 
 }  // namespace
@@ -297,14 +336,13 @@ std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
   return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}", l.dp, l.pp, l.tp, sched,
-                     l.microbatches, l.microbatch_size,
-                     to_string(l.recompute),
-                     l.zero1 ? "on" : "off", l.precision);
+                     l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off", l.precision);
 }
 
 Layout layout_of(const Config& cfg) {
   Layout l;
-  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.virtual_stages = cfg.parallel.virtual_stages;
+  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp,
+  l.virtual_stages = cfg.parallel.virtual_stages;
   l.schedule = cfg.schedule.name;
   l.microbatches = cfg.train.microbatches;
   l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
@@ -315,9 +353,12 @@ Layout layout_of(const Config& cfg) {
 }
 
 std::vector<std::string> with_planning_layout(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"parallel.dp=1",         "parallel.pp=1",
-                                  "parallel.tp=1",         "parallel.virtual_stages=1",
-                                  "parallel.layers_per_stage=auto", "parallel.recompute_stages=all",
+  std::vector<std::string> all = {"parallel.dp=1",
+                                  "parallel.pp=1",
+                                  "parallel.tp=1",
+                                  "parallel.virtual_stages=1",
+                                  "parallel.layers_per_stage=auto",
+                                  "parallel.recompute_stages=all",
                                   "train.microbatches=1"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return all;
@@ -362,11 +403,14 @@ Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout
              global_batch > 0 ? global_batch : layout.dp * layout.microbatches * layout.microbatch_size,
              cfg.parallel.dp_bucket_mb * 1048576.0};
   if (!cluster.device.peak_flops.count(layout.precision))
-    fail("{}: the device has no peak for {} (device.peak_tflops.{})", cluster.source, layout.precision, layout.precision);
+    fail("{}: the device has no peak for {} (device.peak_tflops.{})", cluster.source, layout.precision,
+         layout.precision);
   ScheduleCache cache;
-  Built& b = cache.get(layout.pp == 1 ? "1f1b" : layout.schedule, layout.pp, layout.virtual_stages, layout.microbatches);
-  if (!b.ok) fail("schedule {} cannot run {} ranks x {} stages, {} microbatches", layout.schedule, layout.pp,
-                  layout.virtual_stages, layout.microbatches);
+  Built& b =
+      cache.get(layout.pp == 1 ? "1f1b" : layout.schedule, layout.pp, layout.virtual_stages, layout.microbatches);
+  if (!b.ok)
+    fail("schedule {} cannot run {} ranks x {} stages, {} microbatches", layout.schedule, layout.pp,
+         layout.virtual_stages, layout.microbatches);
   Costed k = cost_layout(cx, layout, b);
   layout.blocks_per_stage = k.layout.blocks_per_stage;
   return simulate_layout(cx, cache, k);
@@ -441,9 +485,10 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
     fail("no dp x pp x tp grid of {} devices with tp in [{}] and pp in [{}] fits the model and the global batch ({})",
          res.devices, fmt::join(o.only_tp, ", "), fmt::join(o.only_pp, ", "), res.global_batch);
   if (grids == 0)
-    fail("no dp x pp x tp grid of {} devices fits: tp must divide devices_per_node ({}), n_head ({}) and the "
-         "key/value heads ({}); pp at most n_layer ({}); dp must divide the global batch ({})",
-         res.devices, per_node, model.n_head, model.kv_heads(), model.n_layer, res.global_batch);
+    fail(
+        "no dp x pp x tp grid of {} devices fits: tp must divide devices_per_node ({}), n_head ({}) and the "
+        "key/value heads ({}); pp at most n_layer ({}); dp must divide the global batch ({})",
+        res.devices, per_node, model.n_head, model.kv_heads(), model.n_layer, res.global_batch);
   if (fits.empty())
     fail("no layout of {} on {} devices fits in {} per device ({} less the {} reserve): the smallest needs {} ({})",
          cfg.source, res.devices, gib(res.usable_memory), gib(cluster.device.memory_bytes),
