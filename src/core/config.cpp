@@ -98,113 +98,140 @@ struct Ctx {
   }
 };
 
+// store(ctx, key, n, field): TOML node `n` into `field` (full key `key`), checking its type.
+template <typename T>
+  requires std::is_same_v<T, int> || std::is_same_v<T, uint64_t>
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, T* field) {
+  const auto* i = n.as_integer();
+  if (!i) ctx.type_error(key, std::is_same_v<T, int> ? "an integer" : "a non-negative integer", n);
+  const int64_t v = i->get();
+  if constexpr (std::is_same_v<T, int>) {
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+      fail("{}{}: integer {} is out of range{}", prefix(ctx.source), key, v, ctx.note(key));
+  } else if (v < 0) {
+    ctx.type_error(key, "a non-negative integer", n);
+  }
+  *field = static_cast<T>(v);
+}
+
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, double* field) {
+  if (const auto* f = n.as_floating_point())
+    *field = f->get();
+  else if (const auto* i = n.as_integer())
+    *field = static_cast<double>(i->get());
+  else
+    ctx.type_error(key, "a number", n);
+}
+
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, bool* field) {
+  if (!n.is_boolean()) ctx.type_error(key, "a boolean (true or false)", n);
+  *field = n.as_boolean()->get();
+}
+
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, Toggle* field) {
+  if (const auto* b = n.as_boolean()) {
+    *field = b->get() ? Toggle::On : Toggle::Off;
+  } else if (const auto* s = n.as_string(); s && s->get() == "auto") {
+    *field = Toggle::Auto;
+  } else {
+    ctx.type_error(key, "true, false or \"auto\"", n);
+  }
+}
+
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, std::string* field) {
+  if (!n.is_string()) ctx.type_error(key, "a string", n);
+  *field = n.as_string()->get();
+}
+
+// An array, or the word that means empty (list_word: "auto", "all").
+template <typename T>
+  requires std::is_same_v<T, int> || std::is_same_v<T, double>
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, std::vector<T>* field) {
+  constexpr bool ints = std::is_same_v<T, int>;
+  field->clear();
+  const std::string word = list_word(key);
+  if (const auto* s = n.as_string(); s && s->get() == word) return;
+  const auto* a = n.as_array();
+  if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of {}", word, ints ? "integers" : "numbers"), n);
+  for (size_t i = 0; i < a->size(); ++i) {
+    const toml::node& e = *a->get(i);
+    const auto* k = e.as_integer();
+    if constexpr (ints) {
+      if (!k || k->get() < std::numeric_limits<int>::min() || k->get() > std::numeric_limits<int>::max())
+        ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", e, key);
+      field->push_back(static_cast<int>(k->get()));
+    } else {
+      const auto* f = e.as_floating_point();
+      if (!k && !f) ctx.type_error(fmt::format("{}[{}]", key, i), "a number", e, key);
+      field->push_back(f ? f->get() : static_cast<double>(k->get()));
+    }
+  }
+}
+
+// One entry of a blend: { path, weight }.
+void store_blend_entry(const Ctx& ctx, const std::string& key, const std::string& at, const toml::table& t,
+                       DataConfig* field) {
+  for (const auto& [k, v] : t)
+    if (k.str() != "path" && k.str() != "weight")
+      fail("{}{}.{}: unknown key (a blend entry has path and weight){}", prefix(ctx.source), at, k.str(),
+           ctx.note(key));
+  const auto* path = t.get("path");
+  const auto* weight = t.get("weight");
+  if (!path || !path->is_string())
+    fail("{}{}.path: a blend entry needs a path (a string){}", prefix(ctx.source), at, ctx.note(key));
+  if (!weight || !(weight->is_number()))
+    fail("{}{}.weight: a blend entry needs a weight (a number){}", prefix(ctx.source), at, ctx.note(key));
+  field->train.push_back(path->as_string()->get());
+  field->train_weights.push_back(weight->is_integer() ? static_cast<double>(weight->as_integer()->get())
+                                                      : weight->as_floating_point()->get());
+}
+
+// data.train: a path, an array of paths, or a blend: an array of {path, weight}.
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, DataConfig* field) {
+  field->train.clear();
+  field->train_weights.clear();
+  if (const auto* s = n.as_string()) {
+    field->train.push_back(s->get());
+    return;
+  }
+  const auto* a = n.as_array();
+  if (!a) ctx.type_error(key, "a string, an array of strings or an array of { path, weight }", n);
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", key, i);
+    const toml::node& e = *a->get(i);
+    if (const auto* str = e.as_string()) {
+      if (!field->train_weights.empty()) ctx.type_error(at, "{ path, weight } like the entries before it", e, key);
+      field->train.push_back(str->get());
+      continue;
+    }
+    const auto* t = e.as_table();
+    if (!t || (i > 0 && field->train_weights.empty()))
+      ctx.type_error(at,
+                     i > 0 && field->train_weights.empty() ? "a string like the entries before it"
+                                                           : "a string or { path, weight }",
+                     e, key);
+    store_blend_entry(ctx, key, at, *t, field);
+  }
+}
+
+void store(const Ctx& ctx, const std::string& key, const toml::node& n, std::vector<std::string>* field) {
+  field->clear();
+  if (const auto* s = n.as_string()) {
+    field->push_back(s->get());
+  } else if (const auto* a = n.as_array()) {
+    for (size_t i = 0; i < a->size(); ++i) {
+      const auto* e = a->get(i)->as_string();
+      if (!e) ctx.type_error(fmt::format("{}[{}]", key, i), "a string", *a->get(i), key);
+      field->push_back(e->get());
+    }
+  } else {
+    ctx.type_error(key, "a string or an array of strings", n);
+  }
+}
+
 // Stores TOML node `n` into the field `ref` (full key `key`), checking its type.
 void assign(const Ctx& ctx, const std::string& key, const toml::node& n, Ref ref) {
-  std::visit(
-      [&](auto* field) {
-        using T = std::remove_pointer_t<decltype(field)>;
-        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
-          const auto* i = n.as_integer();
-          if (!i) ctx.type_error(key, std::is_same_v<T, int> ? "an integer" : "a non-negative integer", n);
-          const int64_t v = i->get();
-          if constexpr (std::is_same_v<T, int>) {
-            if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-              fail("{}{}: integer {} is out of range{}", prefix(ctx.source), key, v, ctx.note(key));
-          } else if (v < 0) {
-            ctx.type_error(key, "a non-negative integer", n);
-          }
-          *field = static_cast<T>(v);
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (const auto* f = n.as_floating_point())
-            *field = f->get();
-          else if (const auto* i = n.as_integer())
-            *field = static_cast<double>(i->get());
-          else
-            ctx.type_error(key, "a number", n);
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (!n.is_boolean()) ctx.type_error(key, "a boolean (true or false)", n);
-          *field = n.as_boolean()->get();
-        } else if constexpr (std::is_same_v<T, Toggle>) {
-          if (const auto* b = n.as_boolean()) {
-            *field = b->get() ? Toggle::On : Toggle::Off;
-          } else if (const auto* s = n.as_string(); s && s->get() == "auto") {
-            *field = Toggle::Auto;
-          } else {
-            ctx.type_error(key, "true, false or \"auto\"", n);
-          }
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!n.is_string()) ctx.type_error(key, "a string", n);
-          *field = n.as_string()->get();
-        } else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
-          // An array, or the word that means empty (list_word: "auto", "all").
-          constexpr bool ints = std::is_same_v<T, std::vector<int>>;
-          field->clear();
-          const std::string word = list_word(key);
-          if (const auto* s = n.as_string(); s && s->get() == word) return;
-          const auto* a = n.as_array();
-          if (!a) ctx.type_error(key, fmt::format("\"{}\" or an array of {}", word, ints ? "integers" : "numbers"), n);
-          for (size_t i = 0; i < a->size(); ++i) {
-            const toml::node& e = *a->get(i);
-            const auto* k = e.as_integer();
-            if constexpr (ints) {
-              if (!k || k->get() < std::numeric_limits<int>::min() || k->get() > std::numeric_limits<int>::max())
-                ctx.type_error(fmt::format("{}[{}]", key, i), "an integer", e, key);
-              field->push_back(static_cast<int>(k->get()));
-            } else {
-              const auto* f = e.as_floating_point();
-              if (!k && !f) ctx.type_error(fmt::format("{}[{}]", key, i), "a number", e, key);
-              field->push_back(f ? f->get() : static_cast<double>(k->get()));
-            }
-          }
-        } else if constexpr (std::is_same_v<T, DataConfig>) {
-          // data.train: a path, an array of paths, or a blend: an array of {path, weight}.
-          field->train.clear();
-          field->train_weights.clear();
-          const auto* a = n.as_array();
-          if (const auto* s = n.as_string()) {
-            field->train.push_back(s->get());
-            return;
-          }
-          if (!a) ctx.type_error(key, "a string, an array of strings or an array of { path, weight }", n);
-          for (size_t i = 0; i < a->size(); ++i) {
-            const std::string at = fmt::format("{}[{}]", key, i);
-            const toml::node& e = *a->get(i);
-            if (const auto* str = e.as_string()) {
-              if (!field->train_weights.empty()) ctx.type_error(at, "{ path, weight } like the entries before it", e, key);
-              field->train.push_back(str->get());
-              continue;
-            }
-            const auto* t = e.as_table();
-            if (!t || (i > 0 && field->train_weights.empty()))
-              ctx.type_error(at, i > 0 && field->train_weights.empty() ? "a string like the entries before it" : "a string or { path, weight }", e, key);
-            for (const auto& [k, v] : *t)
-              if (k.str() != "path" && k.str() != "weight")
-                fail("{}{}.{}: unknown key (a blend entry has path and weight){}", prefix(ctx.source), at, k.str(), ctx.note(key));
-            const auto* path = t->get("path");
-            const auto* weight = t->get("weight");
-            if (!path || !path->is_string()) fail("{}{}.path: a blend entry needs a path (a string){}", prefix(ctx.source), at, ctx.note(key));
-            if (!weight || !(weight->is_number()))
-              fail("{}{}.weight: a blend entry needs a weight (a number){}", prefix(ctx.source), at, ctx.note(key));
-            field->train.push_back(path->as_string()->get());
-            field->train_weights.push_back(weight->is_integer() ? static_cast<double>(weight->as_integer()->get())
-                                                                : weight->as_floating_point()->get());
-          }
-        } else {
-          field->clear();
-          if (const auto* s = n.as_string()) {
-            field->push_back(s->get());
-          } else if (const auto* a = n.as_array()) {
-            for (size_t i = 0; i < a->size(); ++i) {
-              const auto* e = a->get(i)->as_string();
-              if (!e) ctx.type_error(fmt::format("{}[{}]", key, i), "a string", *a->get(i), key);
-              field->push_back(e->get());
-            }
-          } else {
-            ctx.type_error(key, "a string or an array of strings", n);
-          }
-        }
-      },
-      ref);
+  std::visit([&](auto* field) { store(ctx, key, n, field); }, ref);
 }
 
 std::string trim(std::string_view s) {
