@@ -416,6 +416,45 @@ Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout
   return simulate_layout(cx, cache, k);
 }
 
+// The layout `l` (its grid, schedule and microbatches set) in each precision, recompute
+// mode and ZeRO-1 setting asked for: costed, kept in `fits` where it fits in memory,
+// and the smallest of all remembered for the error that none fits.
+void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std::string>& precisions, const Layout& l,
+                  Built& b, PlanResult& res, std::vector<Costed>& fits) {
+  for (const auto& prec : precisions)
+    for (const auto& rc : o.recompute)
+      for (bool z : o.zero1) {
+        if (z && l.dp == 1) continue;
+        Layout v = l;
+        v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec;
+        ++res.candidates;
+        Costed k = cost_layout(cx, std::move(v), b);
+        const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
+        if (res.smallest_memory == 0 || need < res.smallest_memory) res.smallest = k.layout, res.smallest_memory = need;
+        if (k.memory.total() > res.usable_memory) {
+          ++res.pruned_memory;
+          continue;
+        }
+        fits.push_back(std::move(k));
+      }
+}
+
+// Branch and bound: simulate the layouts that fit in the order of their lower bound (no
+// bubble) and stop once it cannot beat the current k-th best.
+void rank_fits(const Context& cx, ScheduleCache& cache, const PlanOptions& o, std::vector<Costed>& fits,
+               PlanResult& res) {
+  std::sort(fits.begin(), fits.end(), [](const Costed& a, const Costed& b) { return a.lower_bound < b.lower_bound; });
+  const size_t keep = static_cast<size_t>(std::max(o.top, 2));
+  for (auto& k : fits) {
+    if (res.ranked.size() >= keep && k.lower_bound >= res.ranked.back().second.step_s) break;
+    Prediction p = simulate_layout(cx, cache, k);
+    ++res.simulated;
+    res.ranked.emplace_back(k.layout, p);
+    std::stable_sort(res.ranked.begin(), res.ranked.end(), faster);
+    if (res.ranked.size() > keep) res.ranked.pop_back();
+  }
+}
+
 PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions& o) {
   const ModelConfig& model = cfg.model;
   PlanResult res;
@@ -437,7 +476,6 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
 
   ScheduleCache cache;
   std::vector<Costed> fits;
-  double smallest = 1e300;
   int grids = 0;
   auto allowed = [](const std::vector<int>& only, int x) {
     return only.empty() || std::find(only.begin(), only.end(), x) != only.end();
@@ -458,24 +496,10 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
             if (pp > 1 && !allowed(o.only_virtual, v)) continue;
             Built& b = cache.get(name, pp, v, m);
             if (!b.ok) continue;
-            for (const auto& prec : precisions)
-              for (const auto& rc : o.recompute)
-                for (bool z : o.zero1) {
-                  if (z && dp == 1) continue;
-                  Layout l;
-                  l.dp = dp, l.pp = pp, l.tp = tp, l.virtual_stages = v, l.schedule = name;
-                  l.microbatches = m, l.microbatch_size = per_replica / m;
-                  l.recompute = parse_recompute(rc), l.zero1 = z, l.precision = prec;
-                  ++res.candidates;
-                  Costed k = cost_layout(cx, std::move(l), b);
-                  const double need = k.memory.total() + cluster.device.reserve_bytes;
-                  if (need < smallest) smallest = need, res.smallest = k.layout, res.smallest_memory = need;
-                  if (k.memory.total() > res.usable_memory) {
-                    ++res.pruned_memory;
-                    continue;
-                  }
-                  fits.push_back(std::move(k));
-                }
+            Layout l;
+            l.dp = dp, l.pp = pp, l.tp = tp, l.virtual_stages = v, l.schedule = name;
+            l.microbatches = m, l.microbatch_size = per_replica / m;
+            add_variants(cx, o, precisions, std::move(l), b, res, fits);
           }
         }
       }
@@ -493,18 +517,7 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
     fail("no layout of {} on {} devices fits in {} per device ({} less the {} reserve): the smallest needs {} ({})",
          cfg.source, res.devices, gib(res.usable_memory), gib(cluster.device.memory_bytes),
          gib(cluster.device.reserve_bytes), gib(res.smallest_memory), describe(res.smallest));
-  // Branch and bound: simulate in the order of the lower bound (no bubble) and stop once
-  // it cannot beat the current k-th best.
-  std::sort(fits.begin(), fits.end(), [](const Costed& a, const Costed& b) { return a.lower_bound < b.lower_bound; });
-  const size_t keep = static_cast<size_t>(std::max(o.top, 2));
-  for (auto& k : fits) {
-    if (res.ranked.size() >= keep && k.lower_bound >= res.ranked.back().second.step_s) break;
-    Prediction p = simulate_layout(cx, cache, k);
-    ++res.simulated;
-    res.ranked.emplace_back(k.layout, p);
-    std::stable_sort(res.ranked.begin(), res.ranked.end(), faster);
-    if (res.ranked.size() > keep) res.ranked.pop_back();
-  }
+  rank_fits(cx, cache, o, fits, res);
   if (res.ranked.size() > 1) res.reason = reason(res.ranked[0].second, res.ranked[1].second, res.ranked[1].first);
   if (res.ranked.size() > static_cast<size_t>(o.top)) res.ranked.resize(static_cast<size_t>(std::max(o.top, 1)));
   return res;
