@@ -14,7 +14,7 @@ PIPETRAIN_PACKAGES=(
 # (the report page in headless Chromium, PyTorch for Llama, strace for durable writes,
 # the shell linter, the serial HDF5 headers). npm's tiktoken comes with install_tiktoken, where npm is.
 # shellcheck disable=SC2034  # used by test.sh, which sources this file
-PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace python3-torch shellcheck libhdf5-dev)
+PIPETRAIN_TEST_PACKAGES=(chromium hdf5-tools strace python3-torch shellcheck libhdf5-dev universal-ctags)
 
 log() { printf '==> %s\n' "$*"; }
 
