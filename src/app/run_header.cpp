@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pipetrain {
 
 std::string human(double x) {
@@ -14,6 +16,9 @@ std::string human(double x) {
   }
   return fmt::format("{:.2f}{}", x, units[u]);
 }
+
+// A share as a percentage; a bubble that rounding made a hair below zero prints 0.0, not -0.0.
+static double percent(double share) { return std::max(0.0, 100.0 * share); }
 
 std::string model_line(const Config& cfg, int64_t params) {
   const auto& m = cfg.model;
@@ -29,14 +34,14 @@ std::string model_line(const Config& cfg, int64_t params) {
 std::string grid_line(const GridSummary& g) {
   return fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, simulated "
                      "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest)",
-                     g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.schedule, g.stages, g.microbatches, 100.0 * g.bubble,
+                     g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.schedule, g.stages, g.microbatches, percent(g.bubble),
                      g.memory_bytes / 1048576.0);
 }
 
 std::string plan_line(const std::string& note, const Layout& layout, const Prediction& p, const ClusterSpec& cluster) {
   return fmt::format("  plan{}: {}; predicted step {:.1f} ms ({:.0f} tokens/s, {:.1f}% bubble), {:.2f} GiB per "
                      "device (cluster {})",
-                     note, describe(layout), 1e3 * p.step_s, p.tokens_per_s, 100.0 * p.bubble_s / p.step_s,
+                     note, describe(layout), 1e3 * p.step_s, p.tokens_per_s, percent(p.bubble_s / p.step_s),
                      p.memory.total() / 1073741824.0, cluster.source);
 }
 
