@@ -2,28 +2,31 @@
 // machine (the same measurement the trainer makes), then for pp = 2, 4, 8 simulates the
 // 1f1b step of every possible split with those costs and compares the auto split's step
 // with the best one (target: within 3%) and with the even split; for pp = 2, 4 the best
-// also over boundaries inside blocks (between attention and MLP, which auto may choose).
+// also over boundaries inside blocks (between attention and MLP, which auto may choose);
+// and the step with the vocabulary spread over every rank (vocab_pieces.hpp), against the
+// best split and the balanced bound.
 //   build/bin/bench_split [--layers 12] [--seq-len 128] [--microbatches 16] [--schedule 1f1b]
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "bench_common.hpp"
-#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/core/malloc_policy.hpp"
 #include "pipetrain/core/runtime_env.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/simulate.hpp"
+#include "pipetrain/schedule/vocab_pieces.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 using namespace pipetrain;
@@ -39,8 +42,7 @@ struct Sim {
 // The simulated step of stages costing `stage_costs` per microbatch (forward + backward).
 double step_of_costs(const std::vector<double>& stage_costs, const Sim& sim) {
   const int S = static_cast<int>(stage_costs.size());
-  return simulate(make_schedule(sim.schedule, {S, 1, sim.microbatches}), Costs::from_stage_times(stage_costs))
-      .makespan;
+  return simulate(make_schedule(sim.schedule, {S, 1, sim.microbatches}), Costs::from_stage_times(stage_costs)).makespan;
 }
 
 double step_of(const ModelConfig& m, const std::vector<double>& blocks, const UnitCosts& c, const Sim& sim) {
@@ -77,6 +79,20 @@ Best best_split(const ModelConfig& m, int S, const UnitCosts& c, int step, const
   return best;
 }
 
+// Vocabulary parallelism (schedule/vocab_pieces.hpp): the blocks split evenly, the
+// embedding and the head spread over the S ranks (the head's forward a third of its
+// cost, as one product of three; the embedding half forward, half backward), the slices
+// placed into the schedule's program. Returns its simulated step and the balanced bound:
+// the schedule with every stage carrying an S-th of the whole model.
+std::pair<double, double> vocab_parallel_step(const ModelConfig& m, int S, const UnitCosts& c, const Sim& sim) {
+  const Schedule s = make_schedule(sim.schedule, {S, 1, sim.microbatches});
+  Costs costs = Costs::from_stage_times(std::vector<double>(static_cast<size_t>(S), c.block * m.n_layer / S));
+  costs.vocab = {c.embedding / (2 * S), c.head / (3 * S), 2 * c.head / (3 * S), c.embedding / (2 * S)};
+  const double step = simulate_program(lower_vocab_parallel(s, {}, costs), costs).makespan;
+  const double all = c.embedding + c.block * m.n_layer + c.head;
+  return {step, step_of_costs(std::vector<double>(static_cast<size_t>(S), all / S), sim)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,9 +121,10 @@ int main(int argc, char** argv) {
     const UnitCosts c = measure_unit_costs(m, *backend, grid, 1, seq_len, DType::F32);
     fmt::print("GPT-2 {} layers, d_model {}, vocab {}, seq {}; BLAS {}, 1 thread\n", layers, m.d_model, m.vocab_size,
                seq_len, blas_kernel_name());
-    fmt::print("measured per microbatch (forward + backward): embedding {:.2f} ms, block {:.2f} ms (attention half "
-               "{:.0f}%), head {:.2f} ms (head = {:.2f} blocks)\n",
-               1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share, 1e3 * c.head, c.head / c.block);
+    fmt::print(
+        "measured per microbatch (forward + backward): embedding {:.2f} ms, block {:.2f} ms (attention half "
+        "{:.0f}%), head {:.2f} ms (head = {:.2f} blocks)\n",
+        1e3 * c.embedding, 1e3 * c.block, 100.0 * c.attention_share, 1e3 * c.head, c.head / c.block);
     for (int S : {2, 4, 8}) {
       if (S - 2 > layers) continue;
       const Best whole = best_split(m, S, c, 2, sim);
@@ -118,12 +135,18 @@ int main(int argc, char** argv) {
       std::vector<double> even;
       for (int s = 0; s < S; ++s) even.push_back(layers / S + (s < layers % S ? 1 : 0));
       const double t_auto = step_of(m, automatic, c, sim), t_even = step_of(m, even, c, sim);
-      fmt::print("pp = {}, m = {}: auto [{}] step {:.3f} s = {:.4f} x best [{}] of {} splits ({:.3f} s); best of whole "
-                 "blocks [{}] = {:.4f} x best; even [{}] = {:.3f} x best\n",
-                 S, sim.microbatches, fmt::join(automatic, ","), t_auto, t_auto / best.step, fmt::join(best.split, ","),
-                 (S <= 4 ? halves : whole).count, best.step, fmt::join(whole.split, ","),
-                 whole.step / best.step, fmt::join(even, ","), t_even / best.step);
+      fmt::print(
+          "pp = {}, m = {}: auto [{}] step {:.3f} s = {:.4f} x best [{}] of {} splits ({:.3f} s); best of whole "
+          "blocks [{}] = {:.4f} x best; even [{}] = {:.3f} x best\n",
+          S, sim.microbatches, fmt::join(automatic, ","), t_auto, t_auto / best.step, fmt::join(best.split, ","),
+          (S <= 4 ? halves : whole).count, best.step, fmt::join(whole.split, ","), whole.step / best.step,
+          fmt::join(even, ","), t_even / best.step);
       if (t_auto > 1.03 * best.step) rc = 1;
+      const auto [t_vocab, balanced] = vocab_parallel_step(m, S, c, sim);
+      fmt::print(
+          "         vocabulary parallel (blocks even, embedding and head over the {} ranks): step {:.3f} s = "
+          "{:.4f} x best split, {:.4f} x the balanced bound ({:.3f} s)\n",
+          S, t_vocab, t_vocab / best.step, t_vocab / balanced, balanced);
     }
   }
   MPI_Finalize();

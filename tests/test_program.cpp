@@ -16,43 +16,23 @@
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "schedule_sweep.hpp"
 
 namespace pipetrain {
 namespace {
 
-std::string problem(const Program& p, int tag_ub = 32767) {
-  try {
-    validate_program(p, tag_ub);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    return msg;
-  }
-  return "(valid)";
-}
+using testing::problem;
 
 #define EXPECT_HAS(text, needle) EXPECT_NE((text).find(needle), std::string::npos) << (text)
 
 TEST(Lowering, EveryBuiltinOverASweepValidatesWithTheSimulatorsPeaks) {
-  int lowered = 0;
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
-    for (int p : {1, 2, 3, 4})
-      for (int v : {1, 2})
-        for (int m : {1, 2, 4, 5, 8}) {
-          Schedule s;
-          try {
-            s = make_schedule(name, {p, v, m});
-          } catch (const Error&) {
-            continue;  // parameters the schedule does not take
-          }
-          SCOPED_TRACE(fmt::format("{} p={} v={} m={}", name, p, v, m));
-          const Program prog = lower(s);
-          std::vector<int> peaks;
-          ASSERT_NO_THROW(peaks = validate_program(prog, 32767)) << problem(prog);
-          EXPECT_EQ(peaks, simulate(s).peak_inflight);
-          for (int ahead : {1, 2, 8}) EXPECT_EQ(problem(lower(s, {ahead, 32767})), "(valid)") << "lookahead " << ahead;
-          ++lowered;
-        }
+  const int lowered = testing::for_each_builtin([](const Schedule& s, int, int) {
+    const Program prog = lower(s);
+    std::vector<int> peaks;
+    ASSERT_NO_THROW(peaks = validate_program(prog, 32767)) << problem(prog);
+    EXPECT_EQ(peaks, simulate(s).peak_inflight);
+    for (int ahead : {1, 2, 8}) EXPECT_EQ(problem(lower(s, {ahead, 32767})), "(valid)") << "lookahead " << ahead;
+  });
   EXPECT_GT(lowered, 140);
 }
 
@@ -293,29 +273,20 @@ std::string in_order_problem(const Program& p) {
 // and then posted earlier where a peer's send waits, runs; posted ahead blindly,
 // receives block the sends the peer waits for.
 TEST(InOrderTransfers, EveryBuiltinRunsOncePostedForInOrderTransfers) {
-  int checked = 0;
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
-    for (int p : {2, 3, 4})
-      for (int v : {1, 2})
-        for (int m : {1, 2, 4, 5, 8}) {
-          Schedule s;
-          try {
-            s = make_schedule(name, {p, v, m});
-          } catch (const Error&) {
-            continue;
+  const int checked = testing::for_each_builtin(
+      [](const Schedule& s, int p, int m) {
+        for (const Program& lowered :
+             {lower(s, {1, 32767}), lower(forward_only_schedule(s.stage_to_rank, p, m), {1, 32767})}) {
+          Program in_order;
+          ASSERT_NO_THROW(in_order = post_for_in_order(lowered));
+          EXPECT_EQ(problem(in_order), "(valid)");  // still a valid program for MPI
+          EXPECT_EQ(in_order_problem(in_order), "(valid)");
+          if (in_order_problem(lowered) == "(valid)") {
+            EXPECT_EQ(in_order.per_rank, lowered.per_rank) << "moved without need";
           }
-          SCOPED_TRACE(fmt::format("{} p={} v={} m={}", name, p, v, m));
-          for (const Program& lowered : {lower(s, {1, 32767}), lower(forward_only_schedule(s.stage_to_rank, p, m), {1, 32767})}) {
-            Program in_order;
-            ASSERT_NO_THROW(in_order = post_for_in_order(lowered));
-            EXPECT_EQ(problem(in_order), "(valid)");  // still a valid program for MPI
-            EXPECT_EQ(in_order_problem(in_order), "(valid)");
-            if (in_order_problem(lowered) == "(valid)") {
-              EXPECT_EQ(in_order.per_rank, lowered.per_rank) << "moved without need";
-            }
-          }
-          ++checked;
         }
+      },
+      2);
   EXPECT_GT(checked, 100);
 }
 

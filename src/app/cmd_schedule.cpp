@@ -2,16 +2,17 @@
 //   pipetrain schedule NAME --ranks R [--stages S] --microbatches M    a built-in
 //   pipetrain schedule --file F.csv [--placement loop|v|0,1,1,0]        a schedule file
 //     [--costs F,I,W] [--comm T] [--json] [--svg FILE] [--trace FILE] [--csv FILE [--lowered]]
+//     [--vocab-parallel [--vocab-costs EF,OF,OB,EB]]
 //   pipetrain schedule --list
 // Validates the schedule and its lowered program, simulates it and prints the text grid,
 // makespan, bubble fraction and peak in-flight activations per rank (or only JSON with
 // --json). A --file may be compute-only or compute+comms (a lowered program, run as given). Runs on
 // rank 0 only when launched with more ranks; errors throw pipetrain::Error.
+#include <fmt/ranges.h>
 #include <mpi.h>
 
-#include <fmt/ranges.h>
-
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <fstream>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "pipetrain/schedule/render.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "pipetrain/schedule/vocab_pieces.hpp"
 
 namespace pipetrain {
 namespace {
@@ -41,7 +43,8 @@ struct ScheduleOptions {
   int ranks = 0, stages = 0, microbatches = 0;
   std::string costs = "1,1,1";
   double comm = 0, transfer_bytes = 0, bandwidth = 0;
-  bool json = false, list = false, lowered = false;
+  bool json = false, list = false, lowered = false, vocab_parallel = false;
+  std::string vocab_costs = "0.1,1,2,0.1";
   std::string svg, trace, csv;
 };
 
@@ -75,6 +78,29 @@ Costs parse_costs(const std::string& text, double comm) {
   return c;
 }
 
+// --vocab-costs EF,OF,OB,EB: one rank's slices per microbatch.
+std::array<double, 4> parse_vocab_costs(const std::string& text) {
+  std::array<double, 4> v{};
+  size_t pos = 0, n = 0;
+  const std::string what =
+      fmt::format("--vocab-costs \"{}\": expected four numbers >= 0 EF,OF,OB,EB (e.g. 0.1,1,2,0.1)", text);
+  for (; n < 4; ++n) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    try {
+      v[n] = std::stod(item, &used);
+    } catch (const std::exception&) {
+      fail("{}", what);
+    }
+    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !(v[n] >= 0)) fail("{}", what);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (n != 3) fail("{}", what);
+  return v;
+}
+
 // The schedule to show, and the text of --file when given (it may hold a lowered program).
 struct Built {
   Schedule schedule;
@@ -82,10 +108,8 @@ struct Built {
 };
 
 Built build(const ScheduleOptions& o) {
-  if (!o.name.empty() && !o.file.empty())
-    fail("schedule: give a schedule NAME or --file, not both");
-  if (o.name.empty() && o.file.empty())
-    fail("schedule: give a schedule NAME (see --list) or --file FILE.csv");
+  if (!o.name.empty() && !o.file.empty()) fail("schedule: give a schedule NAME or --file, not both");
+  if (o.name.empty() && o.file.empty()) fail("schedule: give a schedule NAME (see --list) or --file FILE.csv");
   if (!o.file.empty()) {
     const std::string text = read_schedule_text(o.file), placement = o.placement.empty() ? "loop" : o.placement;
     Schedule s = is_comms_csv(text) ? compute_only(program_from_csv(text, o.file, placement, INT_MAX))
@@ -95,17 +119,14 @@ Built build(const ScheduleOptions& o) {
     if (o.stages > 0 && o.stages != s.num_stages)
       fail("{}: the file has {} stages but --stages is {}", o.file, s.num_stages, o.stages);
     if (o.microbatches > 0 && o.microbatches != s.num_microbatches)
-      fail("{}: the file has {} microbatches but --microbatches is {}", o.file, s.num_microbatches,
-           o.microbatches);
+      fail("{}: the file has {} microbatches but --microbatches is {}", o.file, s.num_microbatches, o.microbatches);
     return {s, text};
   }
-  if (!o.placement.empty())
-    fail("--placement applies to --file; built-in schedules choose their own placement");
+  if (!o.placement.empty()) fail("--placement applies to --file; built-in schedules choose their own placement");
   if (o.ranks < 1) fail("schedule {}: --ranks must be given and at least 1", o.name);
   if (o.microbatches < 1) fail("schedule {}: --microbatches must be given and at least 1", o.name);
   const int stages = o.stages > 0 ? o.stages : o.ranks;
-  if (stages % o.ranks != 0)
-    fail("schedule {}: --stages {} is not a multiple of --ranks {}", o.name, stages, o.ranks);
+  if (stages % o.ranks != 0) fail("schedule {}: --stages {} is not a multiple of --ranks {}", o.name, stages, o.ranks);
   return {make_schedule(o.name, ScheduleParams{o.ranks, stages / o.ranks, o.microbatches}), ""};
 }
 
@@ -124,45 +145,63 @@ int run(const ScheduleOptions& o) {
     for (const auto& [name, desc] : list_schedules()) fmt::print("{:<{}}  {}\n", name, width, desc);
     return 0;
   }
-  const Costs costs = parse_costs(o.costs, o.comm);
+  Costs costs = parse_costs(o.costs, o.comm);
   const auto [s, text] = build(o);
   validate(s);
+  const TransferCosts transfer{o.transfer_bytes, o.bandwidth, o.comm};
+  if (o.vocab_parallel) {
+    if (is_comms_csv(text)) fail("--vocab-parallel: {} is a lowered program; give its compute-only schedule", o.file);
+    if (!o.csv.empty() && o.lowered) fail("--vocab-parallel: --csv --lowered cannot write the vocabulary slices yet");
+    costs.vocab = parse_vocab_costs(o.vocab_costs);
+  }
   // The program the executor would run: the file's own for a compute+comms file.
-  const Program program = is_comms_csv(text)
+  const Program program = o.vocab_parallel ? lower_vocab_parallel(s, {4, kTagUb}, costs, transfer)
+                          : is_comms_csv(text)
                               ? program_from_csv(text, o.file, o.placement.empty() ? "loop" : o.placement, kTagUb)
                               : lower(s, {4, kTagUb});
   validate_program(program, kTagUb);
-  const SimResult r = simulate(s, costs);
+  // With vocabulary parallelism the schedule is its program (the slices are not actions).
+  const SimResult r = o.vocab_parallel ? simulate_program(program, costs, transfer) : simulate(s, costs);
   // The lowered program with transfer costs: where its receives are posted shows here.
-  const TransferCosts transfer{o.transfer_bytes, o.bandwidth, o.comm};
   const SimResult rp = simulate_program(program, costs, transfer);
   if (o.lowered && o.csv.empty()) fail("--lowered applies to --csv FILE");
   if (!o.csv.empty()) write_file(o.csv, o.lowered ? to_comms_csv(program) : to_csv(s));
   if (!o.svg.empty()) write_file(o.svg, svg_schedule(s, r));
   if (!o.trace.empty()) write_file(o.trace, render_chrome_trace(s, r));
   if (o.json) {
-    nlohmann::json j = {{"makespan", r.makespan},
-                        {"bubble_fraction", r.bubble_fraction},
-                        {"peak_inflight", r.peak_inflight}};
+    nlohmann::json j = {
+        {"makespan", r.makespan}, {"bubble_fraction", r.bubble_fraction}, {"peak_inflight", r.peak_inflight}};
     if (transfer.time() > 0) j["program_makespan"] = rp.makespan;
     fmt::print("{}\n", j.dump());
     return 0;
   }
-  fmt::print("schedule {}: {} ranks, {} stages, {} microbatches (costs F={:g} B={:g} I={:g} "
-             "W={:g} comm={:g})\n",
-             s.name, s.num_ranks, s.num_stages, s.num_microbatches, costs.F, costs.B, costs.I,
-             costs.W, costs.comm);
+  fmt::print(
+      "schedule {}: {} ranks, {} stages, {} microbatches (costs F={:g} B={:g} I={:g} "
+      "W={:g} comm={:g})\n",
+      s.name, s.num_ranks, s.num_stages, s.num_microbatches, costs.F, costs.B, costs.I, costs.W, costs.comm);
+  if (o.vocab_parallel) {
+    fmt::print(
+        "vocabulary parallel: every rank runs its slices EF, OF, OB, EB (costs {:g}, {:g}, {:g}, {:g}) and posts "
+        "the collectives in one order; the lowered program:\n",
+        costs.vocab[0], costs.vocab[1], costs.vocab[2], costs.vocab[3]);
+    for (int rank = 0; rank < program.num_ranks; ++rank) {
+      std::vector<std::string> cells;
+      for (const Instr& in : program.per_rank[static_cast<size_t>(rank)])
+        if (in.op != InstrOp::Move) cells.push_back(to_string(in));
+      fmt::print("  rank {}: {}\n", rank, fmt::join(cells, " "));
+    }
+  }
   fmt::print("{}", render_text(s, r));
   fmt::print("makespan: {:g}\n", r.makespan);
   fmt::print("bubble fraction: {:.4f}\n", r.bubble_fraction);
   fmt::print("peak in-flight per rank: {}\n", fmt::join(r.peak_inflight, " "));
   if (transfer.time() > 0)
-    fmt::print("lowered program, {:g} per transfer ({:g} bytes, bandwidth {:g}, latency {:g}): makespan {:g}, "
-               "bubble fraction {:.4f}\n",
-               transfer.time(), o.transfer_bytes, o.bandwidth, o.comm, rp.makespan, rp.bubble_fraction);
+    fmt::print(
+        "lowered program, {:g} per transfer ({:g} bytes, bandwidth {:g}, latency {:g}): makespan {:g}, "
+        "bubble fraction {:.4f}\n",
+        transfer.time(), o.transfer_bytes, o.bandwidth, o.comm, rp.makespan, rp.bubble_fraction);
   for (const auto& [path, what] : {std::pair{o.csv, o.lowered ? "lowered program, compute+comms CSV" : "schedule CSV"},
-                                   std::pair{o.svg, "SVG"},
-                                   std::pair{o.trace, "Chrome trace"}})
+                                   std::pair{o.svg, "SVG"}, std::pair{o.trace, "Chrome trace"}})
     if (!path.empty()) fmt::print("wrote {} ({})\n", path, what);
   return 0;
 }
@@ -170,8 +209,7 @@ int run(const ScheduleOptions& o) {
 }  // namespace
 
 void add_schedule_command(CLI::App& app, CommandRunner& runner) {
-  auto* sub = app.add_subcommand(
-      "schedule", "Validate, simulate and draw a pipeline schedule (built-in or CSV file)");
+  auto* sub = app.add_subcommand("schedule", "Validate, simulate and draw a pipeline schedule (built-in or CSV file)");
   auto o = std::make_shared<ScheduleOptions>();
   sub->add_option("name", o->name, "Built-in schedule name (see --list)");
   sub->add_option("--file", o->file,
@@ -180,28 +218,27 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--placement", o->placement,
                   "Stage -> rank map for --file: loop (default), v, or a list like 0,1,1,0");
   sub->add_option("--ranks", o->ranks, "Pipeline ranks");
-  sub->add_option("--stages", o->stages,
-                  "Total (virtual) stages, a multiple of --ranks (default: --ranks)");
+  sub->add_option("--stages", o->stages, "Total (virtual) stages, a multiple of --ranks (default: --ranks)");
   sub->add_option("--microbatches", o->microbatches, "Microbatches per step");
-  sub->add_option("--costs", o->costs, "Durations F,I,W of one stage; B = I + W")
-      ->capture_default_str();
-  sub->add_option("--comm", o->comm, "Latency added to every cross-rank dependency")
-      ->capture_default_str();
+  sub->add_option("--costs", o->costs, "Durations F,I,W of one stage; B = I + W")->capture_default_str();
+  sub->add_option("--comm", o->comm, "Latency added to every cross-rank dependency")->capture_default_str();
   sub->add_option("--transfer-bytes", o->transfer_bytes,
                   "Bytes of one activation or gradient transfer (with --bandwidth: the lowered program's "
                   "simulation adds bytes / bandwidth + --comm per transfer)");
   sub->add_option("--bandwidth", o->bandwidth, "Bytes per time unit between two ranks (0: transfers are free)");
-  sub->add_flag("--json", o->json,
-                "Print only {\"makespan\", \"bubble_fraction\", \"peak_inflight\"} as JSON");
+  sub->add_flag("--vocab-parallel", o->vocab_parallel,
+                "Split the embedding and the output layer over every rank by vocabulary: show the program with "
+                "its slices (EF, OF, OB, EB) and collectives, and its simulated timeline");
+  sub->add_option("--vocab-costs", o->vocab_costs, "With --vocab-parallel: one rank's slices EF,OF,OB,EB")
+      ->capture_default_str();
+  sub->add_flag("--json", o->json, "Print only {\"makespan\", \"bubble_fraction\", \"peak_inflight\"} as JSON");
   sub->add_option("--svg", o->svg, "Write an SVG timeline to this file");
   sub->add_option("--trace", o->trace, "Write Chrome-trace JSON (Perfetto) to this file");
   sub->add_option("--csv", o->csv, "Write the schedule as PyTorch compute-only CSV");
   sub->add_flag("--lowered", o->lowered,
                 "With --csv: write the lowered program (PyTorch compute_comms CSV: 0F1, 0SEND_F1, 1RECV_F1, ...)");
   sub->add_flag("--list", o->list, "List the registered schedules");
-  sub->callback([&runner, o] {
-    runner = [o] { return is_world_rank0() ? run(*o) : 0; };
-  });
+  sub->callback([&runner, o] { runner = [o] { return is_world_rank0() ? run(*o) : 0; }; });
 }
 
 }  // namespace pipetrain

@@ -121,6 +121,7 @@ const char* op_color(char op) {
     case 'B': return "#59a14f";
     case 'I': return "#f28e2b";
     case 'W': return "#b07aa1";
+    case 'V': return "#e15759";  // a vocabulary slice
     default: return "#9d9d9d";
   }
 }
@@ -322,7 +323,7 @@ std::string svg_schedule(const Schedule& s, const SimResult& r) {
   for (const auto& e : r.events) {
     const double d = e.end - e.start;
     if (d > 0 && (shortest == 0 || d < shortest)) shortest = d;
-    boxes.push_back({e.rank, e.start, e.end, to_string(e.action), op_char(e.action.op), false});
+    boxes.push_back({e.rank, e.start, e.end, e.name(), e.category(), false});
   }
   Timeline t;
   t.id = "schedule";

@@ -343,6 +343,10 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
       case InstrOp::Send: st.send(in); continue;
       case InstrOp::Move: st.move(in); continue;
       case InstrOp::Compute: close_group(); break;
+      case InstrOp::Vocab:
+      case InstrOp::Coll:
+        // The trainer lowers no vocabulary-parallel program: its slices have no layers here.
+        fail("{}: a vocabulary-parallel instruction reached the executor", to_string(in));
     }
     const Action& a = in.action;
     watchdog::set_position(fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));

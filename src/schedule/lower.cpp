@@ -27,6 +27,38 @@ bool output_of(const Action& a, int num_stages, bool with_gradients, Instr& v) {
 
 int producer_stage(const Instr& v) { return v.kind == Transfer::Activation ? v.stage - 1 : v.stage + 1; }
 
+bool collective_input(const Program& p, const Instr& in, Instr& coll) {
+  if (!p.vocab_parallel) return false;
+  coll = Instr{};
+  coll.op = InstrOp::Coll;
+  coll.microbatch = in.op == InstrOp::Compute ? in.action.microbatch : in.microbatch;
+  if (in.op == InstrOp::Compute) {
+    const Action& a = in.action;
+    if (a.op == Op::F && a.stage == 0) return coll.coll = Coll::EmbedSum, true;
+    if ((a.op == Op::B || a.op == Op::I) && a.stage == p.num_stages - 1) return coll.coll = Coll::HiddenGrad, true;
+    return false;
+  }
+  if (in.op != InstrOp::Vocab) return false;
+  switch (in.vocab) {
+    case VocabOp::OutputForward: return coll.coll = Coll::Hidden, true;
+    case VocabOp::OutputBackward: return coll.coll = Coll::Stats, true;
+    case VocabOp::EmbedBackward: return coll.coll = Coll::EmbedGrad, true;
+    case VocabOp::EmbedForward: return false;
+  }
+  return false;
+}
+
+int collective_root(const Program& p, Coll c) {
+  switch (c) {
+    case Coll::EmbedSum:
+    case Coll::EmbedGrad: return p.stage_to_rank.front();
+    case Coll::Hidden:
+    case Coll::HiddenGrad: return p.stage_to_rank.back();
+    case Coll::Stats: return -1;
+  }
+  return -1;
+}
+
 Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches) {
   Schedule s;
   s.name = "forward-only";
@@ -100,6 +132,14 @@ Program lower(const Schedule& s, const LowerOptions& options) {
 
 std::string to_string(const Instr& i) {
   if (i.op == InstrOp::Compute) return to_string(i.action);
+  if (i.op == InstrOp::Vocab) {
+    static const char* names[] = {"EF", "OF", "OB", "EB"};
+    return fmt::format("{}{}", names[static_cast<int>(i.vocab)], i.microbatch);
+  }
+  if (i.op == InstrOp::Coll) {
+    static const char* names[] = {"REDUCE_E", "BCAST_X", "ALLGATHER_S", "REDUCE_DX", "BCAST_DE"};
+    return fmt::format("{}{}", names[static_cast<int>(i.coll)], i.microbatch);
+  }
   const char k = i.kind == Transfer::Activation ? 'F' : 'B';
   const int producer = producer_stage(i);
   switch (i.op) {

@@ -14,7 +14,7 @@ std::string render_text(const Schedule& s, const SimResult& r) {
   for (const auto& e : r.events) {
     const double d = e.end - e.start;
     if (d > 0 && (unit == 0 || d < unit)) unit = d;
-    width = std::max(width, to_string(e.action).size());
+    width = std::max(width, e.name().size());
   }
   if (unit == 0) unit = 1;
   const auto slots = static_cast<size_t>(std::ceil(r.makespan / unit - 1e-9));
@@ -26,7 +26,7 @@ std::string render_text(const Schedule& s, const SimResult& r) {
     const auto last = static_cast<size_t>(std::max(0.0, std::round(e.end / unit)));
     for (size_t k = first; k < last && k < slots; ++k)
       grid[static_cast<size_t>(e.rank)][k] =
-          k == first ? to_string(e.action) : std::string(width, '-');
+          k == first ? e.name() : std::string(width, '-');
   }
   const std::string label = fmt::format("rank {}", s.num_ranks - 1);
   std::string out = fmt::format("{:<{}}", "time", label.size());

@@ -14,8 +14,8 @@ std::string render_chrome_trace(const Schedule& s, const SimResult& r) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
   for (const auto& e : r.events) {
-    events.push_back({{"name", to_string(e.action)},
-                      {"cat", std::string(1, op_char(e.action.op))},
+    events.push_back({{"name", e.name()},
+                      {"cat", std::string(1, e.category())},
                       {"ph", "X"},
                       {"pid", 0},
                       {"tid", e.rank},

@@ -19,21 +19,38 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   out.busy.assign(R, 0.0);
   out.peak_inflight.assign(R, 0);
   std::vector<std::vector<SimEvent>> events(R);
+  std::map<std::pair<int, int>, double> posted;  // (collective, microbatch) -> its last post
   const std::vector<size_t> next = walk_program(p, [&](int rank, const Instr& in) {
     const auto r = static_cast<size_t>(rank);
     if (in.op == InstrOp::Send) send_at[value_key(in)] = now[r];
     if (in.op == InstrOp::Recv) post_at[value_key(in)] = now[r];
-    if (in.op != InstrOp::Compute) return;
+    if (in.op == InstrOp::Coll) {
+      double& t = posted[{static_cast<int>(in.coll), in.microbatch}];
+      t = std::max(t, now[r]);
+    }
+    if (in.op != InstrOp::Compute && in.op != InstrOp::Vocab) return;
     double start = now[r];
     Instr v;
-    if (input_of(in.action, p.num_stages, v) && p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != rank) {
+    if (in.op == InstrOp::Compute && input_of(in.action, p.num_stages, v) &&
+        p.stage_to_rank[static_cast<size_t>(producer_stage(v))] != rank) {
       // walk_program runs a compute only after its input's SEND.
       auto q = post_at.find(value_key(v));
       if (q == post_at.end()) fail("simulate_program: {} on rank {} has no posted receive", to_string(in), r);
       start = std::max(start, std::max(send_at.at(value_key(v)), q->second) + transfer.time());
     }
+    // A collective completes a transfer's time after its last post (walk_program runs the
+    // consumer only once every rank has posted it).
+    if (collective_input(p, in, v))
+      start = std::max(start, posted.at({static_cast<int>(v.coll), v.microbatch}) + transfer.time());
+    if (in.op == InstrOp::Vocab) {
+      const double d = costs.vocab[static_cast<size_t>(in.vocab)];
+      events[r].push_back({Action{}, rank, start, start + d, to_string(in)});
+      now[r] = start + d;
+      out.busy[r] += d;
+      return;
+    }
     const double d = costs.of(in.action);
-    events[r].push_back({in.action, rank, start, start + d});
+    events[r].push_back({in.action, rank, start, start + d, {}});
     now[r] = start + d;
     out.busy[r] += d;
     const std::pair<int, int> cell{in.action.microbatch, in.action.stage};

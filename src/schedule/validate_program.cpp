@@ -2,6 +2,7 @@
 // instruction list, the matching of transfers across ranks, then an all-ranks
 // execution that finds deadlocks.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <set>
@@ -15,8 +16,7 @@ namespace pipetrain {
 namespace {
 
 using Value = ValueKey;
-using Cell = std::pair<int, int>;         // microbatch, stage
-
+using Cell = std::pair<int, int>;  // microbatch, stage
 
 struct Where {
   int rank = -1, pos = -1;  // pos: 0-based index in the rank's list
@@ -46,8 +46,8 @@ void check_shape(const Program& p) {
   if (p.num_stages < 1 || p.num_ranks < 1 || p.num_microbatches < 1)
     fail("program {}: {} stages, {} ranks, {} microbatches", p.name, p.num_stages, p.num_ranks, p.num_microbatches);
   if (static_cast<int>(p.stage_to_rank.size()) != p.num_stages || static_cast<int>(p.per_rank.size()) != p.num_ranks)
-    fail("program {}: {} stage placements and {} rank lists for {} stages and {} ranks", p.name,
-         p.stage_to_rank.size(), p.per_rank.size(), p.num_stages, p.num_ranks);
+    fail("program {}: {} stage placements and {} rank lists for {} stages and {} ranks", p.name, p.stage_to_rank.size(),
+         p.per_rank.size(), p.num_stages, p.num_ranks);
   for (int s = 0; s < p.num_stages; ++s)
     if (p.stage_to_rank[static_cast<size_t>(s)] < 0 || p.stage_to_rank[static_cast<size_t>(s)] >= p.num_ranks)
       fail("program {}: stage {} is placed on rank {}, but ranks are 0..{}", p.name, s,
@@ -65,6 +65,7 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
   int peak = 0;
   for (size_t pos = 0; pos < prog.size(); ++pos) {
     const Instr& in = prog[pos];
+    if (in.op == InstrOp::Vocab || in.op == InstrOp::Coll) continue;  // validate_vocab
     if (in.op != InstrOp::Compute) {
       const Value v = value_key(in);
       if (in.stage < 0 || in.stage >= p.num_stages || producer_stage(v) < 0 || producer_stage(v) >= p.num_stages ||
@@ -73,14 +74,17 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
       if (in.kind == Transfer::Gradient && !p.backward) at(p, r, pos, "a gradient in a forward-only program");
       const int src = rank_of(producer_stage(v)), dst = rank_of(in.stage);
       if (in.op == InstrOp::Recv) {
-        if (dst != r || src == r) at(p, r, pos, fmt::format("stage {} is on rank {}, its producer on rank {}", in.stage, dst, src));
-        if (in.peer != src) at(p, r, pos, fmt::format("receives from rank {}, but the producer is on rank {}", in.peer, src));
+        if (dst != r || src == r)
+          at(p, r, pos, fmt::format("stage {} is on rank {}, its producer on rank {}", in.stage, dst, src));
+        if (in.peer != src)
+          at(p, r, pos, fmt::format("receives from rank {}, but the producer is on rank {}", in.peer, src));
         if (!posted.insert(v).second) at(p, r, pos, "posted twice");
       } else {  // Send or Move: the producer is here and has run
         if (src != r) at(p, r, pos, fmt::format("the producer, stage {}, is on rank {}", producer_stage(v), src));
         if (in.op == InstrOp::Send && (dst == r || in.peer != dst))
           at(p, r, pos, fmt::format("sends to rank {}, but stage {} is on rank {}", in.peer, in.stage, dst));
-        if (in.op == InstrOp::Move && dst != r) at(p, r, pos, fmt::format("stage {} is on rank {}: a SEND, not a MOVE", in.stage, dst));
+        if (in.op == InstrOp::Move && dst != r)
+          at(p, r, pos, fmt::format("stage {} is on rank {}: a SEND, not a MOVE", in.stage, dst));
         if (produced.erase(v) == 0) at(p, r, pos, "its value is not computed before it (or already sent)");
         if (in.op == InstrOp::Move) moved.insert(v);
       }
@@ -96,9 +100,9 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
     if (input_of(p, a, v)) {
       const bool local = rank_of(producer_stage(v)) == r;
       if (local ? moved.erase(v) == 0 : posted.erase(v) == 0)
-        at(p, r, pos, local ? "its input is not moved to it before it"
-                             : fmt::format("no receive of its input from rank {} is posted before it",
-                                           rank_of(producer_stage(v))));
+        at(p, r, pos,
+           local ? "its input is not moved to it before it"
+                 : fmt::format("no receive of its input from rank {} is posted before it", rank_of(producer_stage(v))));
     }
     switch (a.op) {
       case Op::F:
@@ -149,7 +153,8 @@ void match_transfers(const Program& p, int tag_ub) {
     for (size_t pos = 0; pos < prog.size(); ++pos) {
       const Instr& in = prog[pos];
       if (in.op != InstrOp::Send && in.op != InstrOp::Recv) continue;
-      if (in.tag < 0 || in.tag > tag_ub) at(p, r, pos, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
+      if (in.tag < 0 || in.tag > tag_ub)
+        at(p, r, pos, fmt::format("tag {} is outside 0..MPI_TAG_UB = {}", in.tag, tag_ub));
       auto& side = in.op == InstrOp::Send ? sends : recvs;
       if (!side.emplace(value_key(in), std::pair{Where{r, static_cast<int>(pos)}, &in}).second)
         at(p, r, pos, in.op == InstrOp::Send ? "sent twice" : "received twice");
@@ -165,8 +170,8 @@ void match_transfers(const Program& p, int tag_ub) {
     if (it == recvs.end()) at(p, s.first.rank, static_cast<size_t>(s.first.pos), "no rank receives it");
     if (it->second.second->tag != s.second->tag)
       at(p, it->second.first.rank, static_cast<size_t>(it->second.first.pos),
-         fmt::format("tag {} differs from the send's {} (rank {}, position {})", it->second.second->tag,
-                     s.second->tag, s.first.rank, position(p, s.first.rank, static_cast<size_t>(s.first.pos))));
+         fmt::format("tag {} differs from the send's {} (rank {}, position {})", it->second.second->tag, s.second->tag,
+                     s.first.rank, position(p, s.first.rank, static_cast<size_t>(s.first.pos))));
   }
   for (const auto& [v, rc] : recvs)
     if (!sends.count(v)) at(p, rc.first.rank, static_cast<size_t>(rc.first.pos), "no rank sends it");
@@ -186,8 +191,8 @@ void check_complete(const Program& p, const std::map<Cell, int>& f, const std::m
       const bool full = n(b, k) == 1 && n(i, k) == 0 && n(w, k) == 0;
       const bool split = n(b, k) == 0 && n(i, k) == 1 && n(w, k) == 1;
       if (!full && !split)
-        fail("program {}: microbatch {} at stage {} has {} B, {} I and {} W (one B, or one I and one W)", p.name, m,
-             s, n(b, k), n(i, k), n(w, k));
+        fail("program {}: microbatch {} at stage {} has {} B, {} I and {} W (one B, or one I and one W)", p.name, m, s,
+             n(b, k), n(i, k), n(w, k));
     }
 }
 
@@ -201,15 +206,29 @@ void check_progress(const Program& p) {
     const auto& prog = p.per_rank[r];
     if (next[r] >= prog.size()) continue;
     const Instr& in = prog[next[r]];
-    Instr send;  // the transfer it waits for
-    pipetrain::input_of(in.action, p.num_stages, send);
-    send.op = InstrOp::Send;
     size_t step = 0;
     for (size_t i = 0; i <= next[r]; ++i) step += prog[i].op == InstrOp::Compute;
-    msg += fmt::format("{} rank {} waits at {} (position {}, compute step {}) for the {} {} (rank {})",
-                       msg.empty() ? "" : ";", r, to_string(in), position(p, static_cast<int>(r), next[r]), step,
-                       send.kind == Transfer::Activation ? "activation" : "gradient", to_string(send),
-                       p.stage_to_rank[static_cast<size_t>(pipetrain::producer_stage(send))]);
+    msg += fmt::format("{} rank {} waits at {} (position {}, compute step {}) for ", msg.empty() ? "" : ";", r,
+                       to_string(in), position(p, static_cast<int>(r), next[r]), step);
+    Instr send;  // the transfer or collective it waits for
+    if (collective_input(p, in, send)) {
+      std::vector<int> missing;
+      for (size_t q = 0; q < next.size(); ++q) {
+        bool posted = false;
+        for (size_t i = 0; i < next[q] && !posted; ++i) {
+          const Instr& x = p.per_rank[q][i];
+          posted = x.op == InstrOp::Coll && x.coll == send.coll && x.microbatch == send.microbatch;
+        }
+        if (!posted) missing.push_back(static_cast<int>(q));
+      }
+      msg += fmt::format("{}, not yet posted by rank{} {}", to_string(send), missing.size() > 1 ? "s" : "",
+                         fmt::join(missing, ", "));
+      continue;
+    }
+    pipetrain::input_of(in.action, p.num_stages, send);
+    send.op = InstrOp::Send;
+    msg += fmt::format("the {} {} (rank {})", send.kind == Transfer::Activation ? "activation" : "gradient",
+                       to_string(send), p.stage_to_rank[static_cast<size_t>(pipetrain::producer_stage(send))]);
   }
   if (!msg.empty()) throw Error("deadlock:" + msg);
 }
@@ -230,6 +249,7 @@ std::vector<int> validate_program(const Program& p, int tag_ub) {
   std::vector<int> peaks;
   for (int r = 0; r < p.num_ranks; ++r) peaks.push_back(check_rank(p, r, f, b, i, w));
   check_complete(p, f, b, i, w);
+  validate_vocab(p);
   match_transfers(p, tag_ub);
   check_progress(p);
   return peaks;

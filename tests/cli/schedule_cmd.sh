@@ -89,6 +89,20 @@ printf '0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1F0,1RECV_F0,1B0,1S
 expect_failure "rank 1, position 1 (1F0): no receive of its input from rank 0 is posted before it" \
   pt schedule --file "$tmp/misordered.csv"
 
+# Vocabulary parallelism: the program with its slices and collectives, validated and
+# simulated; the output layer spread over the ranks beats it whole on the last stage.
+out=$(pt schedule 1f1b --ranks 2 --microbatches 4 --vocab-parallel --vocab-costs 0.05,1,2,0.05)
+expect_contains "$out" "vocabulary parallel: every rank runs its slices" "vocab header"
+expect_contains "$out" "BCAST_X0 OF0 ALLGATHER_S0" "the output layer's slice between its collectives"
+expect_contains "$out" "OB0 REDUCE_DX0" "the hidden-state gradient's reduction after OB"
+expect_contains "$out" "BCAST_DE3 EB3" "the embedding's backward"
+pt schedule zbv --ranks 2 --stages 4 --microbatches 4 --vocab-parallel --svg "$tmp/zbv-vocab.svg" > /dev/null
+expect_contains "$(cat "$tmp/zbv-vocab.svg")" ">OF3<" "vocabulary slices in the SVG timeline"
+expect_failure "--vocab-costs \"1,2\": expected four numbers" \
+  pt schedule 1f1b --ranks 2 --microbatches 4 --vocab-parallel --vocab-costs 1,2
+expect_failure "--vocab-parallel: --csv --lowered cannot write the vocabulary slices yet" \
+  pt schedule 1f1b --ranks 2 --microbatches 4 --vocab-parallel --csv "$tmp/v.csv" --lowered
+
 # Errors: one line each.
 expect_failure "unknown schedule 'nonesuch'" pt schedule nonesuch --ranks 2 --microbatches 4
 printf '0F0,0B0\n1F0,2X0\n' > "$tmp/bad.csv"

@@ -10,10 +10,16 @@
 // Instruction names follow PyTorch's compute_comms CSV: "1F0", "0SEND_F1" (stage 0
 // sends the activation of microbatch 1), "1RECV_F1" (stage 1 receives it), "1SEND_B0"
 // (stage 1 sends its input gradient of microbatch 0), "0RECV_B0".
-// Exports: InstrOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
+//
+// Vocabulary parallelism (vocab_pieces.hpp) adds two kinds: VOCAB, a rank's slice of the
+// input embedding or of the output layer for one microbatch ("EF0" embedding forward,
+// "OF0" output forward, "OB0" output backward, "EB0" embedding backward), and COLL, the
+// post of a nonblocking collective over the pipeline group ("REDUCE_E0", "BCAST_X0",
+// "ALLGATHER_S0", "REDUCE_DX0", "BCAST_DE0"), which every rank posts in the same order.
+// Exports: InstrOp, VocabOp, Coll, Instr, Program, LowerOptions, lower, forward_only_schedule,
 // validate_program, validate_in_order, post_for_in_order, program_position, walk_program, value_key,
-// to_string(Instr). Files: lower.cpp, validate_program.cpp, validate_in_order.cpp,
-// walk_program.cpp.
+// collective_input, to_string(Instr). Files: lower.cpp, validate_program.cpp, validate_in_order.cpp,
+// walk_program.cpp, validate_vocab.cpp.
 #pragma once
 #include <functional>
 #include <string>
@@ -25,7 +31,25 @@
 
 namespace pipetrain {
 
-enum class InstrOp { Compute, Send, Recv, Move };
+enum class InstrOp { Compute, Send, Recv, Move, Vocab, Coll };
+
+// A rank's vocabulary slice for one microbatch: the partial input embedding of its rows
+// (EF), the logits of its columns with their local softmax statistics (OF), the loss
+// gradient's share of the hidden states and its weight gradient (OB), and its rows'
+// gradient from the embedding output's gradient (EB).
+enum class VocabOp { EmbedForward, OutputForward, OutputBackward, EmbedBackward };
+
+// The collectives over the pipeline group, one of each per microbatch, with what a rank
+// contributes when it posts one and who waits for it:
+//   EmbedSum      REDUCE_E   EF's partial embedding; summed for the first stage's F
+//   Hidden        BCAST_X    the last stage's final hidden states (root: the last stage's
+//                            rank, posted before its OF); every rank's OF
+//   Stats         ALLGATHER_S  OF's softmax statistics; every rank's OB
+//   HiddenGrad    REDUCE_DX  OB's share of the hidden-state gradient; summed for the last
+//                            stage's backward
+//   EmbedGrad     BCAST_DE   the first stage's input gradient (root: the first stage's
+//                            rank, posted before its EB); every rank's EB
+enum class Coll { EmbedSum, Hidden, Stats, HiddenGrad, EmbedGrad };
 
 struct Instr {
   InstrOp op = InstrOp::Compute;
@@ -37,6 +61,8 @@ struct Instr {
   int peer = -1, tag = -1;
   // Compute: the last action of its (microbatch, stage): its stashed activations go.
   bool frees_stash = false;
+  VocabOp vocab = VocabOp::EmbedForward;  // Vocab: which slice (of `microbatch`)
+  Coll coll = Coll::EmbedSum;             // Coll: which collective (of `microbatch`; `peer`: its root or -1)
   bool operator==(const Instr&) const = default;
 };
 
@@ -44,8 +70,12 @@ struct Program {
   std::string name;
   int num_stages = 0, num_ranks = 0, num_microbatches = 0;
   bool backward = true;  // false: forward only (evaluation)
+  // Vocabulary parallelism: every rank holds a slice of the embedding and the output
+  // layer; the first stage's F takes its input from REDUCE_E, the last stage's backward
+  // its gradient from REDUCE_DX (collective_input).
   std::vector<int> stage_to_rank;
   std::vector<std::vector<Instr>> per_rank;
+  bool vocab_parallel = false;
 };
 
 // The value (kind, microbatch, consumer stage) a compute action takes from another stage
@@ -53,6 +83,13 @@ struct Program {
 // (with_gradients = false: a forward-only program sends no gradients). False: none.
 bool input_of(const Action& a, int num_stages, Instr& value);
 bool output_of(const Action& a, int num_stages, bool with_gradients, Instr& value);
+// The collective whose result a compute or vocabulary slice waits for, in a
+// vocabulary-parallel program (op Coll, kind and microbatch set). False: none.
+bool collective_input(const Program& p, const Instr& in, Instr& coll);
+// The rank a collective's data starts from (BCAST_X: the last stage's; BCAST_DE: the
+// first stage's) or goes to (REDUCE_E: the first stage's; REDUCE_DX: the last stage's);
+// -1 for ALLGATHER_S.
+int collective_root(const Program& p, Coll c);
 // The stage that produces the value feeding `value.stage`.
 int producer_stage(const Instr& value);
 // The identity of the value a transfer moves — (kind, microbatch, consumer stage): a SEND,
@@ -83,7 +120,14 @@ Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ra
 // "deadlock: rank 0 waits at 0B0 (position 5, compute step 2) for the gradient 1SEND_B0
 // (rank 1); ..."). Returns the
 // peak number of live activation stashes per rank.
+// In a vocabulary-parallel program it also proves the slices and collectives
+// (validate_vocab): every rank runs each slice of each microbatch once and posts each
+// collective once, after the slice or compute whose data it carries and before whatever
+// waits for it; OB after OF; and every rank posts the collectives in one order ("rank 1
+// posts BCAST_X2 as its collective 7, but rank 0 posts REDUCE_E3"). A deadlock names the
+// collective a rank waits for and the ranks that have not posted it.
 std::vector<int> validate_program(const Program& p, int tag_ub);
+void validate_vocab(const Program& p);
 
 // The stricter semantics of transports that match messages in issue order and run
 // them on the compute stream (NCCL: comm.p2p = "nccl"). Each rank runs its list in
@@ -109,13 +153,14 @@ Program post_for_in_order(Program p);
 size_t program_position(const Program& p, int rank, size_t index);
 
 // The program's execution semantics, shared by the validator and the simulator: SEND,
-// RECV and MOVE never block; a compute whose input comes from another rank waits until
-// that input's SEND has run. Visits every instruction, rank by rank, as far as each can
+// RECV, MOVE and COLL never block; a compute whose input comes from another rank waits
+// until that input's SEND has run; a compute or slice whose input is a collective waits
+// until every rank has posted it. Visits every instruction, rank by rank, as far as each can
 // go, calling visit(rank, instruction) in that order; returns where each rank stopped —
 // a rank short of its list's end is stuck (all ranks stuck: a deadlock).
 std::vector<size_t> walk_program(const Program& p, const std::function<void(int, const Instr&)>& visit);
 
-// "1F0", "0SEND_F1", "1RECV_F1", "1SEND_B0", "0RECV_B0", "1MOVE_F2".
+// "1F0", "0SEND_F1", "1RECV_F1", "1SEND_B0", "0RECV_B0", "1MOVE_F2"; "OF0", "BCAST_X0".
 std::string to_string(const Instr& i);
 
 }  // namespace pipetrain

@@ -2,6 +2,7 @@
 // Exports: Costs (Costs::from_stage_times), TransferCosts, SimEvent, SimResult, simulate, simulate_program.
 #pragma once
 #include <array>
+#include <string>
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
@@ -16,6 +17,9 @@ struct Costs {
   double F = 1, B = 2, I = 1, W = 1;
   double comm = 0;
   std::vector<std::array<double, 4>> per_stage;
+  // Vocabulary parallelism: one rank's slice per microbatch of EF, OF, OB and EB
+  // (VocabOp order), the same on every rank.
+  std::array<double, 4> vocab{};
   double of(Op op) const;
   double of(const Action& a) const;
   // Per-stage costs from each stage's forward + backward time per microbatch: F a third
@@ -27,6 +31,9 @@ struct SimEvent {
   Action action;
   int rank = 0;
   double start = 0, end = 0;
+  std::string vocab;  // a vocabulary slice ("OF3"); empty: the action
+  std::string name() const { return vocab.empty() ? to_string(action) : vocab; }
+  char category() const { return vocab.empty() ? op_char(action.op) : 'V'; }
 };
 
 struct SimResult {
