@@ -7,6 +7,8 @@
 //                                         [--layers-per-stage 9,3 (default auto)] [--steps 5]
 //                                         [--compare-split 9,3 (also this split, steps in turns)]
 //                                         [--pack-weights[=auto|true|false] (runtime.pack_weights everywhere; default auto)]
+//                                         [--vocab-parallel (also each schedule with the vocabulary split, in turns)]
+//                                         [--arch llama --d-model 512 --vocab-size 128256 (a Llama-shaped model, untied)]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -153,11 +155,27 @@ int main(int argc, char** argv) {
     app.add_option("--steps", steps, "timed steps of each schedule (each between two single-rank steps)");
     std::string pack_weights;
     bench::add_pack_weights(app, pack_weights, "in the single rank and the pipelines alike");
+    bool vocab = false;
+    std::string arch = "gpt2";
+    int d_model = 768, vocab_size = 50257;
+    app.add_option("--arch", arch, "gpt2, or llama (untied head, 64-wide heads, 2 query heads per key/value head)");
+    app.add_option("--d-model", d_model);
+    app.add_option("--vocab-size", vocab_size);
+    app.add_flag("--vocab-parallel", vocab,
+                 "also run each schedule with parallel.vocab_parallel = true (blocks split evenly), in turns");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     set_blas_threads(1);
     Config cfg;
     cfg.runtime.pack_weights = bench::pack_toggle(pack_weights);
     cfg.model.n_layer = layers;
+    cfg.model.arch = arch;
+    cfg.model.d_model = d_model;
+    cfg.model.n_head = d_model / 64;
+    cfg.model.vocab_size = vocab_size;
+    if (arch == "llama") {
+      cfg.model.n_kv_head = std::max(1, cfg.model.n_head / 2);
+      cfg.model.tie_embeddings = false;
+    }
     cfg.model.max_seq_len = std::max(1024, seq_len);
     cfg.train.seq_len = seq_len;
     cfg.train.global_batch = microbatches;  // one sequence per microbatch
@@ -182,6 +200,16 @@ int main(int argc, char** argv) {
         names.push_back(name);
         splits.push_back(blocks.empty() ? "auto" : fmt::format("{}", fmt::join(blocks, ",")));
       }
+    if (vocab)
+      for (const std::string name : {"1f1b", "zb-h1"}) {
+        Config v = pcfg;
+        v.schedule.name = name;
+        v.parallel.layers_per_stage = {};
+        v.parallel.vocab_parallel = Toggle::On;
+        pipes.push_back(std::make_unique<Run>(v, MPI_COMM_WORLD));
+        names.push_back(name + ", vocabulary parallel");
+        splits.push_back("auto");
+      }
     // Single-rank steps bracket every pipelined step (S P1 S P2 S P1 ...): each pipelined
     // step is set against the mean of the single-rank steps just before and after it, so a
     // drift that is steady over the two cancels.
@@ -203,9 +231,10 @@ int main(int argc, char** argv) {
     const double single_s = median(singles);
     const double tokens = static_cast<double>(cfg.train.global_batch) * seq_len;
     if (rank == 0)
-      fmt::print("GPT-2 {} layers, d_model 768, seq {}, m = {} microbatches of 1 sequence; BLAS {}, 1 thread/rank\n"
-                 "single rank: {:.3f} s/step, {:.0f} tokens/s\n",
-                 layers, seq_len, microbatches, blas_kernel_name(), single_s, tokens / single_s);
+      fmt::print("{} {} layers, d_model {}, vocabulary {}, seq {}, m = {} microbatches of 1 sequence; BLAS {}, 1 "
+                 "thread/rank\nsingle rank: {:.3f} s/step, {:.0f} tokens/s\n",
+                 arch == "llama" ? "Llama" : "GPT-2", layers, d_model, vocab_size, seq_len, microbatches,
+                 blas_kernel_name(), single_s, tokens / single_s);
     if (rank == 0)
       fmt::print("runtime.pack_weights = {}: the single rank {}{}\n", pack_weights,
                  single.trainer.packs_weights() ? "packs" : "does not pack",

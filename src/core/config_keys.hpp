@@ -33,7 +33,7 @@ inline constexpr std::array kKeys{
     PT_KEY(model, norm_eps),      PT_KEY(model, rope_theta),       PT_KEY(model, tie_embeddings),
     PT_KEY(parallel, dp),         PT_KEY(parallel, pp),            PT_KEY(parallel, tp),
     PT_KEY(parallel, virtual_stages), PT_KEY(parallel, layers_per_stage), PT_KEY(parallel, zero1),
-    PT_KEY(parallel, recompute_stages), PT_KEY(parallel, dp_bucket_mb), PT_KEY(train, recompute),
+    PT_KEY(parallel, recompute_stages), PT_KEY(parallel, dp_bucket_mb), PT_KEY(parallel, vocab_parallel), PT_KEY(train, recompute),
     PT_KEY(schedule, name),       PT_KEY(schedule, file),          PT_KEY(schedule, placement),
     PT_KEY(train, steps),         PT_KEY(train, global_batch),     PT_KEY(train, microbatches),
     PT_KEY(train, seq_len),       PT_KEY(train, lr),               PT_KEY(train, lr_schedule),

@@ -27,6 +27,14 @@ std::string stage_split_problem(const ModelConfig& m, int64_t stages) {
       m.n_layer);
 }
 
+std::string vocab_split_problem(const ModelConfig& m, int slices) {
+  if (slices >= 1 && m.padded_vocab() % slices == 0) return "";
+  return fmt::format(
+      "parallel.vocab_parallel: pp x tp = {} slices do not divide the padded vocabulary ({}, model.vocab_size rounded "
+      "up to a multiple of 128); use another grid or parallel.vocab_parallel = false",
+      slices, m.padded_vocab());
+}
+
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches) {
   const int64_t per_step = int64_t{dp} * microbatches;
   if (per_step > 0 && global_batch >= per_step && global_batch % per_step == 0) return "";

@@ -7,6 +7,7 @@
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
+#include "pipetrain/model/vocab_ends.hpp"
 
 namespace pipetrain {
 
@@ -20,7 +21,7 @@ std::unique_ptr<Layer> block_layer(const ModelConfig& cfg, int block, ParameterS
 }  // namespace
 
 ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
-                     TensorParallel tp)
+                     TensorParallel tp, bool vocab_parallel)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
   if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
@@ -29,7 +30,10 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
   for (const StagePiece& p : stage_pieces(cfg, {first_, last_})) {
     switch (p.kind) {
       case PieceKind::Embedding:
-        layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
+        if (!vocab_parallel)
+          layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
+        else if (cfg.arch == "gpt2")
+          layers_.push_back(std::make_unique<Positions>(cfg, params_));
         break;
       case PieceKind::Block:
         layers_.push_back(block_layer<Block, LlamaBlock>(cfg, p.block, params_, tp));
@@ -41,7 +45,10 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
         layers_.push_back(block_layer<GptMlp, LlamaMlp>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Head:
-        layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
+        if (vocab_parallel)
+          layers_.push_back(std::make_unique<FinalNorm>(cfg, params_));
+        else
+          layers_.push_back(std::make_unique<LossHead>(cfg, params_, tp));
         break;
     }
   }

@@ -16,6 +16,7 @@ DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<
       bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(options.bucket_bytes / sizeof(float)))),
       shard_elems_(options.shard_elems),
       late_(options.late),
+      at_end_(options.at_end),
       progress_(options.progress) {
   if (shard_elems_ > 0 && shard_elems_ * dp.size() != params.numel())
     fail("ZeRO-1: {} ranks x {} elements do not cover the {} of the gradient buffer", dp.size(), shard_elems_,
@@ -124,6 +125,7 @@ void DataParallelReducer::finish() {
       n = 0;
     }
   if (late_) rest.push_back(late_);
+  rest.insert(rest.end(), at_end_.begin(), at_end_.end());
   std::sort(rest.begin(), rest.end(), [](auto* a, auto* b) { return a->offset > b->offset; });
   for (Parameter* p : rest) add_ready(*p);
   launch_open();

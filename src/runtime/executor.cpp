@@ -1,7 +1,8 @@
 #include "pipetrain/runtime/executor.hpp"
 
-#include <chrono>
 #include <fmt/format.h>
+
+#include <chrono>
 #include <climits>
 #include <deque>
 #include <optional>
@@ -10,6 +11,8 @@
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
+#include "pipetrain/model/precision.hpp"
+#include "pipetrain/model/vocab_slice.hpp"
 
 namespace pipetrain {
 
@@ -44,6 +47,12 @@ struct PendingSend {
   std::unique_ptr<CommRequest> request;
 };
 
+// A posted collective of the vocabulary slices: its buffer, kept until it completes.
+struct PendingColl {
+  Tensor buffer;
+  std::unique_ptr<CommRequest> request;
+};
+
 }  // namespace
 
 struct PipelineExecutor::Impl {
@@ -71,12 +80,24 @@ struct PipelineExecutor::Impl {
   std::map<int, int64_t> slot;
   Tensor tokens, targets, losses;
   int64_t losses_kept = 0;
+  // Vocabulary parallelism: each microbatch's slice results until their collective takes
+  // them (EF's partial lookup, the last stage's hidden states, OB's share of their
+  // gradient, the first stage's input gradient), the posted collectives, OF's stashes.
+  std::map<int, Tensor> partial_lookup, hidden, hidden_grad, embed_grad;
+  std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch)
+  std::map<int, VocabOutputStash> output_stash;
+  bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program) {
     const int64_t n = static_cast<int64_t>(B) * T;
     int64_t heads = 0;
     for (const Instr& in : program) {
-      if (in.op != InstrOp::Compute || in.action.op != Op::F) continue;
+      if (vocab() && in.op == InstrOp::Vocab && in.vocab == VocabOp::OutputForward) {  // every rank: every microbatch
+        slot.emplace(in.microbatch, static_cast<int64_t>(slot.size()));
+        heads += ex.vocab_.holds_last;
+        continue;
+      }
+      if (vocab() || in.op != InstrOp::Compute || in.action.op != Op::F) continue;
       const auto it = ex.stages_.find(in.action.stage);
       if (it == ex.stages_.end() || !(it->second->has_embedding() || it->second->has_head())) continue;
       slot.emplace(in.action.microbatch, static_cast<int64_t>(slot.size()));
@@ -138,7 +159,8 @@ struct PipelineExecutor::Impl {
 
   Tensor take_output(const Instr& in) {
     auto it = outputs.find(key_of(in));
-    if (it == outputs.end()) fail("rank {}: instruction {} of the program ({}) has nothing to send", me, current, to_string(in));
+    if (it == outputs.end())
+      fail("rank {}: instruction {} of the program ({}) has nothing to send", me, current, to_string(in));
     Tensor t = std::move(it->second);
     outputs.erase(it);
     return t;
@@ -154,18 +176,16 @@ struct PipelineExecutor::Impl {
     auto it = recvs.find(key);
     if (it == recvs.end())
       fail("rank {}: {} has no input: the program posts no receive and no hand-off for it", me, to_string(a));
-    watchdog::set_position(fmt::format("step {}, instruction {} ({}), which needs the {} of {}{}{} from rank {}",
-                                       hooks.step, current, to_string(a),
-                                       key.kind == kActivation ? "activation" : "gradient",
-                                       key.kind == kActivation ? key.stage - 1 : key.stage + 1,
-                                       key.kind == kActivation ? 'F' : 'B', key.microbatch, it->second.peer));
+    watchdog::set_position(fmt::format(
+        "step {}, instruction {} ({}), which needs the {} of {}{}{} from rank {}", hooks.step, current, to_string(a),
+        key.kind == kActivation ? "activation" : "gradient", key.kind == kActivation ? key.stage - 1 : key.stage + 1,
+        key.kind == kActivation ? 'F' : 'B', key.microbatch, it->second.peer));
     fault::point("p2p-wait");
     // Time this rank would wait: refresh the packed weight copies its next products need
     // (runtime.pack_weights), so that their first products, on the pipeline's critical
     // path, find them ready.
     const double r0 = now();
-    const int refreshed =
-        ex.backend_.refresh_packed_weights_until([&] { return it->second.request->test(); });
+    const int refreshed = ex.backend_.refresh_packed_weights_until([&] { return it->second.request->test(); });
     if (refreshed > 0) {
       stats.copies_refreshed += refreshed;
       stats.refresh_s += now() - r0;
@@ -189,7 +209,8 @@ struct PipelineExecutor::Impl {
 
   ModelStage& stage(const Action& a) {
     auto it = ex.stages_.find(a.stage);
-    if (it == ex.stages_.end()) fail("rank {}: action {} is for stage {}, which this rank does not hold", me, to_string(a), a.stage);
+    if (it == ex.stages_.end())
+      fail("rank {}: action {} is for stage {}, which this rank does not hold", me, to_string(a), a.stage);
     return *it->second;
   }
 
@@ -203,7 +224,7 @@ struct PipelineExecutor::Impl {
     ctx.loss_scale = loss_scale;
     ctx.storage = ex.storage_;
     if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
-    if (st.has_embedding() || st.has_head()) {
+    if (!vocab() && (st.has_embedding() || st.has_head())) {
       const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
       if (st.has_embedding()) ctx.tokens = tokens.view(at, {n});
       if (st.has_head()) ctx.targets = targets.view(at, {n});
@@ -211,14 +232,139 @@ struct PipelineExecutor::Impl {
     return ctx;
   }
 
+  // ---- vocabulary parallelism ----
+  MicrobatchContext vocab_context(int m) {
+    MicrobatchContext ctx;
+    ctx.backend = &ex.backend_;
+    ctx.pool = &ex.pool_;
+    ctx.B = B;
+    ctx.T = T;
+    ctx.loss_scale = loss_scale;
+    ctx.storage = ex.storage_;
+    const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
+    ctx.tokens = tokens.view(at, {n});
+    ctx.targets = targets.view(at, {n});
+    return ctx;
+  }
+  Tensor take(std::map<int, Tensor>& from, int m, const Instr& in) {
+    auto it = from.find(m);
+    if (it == from.end()) fail("rank {}: {} has nothing to carry", me, to_string(in));
+    Tensor t = std::move(it->second);
+    from.erase(it);
+    return t;
+  }
+  // COLL: posts the collective on this rank's data (or into a buffer for its result).
+  void post_collective(const Instr& in) {
+    const VocabRun& v = ex.vocab_;
+    Communicator& g = *v.group;
+    Stream& s = ex.backend_.stream();
+    const int m = in.microbatch;
+    const int64_t N = static_cast<int64_t>(B) * T, C = ex.d_model_;
+    PendingColl c;
+    auto sum = [&](Tensor t, int root) {
+      c.buffer = std::move(t);
+      c.request = v.sums_to_all ? g.allreduce_sum(c.buffer, s) : g.reduce_sum(c.buffer, root, s);
+    };
+    auto broadcast = [&](std::map<int, Tensor>& mine, int root) {
+      c.buffer = g.rank() == root ? take(mine, m, in) : Tensor::empty(ex.pool_, {N, C}, ex.storage_);
+      c.request = g.broadcast(c.buffer, root, s);
+    };
+    switch (in.coll) {
+      case Coll::EmbedSum:
+        sum(take(partial_lookup, m, in), v.first_root);
+        break;
+      case Coll::Hidden:
+        broadcast(hidden, v.last_root);
+        break;
+      case Coll::Stats: {
+        c.buffer = std::move(colls.at({static_cast<int>(Coll::Stats), m}).buffer);
+        c.request = g.all_gather(c.buffer.view(2 * N * g.rank(), {2, N}), c.buffer, s);
+        break;
+      }
+      case Coll::HiddenGrad:
+        sum(take(hidden_grad, m, in), v.last_root);
+        break;
+      case Coll::EmbedGrad:
+        broadcast(embed_grad, v.first_root);
+        break;
+    }
+    colls[{static_cast<int>(in.coll), m}] = std::move(c);
+  }
+  // The result of a posted collective, waited for now.
+  Tensor collective_result(Coll which, int m, const std::string& who) {
+    auto it = colls.find({static_cast<int>(which), m});
+    if (it == colls.end() || !it->second.request) fail("rank {}: {} waits for a collective not posted", me, who);
+    watchdog::set_position(
+        fmt::format("step {}, instruction {} ({}), waiting for the vocabulary collective", hooks.step, current, who));
+    const double w0 = now();
+    it->second.request->wait_on(ex.backend_.stream());
+    stats.wait_s += now() - w0;
+    Tensor t = std::move(it->second.buffer);
+    colls.erase(it);
+    return t;
+  }
+  // VOCAB: this rank's slice of microbatch m.
+  void vocab_piece(const Instr& in) {
+    VocabSlice& slice = *ex.vocab_.slice;
+    const int m = in.microbatch;
+    const int64_t N = static_cast<int64_t>(B) * T, C = ex.d_model_;
+    const std::string name = to_string(in);
+    MicrobatchContext ctx = vocab_context(m);
+    double c0 = now();
+    switch (in.vocab) {
+      case VocabOp::EmbedForward: {
+        Tensor out = Tensor::empty(ex.pool_, {N, C});
+        slice.embed_forward(ctx, ctx.tokens, out);
+        partial_lookup[m] = std::move(out);
+        break;
+      }
+      case VocabOp::OutputForward: {
+        const Tensor x = collective_result(Coll::Hidden, m, name);
+        c0 = now();
+        const int R = ex.vocab_.group->size();
+        Tensor all = Tensor::empty(ex.pool_, {R, 2, N});
+        output_stash[m] = slice.output_forward(ctx, x, all.view(2 * N * ex.vocab_.group->rank(), {2, N}));
+        colls[{static_cast<int>(Coll::Stats), m}].buffer = std::move(all);
+        break;
+      }
+      case VocabOp::OutputBackward: {
+        const Tensor all = collective_result(Coll::Stats, m, name);
+        c0 = now();
+        const Tensor l = Tensor::empty(ex.pool_, {N});
+        Tensor dx;
+        if (loss_scale != 0) dx = Tensor::empty(ex.pool_, {N, C});
+        slice.output_backward(ctx, output_stash.at(m), all, ex.vocab_.group->size(), l,
+                              loss_scale != 0 ? &dx : nullptr);
+        output_stash.erase(m);
+        if (ex.vocab_.holds_last) {  // the loss, once: where the last stage runs
+          ex.backend_.copy(losses.view(losses_kept * N, {N}).raw(), l.raw(), l.bytes());
+          ++losses_kept;
+        }
+        if (loss_scale != 0) hidden_grad[m] = std::move(dx);
+        break;
+      }
+      case VocabOp::EmbedBackward: {
+        const Tensor d = collective_result(Coll::EmbedGrad, m, name);
+        c0 = now();
+        slice.embed_backward(ctx, ctx.tokens, d);
+        break;
+      }
+    }
+    const double c1 = now();
+    stats.compute_s += c1 - c0;
+    if (trace) stats.events.push_back({name, me, c0, c1 - c0});
+  }
+
   void forward(const Action& a, bool frees) {
     fault::point("forward");
     ModelStage& st = stage(a);
     Tensor x;
     if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage});
-    const double c0 = now();
     StageStash& ss = stashes[{a.microbatch, a.stage}];
     ss.ctx = make_context(a.microbatch, a.stage, st);
+    if (vocab() && a.stage == 0)  // the slices' lookups, summed
+      x = layer_util::store(ss.ctx, collective_result(Coll::EmbedSum, a.microbatch, to_string(a)));
+    const double c0 = now();
     auto& layers = st.layers();
     ss.layers.resize(layers.size());
     ss.inputs.resize(layers.size());
@@ -229,7 +375,7 @@ struct PipelineExecutor::Impl {
       x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
       if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
     }
-    if (st.has_head()) {
+    if (st.has_head() && !vocab()) {
       const int64_t n = x.numel();
       ex.backend_.copy(losses.view(losses_kept * n, {n}).raw(), x.raw(), x.bytes());
       ++losses_kept;
@@ -237,7 +383,10 @@ struct PipelineExecutor::Impl {
     compute_done(a, c0);
     stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
     if (frees) stashes.erase({a.microbatch, a.stage});  // forward only: nothing to keep
-    if (!st.has_head()) outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, std::move(x));
+    if (st.has_head() && vocab())
+      hidden[a.microbatch] = std::move(x);  // the final norm's output, for every rank's output slice
+    else if (!st.has_head())
+      outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, std::move(x));
   }
 
   StageStash& stash_of(const Action& a) {
@@ -250,9 +399,12 @@ struct PipelineExecutor::Impl {
     fault::point("backward");
     ModelStage& st = stage(a);
     Tensor dy;
-    if (!st.has_head()) dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
-    const double c0 = now();
     StageStash& ss = stash_of(a);
+    if (!st.has_head())
+      dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
+    else if (vocab())  // every slice's share of the hidden states' gradient, summed
+      dy = layer_util::store(ss.ctx, collective_result(Coll::HiddenGrad, a.microbatch, to_string(a)));
+    const double c0 = now();
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {
       if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
@@ -268,7 +420,10 @@ struct PipelineExecutor::Impl {
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
     compute_done(a, c0);
-    if (a.stage > 0) outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
+    if (a.stage > 0)
+      outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
+    else if (vocab())
+      embed_grad[a.microbatch] = std::move(dy);  // for every rank's embedding slice
   }
 
   void backward_weight(const Action& a, bool frees) {
@@ -339,22 +494,43 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
       grouped = true;
     }
     switch (in.op) {
-      case InstrOp::Recv: st.post(in); continue;
-      case InstrOp::Send: st.send(in); continue;
-      case InstrOp::Move: st.move(in); continue;
-      case InstrOp::Compute: close_group(); break;
+      case InstrOp::Recv:
+        st.post(in);
+        continue;
+      case InstrOp::Send:
+        st.send(in);
+        continue;
+      case InstrOp::Move:
+        st.move(in);
+        continue;
+      case InstrOp::Compute:
+        close_group();
+        break;
       case InstrOp::Vocab:
       case InstrOp::Coll:
-        // The trainer lowers no vocabulary-parallel program: its slices have no layers here.
-        fail("{}: a vocabulary-parallel instruction reached the executor", to_string(in));
+        if (!vocab_.slice) fail("{}: a vocabulary-parallel instruction, but this rank holds no slice", to_string(in));
+        close_group();
+        if (in.op == InstrOp::Coll)
+          st.post_collective(in);
+        else
+          st.vocab_piece(in);
+        if (hooks.poll) hooks.poll();
+        continue;
     }
     const Action& a = in.action;
-    watchdog::set_position(fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
+    watchdog::set_position(
+        fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
     switch (a.op) {
-      case Op::F: st.forward(a, in.frees_stash); break;
+      case Op::F:
+        st.forward(a, in.frees_stash);
+        break;
       case Op::B:
-      case Op::I: st.backward_input(a, in.frees_stash); break;
-      case Op::W: st.backward_weight(a, in.frees_stash); break;
+      case Op::I:
+        st.backward_input(a, in.frees_stash);
+        break;
+      case Op::W:
+        st.backward_weight(a, in.frees_stash);
+        break;
     }
     if (hooks.poll) hooks.poll();
   }
@@ -364,6 +540,9 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();
   st.sends.clear();
+  for (auto& [key, c] : st.colls)  // the sums this rank contributed to and does not use
+    if (c.request) c.request->wait();
+  st.colls.clear();
   st.stats.wait_s += st.now() - w0;
   if (!st.stashes.empty() || !st.handoff.empty() || !st.recvs.empty() || !st.outputs.empty())
     fail("rank {}: the program left {} activation stashes, {} hand-offs, {} receives and {} outputs unused", st.me,

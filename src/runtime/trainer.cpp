@@ -1,32 +1,51 @@
 #include "pipetrain/runtime/trainer.hpp"
-#include "pipetrain/runtime/unit_costs.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <algorithm>
-#include <cstdlib>
-#include <fmt/format.h>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/fault.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "pipetrain/schedule/vocab_pieces.hpp"
 #include "pipetrain/topology/node_memory.hpp"
 
 namespace pipetrain {
 
 namespace {
 constexpr int kRecvLookahead = 4;  // compute actions ahead whose inputs are posted as receives
+
+// The costs the vocabulary slices are placed by: FLOPs in units of one block's forward on
+// one rank (a block's products 24 C^2 per token, a slice's logits 2 C V / slices), the
+// blocks spread evenly over the stages; backwards twice their forward.
+Costs vocab_placement_costs(const Config& cfg, int stages) {
+  const ModelConfig& m = cfg.model;
+  const double slices = static_cast<double>(cfg.parallel.pp) * cfg.parallel.tp;
+  const double block = 24.0 * m.d_model * m.d_model / cfg.parallel.tp;
+  Costs c;
+  c.F = c.I = c.W = std::max(1e-3, static_cast<double>(m.n_layer) / stages);
+  c.B = 2 * c.F;
+  const double of = 2.0 * m.d_model * m.padded_vocab() / slices / block;
+  c.vocab = {1e-3, of, 2 * of, 1e-3};
+  return c;
+}
+
+bool vocab_parallel_on(const Config& cfg) { return cfg.parallel.vocab_parallel == Toggle::On; }
 }  // namespace
 
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
@@ -47,11 +66,11 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
     if (s.num_ranks != p.pp)
       fail("{}: the schedule has {} ranks but parallel.pp = {}", cfg.schedule.file, s.num_ranks, p.pp);
     if (s.num_stages != p.pp * p.virtual_stages)
-      fail("{}: the schedule has {} stages but parallel.pp * parallel.virtual_stages = {}",
-           cfg.schedule.file, s.num_stages, p.pp * p.virtual_stages);
+      fail("{}: the schedule has {} stages but parallel.pp * parallel.virtual_stages = {}", cfg.schedule.file,
+           s.num_stages, p.pp * p.virtual_stages);
     if (s.num_microbatches != cfg.train.microbatches)
-      fail("{}: the schedule runs {} microbatches but train.microbatches = {}", cfg.schedule.file,
-           s.num_microbatches, cfg.train.microbatches);
+      fail("{}: the schedule runs {} microbatches but train.microbatches = {}", cfg.schedule.file, s.num_microbatches,
+           cfg.train.microbatches);
   } else {
     try {
       s = make_schedule(cfg.schedule.name, ScheduleParams{p.pp, p.virtual_stages, cfg.train.microbatches});
@@ -66,6 +85,14 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
                             bool in_order) {
   Program p;
+  if (vocab_parallel_on(cfg)) {
+    if (!comms_csv.empty()) fail("{}: a compute+comms file has no vocabulary slices", cfg.schedule.file);
+    if (in_order)
+      fail("parallel.vocab_parallel = true: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet");
+    p = lower_vocab_parallel(s, {kRecvLookahead, tag_ub}, vocab_placement_costs(cfg, s.num_stages));
+    validate_program(p, tag_ub);
+    return p;
+  }
   if (!comms_csv.empty()) {
     p = program_from_csv(comms_csv, cfg.schedule.file, cfg.schedule.placement, tag_ub);  // runs exactly as written
     validate_program(p, tag_ub);
@@ -105,9 +132,10 @@ bool apply_pack_weights(const Config& cfg, Backend& backend, int rows) {
   }
   if (want == Toggle::On) {
     if (!backend.set_pack_weights(true))
-      fail("runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
-           "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
-           cfg.runtime.device);
+      fail(
+          "runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
+          "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
+          cfg.runtime.device);
     return true;
   }
   const bool on = choose_pack_weights(auto_pack_inputs(cfg, backend, rows, cfg.train.microbatches)).on;
@@ -143,9 +171,13 @@ std::map<int, ModelStage*> Trainer::build_stages() {
   for (int s = 0; s < schedule_.num_stages; ++s) {
     if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
     const auto& u = units_[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp);
+    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp, vocab_parallel_);
     mine[s] = stages_[s].get();
   }
+  // Every rank of the replica: its slice of the vocabulary, by its place in the replica.
+  if (vocab_parallel_)
+    vocab_slice_ = std::make_unique<VocabSlice>(
+        cfg_.model, params_, TensorParallel{me * grid_.tp() + grid_.coords().tp, grid_.pp() * grid_.tp()});
   return mine;
 }
 
@@ -171,6 +203,7 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
     o.progress = progress_.get();
+    if (vocab_slice_) o.at_end = vocab_slice_->parameters();
     if (zero1) {
       o.shard_elems = shard_hi_ - shard_lo_;
       if (pair) o.late = params_.find("wte");  // after its copies' pair sum
@@ -220,8 +253,15 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (cfg.parallel.layers_per_stage.empty() && S > 1)
     unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len,
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
+  // Under vocabulary parallelism every rank carries the same share of the embedding and
+  // the output layer: what the first and last stage keep (positions, final norm) is small.
+  if (vocab_parallel_on(cfg) && use == TrainerUse::Train) {
+    unit_costs_.embedding = 0;
+    unit_costs_.head = 0.01 * unit_costs_.block;
+  }
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
   pack_ = resolve_pack_weights(cfg);
+  vocab_parallel_ = vocab_parallel_on(cfg) && use == TrainerUse::Train;
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
@@ -231,7 +271,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // The tied table on two ranks is updated on the last stage only (see optimizer_step):
   // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer.)
   const int first = schedule_.stage_to_rank.front();
-  const int last = cfg.model.tied() ? schedule_.stage_to_rank.back() : first;
+  // (Under vocabulary parallelism each rank's slice serves both roles: no pair.)
+  const int last = cfg.model.tied() && !vocab_parallel_ ? schedule_.stage_to_rank.back() : first;
   if (training && !zero1 && first != last && me == first)
     if (Parameter* wte = params_.find("wte")) wte->updated = false;
   params_.allocate(*pool_, backend_, training && !zero1, 16 * grid.dp(), training);
@@ -251,10 +292,21 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
         std::find(cfg.parallel.recompute_stages.begin(), cfg.parallel.recompute_stages.end(), s) !=
             cfg.parallel.recompute_stages.end())
       recompute_[s] = mode;
-  executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_,
-                                                 cfg.model.d_model, bf16 ? DType::BF16 : DType::F32, recompute_);
+  executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_, cfg.model.d_model,
+                                                 bf16 ? DType::BF16 : DType::F32, recompute_);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
+  if (vocab_parallel_) {
+    VocabRun v;
+    v.slice = vocab_slice_.get();
+    v.group = &grid.replica_comm();
+    v.first_root = schedule_.stage_to_rank.front() * grid.tp();
+    v.last_root = schedule_.stage_to_rank.back() * grid.tp();
+    v.holds_first = me == schedule_.stage_to_rank.front();
+    v.holds_last = me == schedule_.stage_to_rank.back();
+    v.sums_to_all = grid.tp() > 1;
+    executor_->set_vocab(v);
+  }
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
@@ -282,9 +334,7 @@ ModelStage& Trainer::stage(int s) const {
   return *it->second;
 }
 
-int64_t Trainer::tokens_per_step() const {
-  return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len;
-}
+int64_t Trainer::tokens_per_step() const { return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len; }
 
 // Each replica's loss is already scaled by 1/global tokens, so summing gradients over
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
@@ -370,13 +420,10 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
     const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
     backend_.adamw(params_.values().f32() + lo, grad_shard_.f32() + o, m_shard_.f32() + o, v_shard_.f32() + o,
                    static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(cfg_.train.beta1),
-                   static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1,
-                   grad_scale);
+                   static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1, grad_scale);
   });
   const Tensor& values = params_.values();
-  comms_->dp()
-      .all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())
-      ->wait();
+  comms_->dp().all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())->wait();
   if (tied_) {  // after the gather: it carries the first stage's stale copy of the table
     tied_->start_values();
     tied_->finish_values();
@@ -445,10 +492,10 @@ StepMetrics Trainer::train_step(int step) {
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
     if (cfg_.runtime.on_nonfinite != "skip")
-      fail("step {}: non-finite {} ({}); stopping before the update (runtime.on_nonfinite = \"skip\" skips such "
-           "steps)",
-           step, std::isfinite(out.loss) ? "gradient norm" : "loss",
-           std::isfinite(out.loss) ? out.grad_norm : out.loss);
+      fail(
+          "step {}: non-finite {} ({}); stopping before the update (runtime.on_nonfinite = \"skip\" skips such "
+          "steps)",
+          step, std::isfinite(out.loss) ? "gradient norm" : "loss", std::isfinite(out.loss) ? out.grad_norm : out.loss);
     out.skipped = true;  // every rank sees the same reduced values, so all skip together
   } else {
     watchdog::set_position(fmt::format("step {}, optimizer", step));
@@ -479,8 +526,10 @@ const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
     const int tag_ub = grid_.pp_comm().tag_ub();
     const bool in_order = comms_->pp_in_order();
-    eval_program_ = lower(forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches),
-                          {in_order ? 1 : kRecvLookahead, tag_ub});
+    const Schedule forward = forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches);
+    eval_program_ = vocab_parallel_ ? lower_vocab_parallel(forward, {kRecvLookahead, tag_ub},
+                                                           vocab_placement_costs(cfg_, schedule_.num_stages))
+                                    : lower(forward, {in_order ? 1 : kRecvLookahead, tag_ub});
     validate_program(eval_program_, tag_ub);
     if (in_order) {
       eval_program_ = post_for_in_order(std::move(eval_program_));

@@ -1,7 +1,7 @@
 // Tensor and data parallelism on every dp x pp x tp grid that fits the world size:
 // 5 steps with 1f1b and zb-h1, gradient clipping on and off, ZeRO-1 on and off, give
 // the single-rank run's losses and parameters — in fp32, and in bf16 against the
-// single-rank bf16 run.
+// single-rank bf16 run; and the same with the vocabulary split over the pipeline.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,8 +54,8 @@ TEST(GridMatchesSingleRank, EveryGridScheduleClipAndZero1) {
       for (const char* sched : {"1f1b", "zb-h1"})
         for (bool zero1 : {false, true}) {
           if (zero1 && g.dp == 1) continue;
-          SCOPED_TRACE(::testing::Message() << "grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", "
-                                            << sched << ", clip " << clip << ", zero1 " << zero1);
+          SCOPED_TRACE(::testing::Message() << "grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", " << sched
+                                            << ", clip " << clip << ", zero1 " << zero1);
           const Config cfg = grid_config(g, sched, clip, zero1);
           expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
         }
@@ -110,13 +110,62 @@ TEST(GridMatchesSingleRank, LlamaOnEveryGridUntiedAndTied) {
       for (Sched sc : scheds)
         for (bool zero1 : {false, true}) {
           if (zero1 && g.dp == 1) continue;
-          SCOPED_TRACE(::testing::Message() << "llama " << (tied ? "tied" : "untied") << ", grid dp " << g.dp
-                                            << " pp " << g.pp << " tp " << g.tp << ", " << sc.name << ", zero1 "
-                                            << zero1);
+          SCOPED_TRACE(::testing::Message() << "llama " << (tied ? "tied" : "untied") << ", grid dp " << g.dp << " pp "
+                                            << g.pp << " tp " << g.tp << ", " << sc.name << ", zero1 " << zero1);
           const Config cfg = llama_config(g, sc.name, tied, zero1, sc.v);
           expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
         }
     }
+  }
+}
+
+// Vocabulary parallelism (parallel.vocab_parallel): every pipeline x tensor-parallel rank
+// holds a slice of the embedding and the output layer, joined by collectives; on every grid
+// with a pipeline, GPT-2 (tied) and Llama (untied and tied), each schedule kind, ZeRO-1 and
+// bf16, the same run within the same bounds. With tp = 2 at pp = 2 the padded 128 rows
+// make four slices, the last of them padding but 4 rows.
+TEST(GridMatchesSingleRank, VocabParallelOnEveryPipelineGrid) {
+  std::vector<GridCase> grids;
+  for (GridCase g : std::vector<GridCase>{{1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {1, 2, 2}, {2, 2, 2}})
+    if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
+  if (grids.empty()) GTEST_SKIP() << "no grid of the list with a pipeline has " << world_size() << " ranks";
+  struct Model {
+    const char* arch;
+    bool tied;
+  };
+  for (Model model : {Model{"gpt2", true}, Model{"llama", false}, Model{"llama", true}}) {
+    const std::string arch = model.arch;
+    auto config = [&](GridCase g, const std::string& sched, bool zero1, int v) {
+      Config c = arch == "gpt2" ? grid_config(g, sched, 0.05, zero1) : llama_config(g, sched, model.tied, zero1, v);
+      c.parallel.virtual_stages = v;
+      return c;
+    };
+    const RunResult ref = run(config({1, 1, 1}, "1f1b", false, 1), MPI_COMM_SELF);
+    for (GridCase g : grids) {
+      std::vector<std::pair<const char*, int>> scheds = {{"1f1b", 1}, {"zb-h1", 1}};
+      if (g.pp == 2 && arch == "llama") scheds.insert(scheds.end(), {{"interleaved-1f1b", 2}, {"zbv", 2}});
+      for (const auto& [sched, v] : scheds)
+        for (bool zero1 : {false, true}) {
+          if (zero1 && g.dp == 1) continue;
+          SCOPED_TRACE(::testing::Message()
+                       << "vocabulary parallel, " << arch << (model.tied ? " tied" : " untied") << ", grid dp " << g.dp
+                       << " pp " << g.pp << " tp " << g.tp << ", " << sched << ", zero1 " << zero1);
+          Config cfg = config(g, sched, zero1, v);
+          cfg.parallel.vocab_parallel = Toggle::On;
+          expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+        }
+    }
+  }
+  Config bf16 = grid_config({1, 1, 1}, "1f1b", 0.05, false);
+  bf16.train.precision = "bf16";
+  const RunResult ref = run(bf16, MPI_COMM_SELF);
+  for (GridCase g : grids) {
+    SCOPED_TRACE(::testing::Message() << "vocabulary parallel, bf16, grid dp " << g.dp << " pp " << g.pp << " tp "
+                                      << g.tp);
+    Config cfg = grid_config(g, "zb-h1", 0.05, false);
+    cfg.train.precision = "bf16";
+    cfg.parallel.vocab_parallel = Toggle::On;
+    expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
   }
 }
 
@@ -139,8 +188,7 @@ TEST(GridTransfers, TensorParallelStagesSendTheirSliceOnly) {
     EXPECT_GT(all[2 * r + 1], 0.0);
     EXPECT_EQ(all[2 * r], all[2 * r + 1] / 2) << "tp 2 sends half of every tensor";
   }
-  if (world_rank() == 0)
-    std::printf("  pipeline bytes sent per rank per step: tp 1 %.0f, tp 2 %.0f\n", all[1], all[0]);
+  if (world_rank() == 0) std::printf("  pipeline bytes sent per rank per step: tp 1 %.0f, tp 2 %.0f\n", all[1], all[0]);
 }
 
 // Data parallelism's reduction variants against the single-rank run: the embedding's rows
@@ -159,8 +207,8 @@ TEST(DataParallelReduction, RowExchangeDenseTableAndBucketSizesMatchSingleRank) 
   for (Case k : {Case{"gpt2", 8, true}, Case{"gpt2", 16, false}, Case{"llama", 8, true}})
     for (double mb : {0.0002, 25.0})  // 52 floats per bucket: many, parameters in pieces; one
       for (bool zero1 : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << k.arch << " batch " << k.global_batch << " bucket " << mb
-                                          << " MiB, dp " << dp << ", zero1 " << zero1);
+        SCOPED_TRACE(::testing::Message() << k.arch << " batch " << k.global_batch << " bucket " << mb << " MiB, dp "
+                                          << dp << ", zero1 " << zero1);
         Config c = tiny_run_config();
         c.model.arch = k.arch;
         c.model.n_layer = 2;

@@ -45,6 +45,10 @@ struct ParallelConfig {
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
   std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
   double dp_bucket_mb = 25;             // most MiB of gradients one dp all-reduce carries
+  // Every pipeline x tensor-parallel rank of a replica holds a slice of the vocabulary of
+  // the embedding and the output layer (schedule/vocab_pieces.hpp). "auto" is refused
+  // until a cost rule decides it (bench_split prints what it would weigh).
+  Toggle vocab_parallel = Toggle::Off;
 };
 
 struct ScheduleConfig {

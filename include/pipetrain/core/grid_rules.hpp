@@ -15,6 +15,8 @@ namespace pipetrain {
 std::string tp_split_problem(const ModelConfig& m, int tp);
 // parallel.pp * parallel.virtual_stages with no explicit split: each stage needs a block.
 std::string stage_split_problem(const ModelConfig& m, int64_t stages);
+// parallel.vocab_parallel: `slices` (pp x tp) equal slices of the padded vocabulary.
+std::string vocab_split_problem(const ModelConfig& m, int slices);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -43,6 +43,7 @@ class DataParallelReducer {
     ProgressThread* progress = nullptr;  // held while buckets are in flight, so they advance between polls
     int64_t shard_elems = 0;             // ZeRO-1: > 0, the elements each dp rank owns (reduce, not all-reduce)
     Parameter* late = nullptr;           // reduced only by finish() (ZeRO-1's tied embedding)
+    std::vector<Parameter*> at_end;      // held by no stage's layer (the vocabulary slice's): reduced by finish()
   };
   // stages: this rank's stages (their layers name the parameters of each bucket).
   // Reductions are enqueued on the backend's stream (after the gradients they reduce).
@@ -72,6 +73,7 @@ class DataParallelReducer {
   int64_t bucket_elems_;
   int64_t shard_elems_;
   Parameter* late_;
+  std::vector<Parameter*> at_end_;
   std::map<std::pair<int, int>, std::vector<Parameter*>> layer_params_;  // (stage, layer) -> params
   std::map<Parameter*, int> users_;    // layers that accumulate into each parameter's dense gradient
   std::map<Parameter*, int> pending_;  // users not yet final this step

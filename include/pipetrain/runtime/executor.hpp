@@ -19,6 +19,20 @@
 namespace pipetrain {
 
 class Backend;
+class VocabSlice;
+
+// Vocabulary parallelism (schedule/vocab_pieces.hpp): this rank's slice and the group the
+// slices' collectives run over (the pipeline × tensor-parallel ranks of a replica), with
+// the group ranks of the first and last stages' roots.
+struct VocabRun {
+  VocabSlice* slice = nullptr;
+  Communicator* group = nullptr;
+  int first_root = 0, last_root = 0;
+  bool holds_first = false, holds_last = false;  // this rank runs stage 0 / the last stage
+  // Whether sums reach every rank of the group (an all-reduce: the first or last stage has
+  // several tensor-parallel ranks) or only the root (a reduce).
+  bool sums_to_all = false;
+};
 
 // Fills the host token and target arrays (B*T each) of microbatch m.
 using MicrobatchLoader = std::function<void(int m, int32_t* inputs, int32_t* targets)>;
@@ -68,6 +82,8 @@ class PipelineExecutor {
   // forward-only program (evaluation).
   ExecutorStats run(const std::vector<Instr>& program, const MicrobatchLoader& load, int B, int T,
                     float loss_scale, bool trace, const ExecutorHooks& hooks = {});
+  // Vocabulary parallelism: the slice and group the program's VOCAB and COLL use.
+  void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -83,6 +99,7 @@ class PipelineExecutor {
   int d_model_;
   DType storage_;
   std::map<int, Recompute> recompute_;
+  VocabRun vocab_;
 };
 
 }  // namespace pipetrain

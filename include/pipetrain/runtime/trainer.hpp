@@ -13,6 +13,7 @@
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/model/vocab_slice.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
@@ -177,6 +178,8 @@ class Trainer {
   std::vector<StageUnits> units_;
   UnitCosts unit_costs_;
   PackChoice pack_;  // runtime.pack_weights, resolved
+  bool vocab_parallel_ = false;              // parallel.vocab_parallel, resolved
+  std::unique_ptr<VocabSlice> vocab_slice_;  // this rank's rows of the vocabulary, then
   ExecutorStats last_stats_;
   bool trace_ = false;
   std::string tokenizer_;
