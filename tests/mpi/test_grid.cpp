@@ -169,6 +169,23 @@ TEST(GridMatchesSingleRank, VocabParallelOnEveryPipelineGrid) {
   }
 }
 
+// Evaluation under vocabulary parallelism (a forward-only program of slices, the loss from
+// every slice's statistics) gives the whole model's validation loss: the same sums in the
+// same order as the loss the training steps above compare (gradient_bound's e).
+TEST(GridMatchesSingleRank, VocabParallelEvaluatesAsTheWholeModel) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp 2)";
+  const Config whole = grid_config({1, 2, 1}, "1f1b", 0.05, false);
+  Config split = whole;
+  split.parallel.vocab_parallel = Toggle::On;
+  auto backend = make_cpu_backend();
+  const int T = whole.train.seq_len;
+  const BatchSource source = [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); };
+  Grid g1(MPI_COMM_WORLD, whole.parallel), g2(MPI_COMM_WORLD, split.parallel);
+  Trainer a(whole, g1, *backend, source), b(split, g2, *backend, source);
+  const double la = a.evaluate(source, 0, 8), lb = b.evaluate(source, 0, 8);
+  EXPECT_NEAR(lb, la, gradient_bound(whole) * la) << "on rank " << world_rank();
+}
+
 // Megatron's scatter-gather: under tp each rank sends only its 1/tp slice of every
 // activation and gradient that crosses stages and the receivers all-gather it (the grid
 // tests above show the losses unchanged). Gathered from every rank: at pp 2 x tp 2 each
