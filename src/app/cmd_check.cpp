@@ -127,7 +127,9 @@ int run_check(const CheckOptions& o) {
              cfg.train.seq_len, cfg.train.precision);
   fmt::print("{}\n", grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
                                 sched.num_microbatches, sim.bubble_fraction,
-                                predicted ? predicted->memory.total() : 0.0}));
+                                predicted ? predicted->memory.total() : 0.0,
+                                cfg.parallel.vocab_parallel == Toggle::On ? cfg.parallel.pp * cfg.parallel.tp : 0,
+                                cfg.model.padded_vocab()}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

@@ -342,7 +342,8 @@ int run_train(const TrainOptions& opt) {
       cfg.train.microbatches, cfg.train.seq_len, backend_summary(cfg, trainer, *backend), cfg.train.precision));
   log_blend(log, cfg, data);
   log.line(grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
-                      sim.bubble_fraction, est}));
+                      sim.bubble_fraction, est,
+                      cfg.parallel.vocab_parallel == Toggle::On ? grid.pp() * grid.tp() : 0, cfg.model.padded_vocab()}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   log.run_files(cfg, run_info(cfg, grid, trainer, sim, predicted), sched, sim);

@@ -25,6 +25,8 @@ struct GridSummary {
   int stages = 1, microbatches = 1;
   double bubble = 0;        // simulated, F=1, B=2
   double memory_bytes = 0;  // the largest rank's estimate
+  int vocab_slices = 0;     // parallel.vocab_parallel: the slices (pp x tp); 0 = off
+  int padded_vocab = 0;
 };
 std::string grid_line(const GridSummary& g);
 
