@@ -84,7 +84,8 @@ struct PipelineExecutor::Impl {
   // them (EF's partial lookup, the last stage's hidden states, OB's share of their
   // gradient, the first stage's input gradient), the posted collectives, OF's stashes.
   std::map<int, Tensor> partial_lookup, hidden, hidden_grad, embed_grad;
-  std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch)
+  std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
+  std::deque<PendingColl> contributed;               // sums this rank only gives to: freed once complete
   std::map<int, VocabOutputStash> output_stash;
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
@@ -288,7 +289,13 @@ struct PipelineExecutor::Impl {
         broadcast(embed_grad, v.first_root);
         break;
     }
-    colls[{static_cast<int>(in.coll), m}] = std::move(c);
+    const bool used_here = (in.coll != Coll::EmbedSum || v.holds_first) && (in.coll != Coll::HiddenGrad || v.holds_last);
+    if (used_here) {
+      colls[{static_cast<int>(in.coll), m}] = std::move(c);
+      return;
+    }
+    contributed.push_back(std::move(c));
+    while (!contributed.empty() && contributed.front().request->test()) contributed.pop_front();
   }
   // The result of a posted collective, waited for now.
   Tensor collective_result(Coll which, int m, const std::string& who) {
@@ -540,9 +547,11 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
   const double w0 = st.now();
   for (auto& s : st.sends) s.request->wait();
   st.sends.clear();
-  for (auto& [key, c] : st.colls)  // the sums this rank contributed to and does not use
-    if (c.request) c.request->wait();
-  st.colls.clear();
+  for (auto& c : st.contributed) c.request->wait();  // the sums this rank gave to and does not use
+  st.contributed.clear();
+  if (!st.colls.empty() || !st.output_stash.empty())
+    fail("rank {}: the program left {} vocabulary collectives and {} output slices unused", st.me, st.colls.size(),
+         st.output_stash.size());
   st.stats.wait_s += st.now() - w0;
   if (!st.stashes.empty() || !st.handoff.empty() || !st.recvs.empty() || !st.outputs.empty())
     fail("rank {}: the program left {} activation stashes, {} hand-offs, {} receives and {} outputs unused", st.me,
