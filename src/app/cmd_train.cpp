@@ -28,6 +28,7 @@
 #include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/training_loop.hpp"
+#include "pipetrain/schedule/program.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -143,6 +144,23 @@ std::string TrainData::summary(const Config& cfg) const {
 // one), runtime.pack_weights' two copies of the matrices, the stashed activations the
 // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
 // receive buffers and a dp bucket. The largest over the ranks.
+// Vocabulary parallelism's share of the estimate: the program's own stash peak (its
+// backwards may be delayed), the output slices alive between OF and OB, and the
+// collectives' buffers in flight (a partial lookup and a hidden-state gradient being summed,
+// the hidden states and the embedding's gradient being received: about four N x C).
+void vocab_memory(const Config& cfg, const Trainer& trainer, Grid& grid, DType storage, MemoryInputs& in) {
+  const int me = grid.coords().pp, B = trainer.microbatch_size(), T = cfg.train.seq_len;
+  in.peak_inflight = simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(me)];
+  int alive = 0;
+  for (const Instr& i : trainer.program().per_rank[static_cast<size_t>(me)]) {
+    if (i.op != InstrOp::Vocab) continue;
+    if (i.vocab == VocabOp::OutputForward) in.vocab_inflight = std::max(in.vocab_inflight, ++alive);
+    if (i.vocab == VocabOp::OutputBackward) --alive;
+  }
+  in.vocab_stash = vocab_stash_bytes(cfg.model, grid.pp() * grid.tp(), B, T, storage);
+  in.vocab_buffers = 4.0 * B * T * cfg.model.d_model * 4.0;
+}
+
 double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend, const SimResult& sim) {
   const Schedule& sched = trainer.schedule();
   const bool bf16 = cfg.train.precision == "bf16";
@@ -156,13 +174,14 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   in.widened = static_cast<double>(trainer.params().widened_numel());
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
+  const bool vocab = cfg.parallel.vocab_parallel == Toggle::On;
   for (int st = 0; st < sched.num_stages; ++st)
     if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
       const auto& u = units[static_cast<size_t>(st)];
       const Recompute mode = trainer.recompute_of(st);
       in.largest_stash =
           std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
-                                                 cfg.train.seq_len, storage, mode, keeps));
+                                                 cfg.train.seq_len, storage, mode, keeps, vocab));
       const auto pieces = stage_pieces(cfg.model, u);
       for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
       if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
@@ -172,6 +191,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
                                                               cfg.train.seq_len, storage, mode, keeps));
     }
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
+  if (vocab) vocab_memory(cfg, trainer, grid, storage, in);
   if (grid.pp() > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
                           static_cast<double>(dtype_size(storage));

@@ -33,9 +33,8 @@ std::string model_line(const Config& cfg, int64_t params) {
 
 std::string grid_line(const GridSummary& g) {
   const std::string vocab =
-      g.vocab_slices > 0 ? fmt::format("; vocabulary parallel: {} slices of {} rows (the memory estimate still counts "
-                                       "whole-layer stages)",
-                                       g.vocab_slices, g.padded_vocab / g.vocab_slices)
+      g.vocab_slices > 0 ? fmt::format("; vocabulary parallel: {} slices of {} rows", g.vocab_slices,
+                                       g.padded_vocab / g.vocab_slices)
                          : "";
   return fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, simulated "
                      "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",

@@ -114,10 +114,11 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size) {
 }
 
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
-                   Recompute mode, AttentionKeeps keeps) {
+                   Recompute mode, AttentionKeeps keeps, bool vocab_parallel) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
-  const double head = N * (2 * C + static_cast<double>(cfg.padded_vocab()) / tp), head_stats = 2 * N;
+  const double logits = vocab_parallel ? 0.0 : static_cast<double>(cfg.padded_vocab()) / tp;
+  const double head = N * (2 * C + logits), head_stats = 2 * N;
   double stored = 0, stats = 0;
   for (const StagePiece& p : stage_pieces(cfg, {first_unit, last_unit})) {
     if (p.kind == PieceKind::Embedding) {
@@ -132,6 +133,12 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
     }
   }
   return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
+}
+
+double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType storage) {
+  const double N = static_cast<double>(B) * T;
+  return N * static_cast<double>(cfg.padded_vocab()) / slices * 4.0 +
+         N * cfg.d_model * static_cast<double>(dtype_size(storage));
 }
 
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,

@@ -249,8 +249,9 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.optimizer = in.zero1 && in.dp > 1 ? 8.0 * in.params / in.dp : 8.0 * (in.params - in.not_updated);
   m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
   m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
-  m.activations = in.largest_stash * in.peak_inflight + in.recompute;
-  m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0);
+  m.activations = in.largest_stash * in.peak_inflight + in.recompute + in.vocab_stash * in.vocab_inflight;
+  m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0) +
+              in.vocab_buffers;
   return m;
 }
 

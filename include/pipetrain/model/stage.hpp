@@ -54,9 +54,13 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size);
 // attention probabilities and output and its GELU output; full keeps the input only of each
 // layer (a whole block, or a half block at the stage's ends).
 // `keeps`: what attention keeps per (sequence, head).
+// vocab_parallel: the head unit is its final norm only (the logits are the slices').
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
                    DType storage = DType::F32, Recompute mode = Recompute::None,
-                   AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
+                   AttentionKeeps keeps = AttentionKeeps::kCausalBlocks, bool vocab_parallel = false);
+// What one microbatch's output slice keeps from OF to OB on each of `slices` ranks: its
+// logits (f32) and the hidden states it received (as stored).
+double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType storage);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
 // the stash of the (whole) block being recomputed (0 for none).
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,

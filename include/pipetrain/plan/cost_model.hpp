@@ -116,6 +116,11 @@ struct MemoryInputs {
   int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
   double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (counted when dp > 1, at most the gradients)
   double packed = 0;             // runtime.pack_weights: elements kept in the forward's and the input gradient's layouts
+  // Vocabulary parallelism: one output slice's stash (vocab_stash_bytes), the most alive at
+  // once on the rank, and the collectives' buffers in flight.
+  double vocab_stash = 0;
+  int vocab_inflight = 0;
+  double vocab_buffers = 0;
 };
 struct RankMemory {
   double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, packed_copies = 0, activations = 0, buffers = 0;
