@@ -215,15 +215,21 @@ struct PipelineExecutor::Impl {
     return *it->second;
   }
 
-  MicrobatchContext make_context(int m, int stage, const ModelStage& st) {
+  // What every computation of this run shares: backend, pool, shapes, loss scale, storage.
+  MicrobatchContext run_context() const {
     MicrobatchContext ctx;
     ctx.backend = &ex.backend_;
     ctx.pool = &ex.pool_;
-    ctx.tp = ex.tp_;
     ctx.B = B;
     ctx.T = T;
     ctx.loss_scale = loss_scale;
     ctx.storage = ex.storage_;
+    return ctx;
+  }
+
+  MicrobatchContext make_context(int m, int stage, const ModelStage& st) {
+    MicrobatchContext ctx = run_context();
+    ctx.tp = ex.tp_;
     if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
     if (!vocab() && (st.has_embedding() || st.has_head())) {
       const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
@@ -235,13 +241,7 @@ struct PipelineExecutor::Impl {
 
   // ---- vocabulary parallelism ----
   MicrobatchContext vocab_context(int m) {
-    MicrobatchContext ctx;
-    ctx.backend = &ex.backend_;
-    ctx.pool = &ex.pool_;
-    ctx.B = B;
-    ctx.T = T;
-    ctx.loss_scale = loss_scale;
-    ctx.storage = ex.storage_;
+    MicrobatchContext ctx = run_context();
     const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
     ctx.tokens = tokens.view(at, {n});
     ctx.targets = targets.view(at, {n});

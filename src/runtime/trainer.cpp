@@ -255,13 +255,13 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
-  if (vocab_parallel_on(cfg) && use == TrainerUse::Train) {
+  vocab_parallel_ = vocab_parallel_on(cfg) && use == TrainerUse::Train;
+  if (vocab_parallel_) {
     unit_costs_.embedding = 0;
     unit_costs_.head = 0.01 * unit_costs_.block;
   }
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
   pack_ = resolve_pack_weights(cfg);
-  vocab_parallel_ = vocab_parallel_on(cfg) && use == TrainerUse::Train;
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
   const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
