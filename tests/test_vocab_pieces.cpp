@@ -97,8 +97,8 @@ TEST(VocabPieces, BrokenVocabularyProgramsAreRefused) {
   {  // the reduction posted before the slice whose data it carries
     Program p = good;
     auto& list = p.per_rank[0];
-    std::swap(list[find(p, 0, "OB1")], list[find(p, 0, "REDUCE_DX1")]);
-    EXPECT_HAS(problem(p), "(REDUCE_DX1): posted before OB1, whose data it carries");
+    std::swap(list[find(p, 0, "OF1")], list[find(p, 0, "REDUCE_DX1")]);
+    EXPECT_HAS(problem(p), "(REDUCE_DX1): posted before OF1, whose data it carries");
   }
   {  // a slice dropped on one rank
     Program p = good;
@@ -115,20 +115,20 @@ TEST(VocabPieces, BrokenVocabularyProgramsAreRefused) {
     list.insert(list.begin() + static_cast<long>(find(p, 1, "OF0")), back);
     EXPECT_HAS(problem(p), "(1B0): REDUCE_DX0 is not posted before it");
   }
-  {  // rank 0's first backward moved before its OF0: a cycle through the collective
+  {  // rank 0's first backward moved before its OF0: a cycle through the reduction
     Program p = good;
     auto& list = p.per_rank[0];
     const size_t b = find(p, 0, "0B0");
     const Instr back = list[b];
     list.erase(list.begin() + static_cast<long>(b));
-    list.insert(list.begin() + static_cast<long>(find(p, 0, "0RECV_B0")) + 1, back);
+    list.insert(list.begin() + static_cast<long>(find(p, 0, "0SEND_F1")) + 1, back);
     const std::string msg = problem(p);
     EXPECT_HAS(msg, "deadlock: rank 0 waits at 0B0");
-    EXPECT_HAS(msg, "for the gradient 1SEND_B0 (rank 1); rank 1 waits at OF0");
-    EXPECT_HAS(msg, "for BCAST_X0, not yet posted by rank 0");
+    EXPECT_HAS(msg, "for the gradient 1SEND_B0 (rank 1); rank 1 waits at 1B0");
+    EXPECT_HAS(msg, "for REDUCE_DX0, not yet posted by rank 0");
   }
   Program plain = lower(make_schedule("1f1b", {2, 1, 4}));
-  plain.per_rank[0].insert(plain.per_rank[0].begin(), good.per_rank[0].front());
+  plain.per_rank[0].insert(plain.per_rank[0].begin(), good.per_rank[0][find(good, 0, "EF0")]);
   EXPECT_HAS(problem(plain), "a vocabulary-parallel instruction in a program without vocabulary parallelism");
   EXPECT_THROW(validate_in_order(good), Error);
 }
@@ -145,13 +145,13 @@ Costs whole_layer_costs(int stages, double blocks_per_stage, double head) {
 TEST(VocabPieces, SpreadingTheOutputLayerBalancesWhatNoSplitOfBlocksCan) {
   // GPT-2 small's proportions at pp = 4: 12 blocks, a head worth about 5. Today's whole
   // layers put the head on the last stage; with vocabulary parallelism each rank takes a
-  // quarter of it (OF a third of its F+B, OB the rest).
+  // quarter of it (OF two of its three products, OB the weight gradient's).
   const int P = 4, M = 16;
   const double blocks = 12.0 / P, head = 5.0;
   const Schedule s = make_schedule("1f1b", {P, 1, M});
   const double whole = simulate(s, whole_layer_costs(P, blocks, 0.0 + head)).makespan;
   Costs vp = whole_layer_costs(P, blocks, 0.0);
-  vp.vocab = {0.0, head / P, 2 * head / P, 0.0};
+  vp.vocab = {0.0, 2 * head / P, head / P, 0.0};
   const Program prog = lower_vocab_parallel(s, {}, vp);
   ASSERT_EQ(problem(prog), "(valid)");
   const SimResult r = simulate_program(prog, vp);
@@ -160,11 +160,11 @@ TEST(VocabPieces, SpreadingTheOutputLayerBalancesWhatNoSplitOfBlocksCan) {
   const double balanced = simulate(s, whole_layer_costs(P, blocks + head / P, 0.0)).makespan;
   std::printf("  1f1b pp %d, %d microbatches: whole layers %.1f, vocabulary parallel %.1f, balanced bound %.1f\n", P, M,
               whole, r.makespan, balanced);
-  // Most of the imbalance goes (the head stage is 8 block-equivalents against 3 + 1.25);
-  // the simulation is exact arithmetic, so the placement's 1.14 of the balanced bound is
-  // guarded at 1.2 (the collectives still cost the pipeline about a tenth: RESULTS.md).
-  EXPECT_LT(r.makespan, 0.75 * whole);
-  EXPECT_LT(r.makespan, 1.2 * balanced);
+  // The imbalance goes (the head stage is 8 block-equivalents against 3 + 1.25): the
+  // issue's target, within 1% of the balanced bound (the simulation is exact arithmetic;
+  // the placement reaches 0.93 of it, its OBs filling the ramps' idle time).
+  EXPECT_LT(r.makespan, 0.6 * whole);
+  EXPECT_LT(r.makespan, 1.01 * balanced);
 }
 
 }  // namespace

@@ -1,16 +1,19 @@
 // VocabSlice (pipetrain/model/vocab_slice.hpp): R slices of the vocabulary, run one after
-// another in one process with their statistics exchanged by hand, give the whole
-// embedding's lookup and its gradient, and the whole output layer's losses, hidden-state
-// gradient and weight gradient (a naive float64 reference), tied and untied, including
-// slices that hold only padding rows.
+// another in one process with their statistics exchanged by hand and their softmax
+// partials merged as the reduction does (merge_softmax_partials, rank order), give the
+// whole embedding's lookup and its gradient, and the whole output layer's losses,
+// hidden-state gradient and weight gradient (a naive float64 reference), tied and untied,
+// including slices that hold only padding rows (partials of m = -inf).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "model_fixtures.hpp"
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/softmax_partials.hpp"
 #include "pipetrain/model/vocab_slice.hpp"
 
 namespace pipetrain {
@@ -95,14 +98,22 @@ TEST_P(VocabSliceTest, OutputSlicesGiveTheWholeLossAndGradients) {
   const Tensor x = random_tensor(*pool, {N, C}, 4);
   std::vector<VocabOutputStash> kept;
   const Tensor all = Tensor::empty(*pool, {R, 2, N});
+  // The softmax partials merged in rank order, as MPI's reduction does.
+  const Tensor merged = Tensor::empty(*pool, {N, 2 + 2 * C}), mine = Tensor::empty(*pool, {N, 2 + 2 * C});
   for (int r = 0; r < R; ++r) {
     const Tensor stats = all.view(static_cast<int64_t>(r) * 2 * N, {2, N});
-    kept.push_back(slices[static_cast<size_t>(r)]->output_forward(ctx, x, stats));
+    kept.push_back(slices[static_cast<size_t>(r)]->output_forward(ctx, x, stats, r == 0 ? &merged : &mine));
+    if (r > 0) {  // merged = merged (+) mine, merged the earlier operand
+      merge_softmax_partials(merged.f32(), mine.f32(), N, C);
+      std::copy(mine.f32(), mine.f32() + mine.numel(), merged.f32());
+    }
   }
-  std::vector<double> dx(static_cast<size_t>(N) * C, 0.0);
+  const Tensor d = Tensor::empty(*pool, {N, C});
+  VocabSlice::hidden_grad(ctx, merged, d);
+  const std::vector<double> dx(d.f32(), d.f32() + d.numel());
   for (int r = 0; r < R; ++r) {
-    const Tensor losses = Tensor::empty(*pool, {N}), d = Tensor::empty(*pool, {N, C});
-    slices[static_cast<size_t>(r)]->output_backward(ctx, kept[static_cast<size_t>(r)], all, R, losses, &d);
+    const Tensor losses = Tensor::empty(*pool, {N});
+    slices[static_cast<size_t>(r)]->output_backward(ctx, kept[static_cast<size_t>(r)], all, R, losses);
     // The reference, in float64: logits over the V real rows, softmax, cross-entropy.
     // Bound: f32 sums of C = 16 products and V = 50 exponentials, relative (C + V) 2^-24
     // = 4e-6 per value; 1e-5 relative.
@@ -120,7 +131,6 @@ TEST_P(VocabSliceTest, OutputSlicesGiveTheWholeLossAndGradients) {
       const double lse = top + std::log(sum), loss = lse - z[static_cast<size_t>(ctx.targets.i32()[n])];
       EXPECT_NEAR(losses.f32()[n], loss, 1e-5 * (1 + loss)) << "slice " << r << ", token " << n;
     }
-    for (size_t i = 0; i < dx.size(); ++i) dx[i] += d.f32()[i];
   }
   // dX = scale sum_v (p_v - onehot_v) W_v, dW_v = scale sum_n (p_nv - onehot) x_n.
   std::vector<double> want_dx(dx.size(), 0.0), want_dw(static_cast<size_t>(V) * C, 0.0);

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "pipetrain/comm/mpi_tool_vars.hpp"
+#include "pipetrain/comm/softmax_partials.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/watchdog.hpp"
@@ -168,6 +169,52 @@ std::unique_ptr<CommRequest> MpiCommunicator::reduce_sum(const Tensor& data, int
   check(MPI_Ireduce(me ? MPI_IN_PLACE : data.raw(), me ? data.raw() : nullptr,
                     count_of(static_cast<size_t>(data.numel()), name_), MPI_FLOAT, MPI_SUM, root, comm_, r->get()),
         "reduce", name_);
+  return r;
+}
+
+namespace {
+
+// MPI's user operation over rows of softmax partials: the row width from the datatype (a
+// contiguous run of floats), so one operation serves every width.
+void merge_softmax_rows(void* in, void* inout, int* len, MPI_Datatype* type) {
+  int bytes = 0;
+  MPI_Type_size(*type, &bytes);
+  const int k = (bytes / static_cast<int>(sizeof(float)) - 2) / 2;
+  merge_softmax_partials(static_cast<const float*>(in), static_cast<float*>(inout), *len, k);
+}
+
+MPI_Op softmax_merge_op() {
+  static MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&merge_softmax_rows, /*commute=*/0, &o);  // rank order: the same bits every run
+    return o;
+  }();
+  return op;
+}
+
+}  // namespace
+
+std::unique_ptr<CommRequest> MpiCommunicator::reduce_softmax_partials(const Tensor& data, int root, Stream& stream) {
+  fault::point("collective");
+  const char* what = "reduce (softmax partials)";
+  check_host(what, name_, data, "data", stream);
+  check_dtype(what, "data", data, DType::F32);
+  if (data.shape().size() != 2 || data.shape()[1] < 2 || data.shape()[1] % 2 != 0)
+    fail("{} on the {} communicator: data is {}, not rows of [m, s, a(k), b(k)]", what, name_, data.describe());
+  if (root < -1 || root >= size_) fail("{} on the {} communicator: root {} of {} ranks", what, name_, root, size_);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);
+  r->describe(fmt::format("a {} to {} on the {} communicator", what, root < 0 ? "every rank" : fmt::format("rank {}", root), name_));
+  if (size_ == 1) return r;
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  check(MPI_Type_contiguous(static_cast<int>(data.shape()[1]), MPI_FLOAT, &row), what, name_);
+  check(MPI_Type_commit(&row), what, name_);
+  const int rows = count_of(static_cast<size_t>(data.shape()[0]), name_);
+  const bool in_place = root < 0 || rank_ == root;  // elsewhere only read
+  const int rc = root < 0 ? MPI_Iallreduce(MPI_IN_PLACE, data.raw(), rows, row, softmax_merge_op(), comm_, r->get())
+                          : MPI_Ireduce(in_place ? MPI_IN_PLACE : data.raw(), in_place ? data.raw() : nullptr, rows, row,
+                                        softmax_merge_op(), root, comm_, r->get());
+  MPI_Type_free(&row);  // the posted reduction keeps its own reference
+  check(rc, what, name_);
   return r;
 }
 

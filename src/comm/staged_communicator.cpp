@@ -82,6 +82,13 @@ std::unique_ptr<CommRequest> StagedCommunicator::reduce_sum(const Tensor& data, 
   return finish(host_.reduce_sum(h, root, host_stream()), rank() == root ? data : Tensor(), {h});
 }
 
+std::unique_ptr<CommRequest> StagedCommunicator::reduce_softmax_partials(const Tensor& data, int root,
+                                                                         Stream& stream) {
+  Tensor h = stage(data, "reduce (softmax partials)", "data", stream, true);
+  return finish(host_.reduce_softmax_partials(h, root, host_stream()), root < 0 || rank() == root ? data : Tensor(),
+                {h});
+}
+
 std::unique_ptr<CommRequest> StagedCommunicator::reduce_scatter_sum(const Tensor& send, const Tensor& recv,
                                                                     Stream& stream) {
   Tensor hs = stage(send, "reduce-scatter", "send", stream, true);

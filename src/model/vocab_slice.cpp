@@ -49,7 +49,8 @@ void VocabSlice::embed_backward(const MicrobatchContext& ctx, const Tensor& toke
                                  C_);
 }
 
-VocabOutputStash VocabSlice::output_forward(const MicrobatchContext& ctx, const Tensor& x, const Tensor& stats) const {
+VocabOutputStash VocabSlice::output_forward(const MicrobatchContext& ctx, const Tensor& x, const Tensor& stats,
+                                            const Tensor* partials) const {
   Backend& be = *ctx.backend;
   const int N = static_cast<int>(x.shape()[0]), Vl = end_ - begin_;
   VocabOutputStash s{x, Tensor::empty(*ctx.pool, {N, Vl})};
@@ -59,13 +60,62 @@ VocabOutputStash VocabSlice::output_forward(const MicrobatchContext& ctx, const 
   Tensor sums = Tensor::empty(*ctx.pool, {N});
   be.crossentropy_local_max(lse, s.logits.f32(), N, Vl, begin_, V_);
   be.crossentropy_local_sums(sums.f32(), target, s.logits.f32(), lse, ctx.targets.i32(), N, Vl, begin_, V_);
+  if (partials) write_partials(ctx, s, lse, sums.f32(), *partials);
   for (int n = 0; n < N; ++n)  // a slice of padding only has no columns: -inf
     if (std::isfinite(lse[n])) lse[n] += std::log(sums.f32()[n]);
   return s;
 }
 
+// Row n: [m, s, a, b] with m the slice's maximum, s its sum of exp(logit - m), b = W[t] (the
+// target's row where it is in the slice, else 0) and a = P W with P = exp(logits - m): from
+// D = P - onehot(t), one product, a = D W + b.
+void VocabSlice::write_partials(const MicrobatchContext& ctx, const VocabOutputStash& s, const float* max,
+                                const float* sums, const Tensor& partials) const {
+  Backend& be = *ctx.backend;
+  const int N = static_cast<int>(s.x.shape()[0]), Vl = end_ - begin_;
+  if (partials.shape() != std::vector<int64_t>{N, 2 + 2 * static_cast<int64_t>(C_)})
+    fail("vocabulary slice: partials are {}, not ({}, {})", partials.describe(), N, 2 + 2 * C_);
+  Tensor d = Tensor::empty(*ctx.pool, {N, Vl});
+  be.copy(d.raw(), s.logits.raw(), s.logits.bytes());
+  Tensor ones = Tensor::empty(*ctx.pool, {N}), unused = Tensor::empty(*ctx.pool, {N});
+  be.fill(ones.f32(), 1.0f, static_cast<size_t>(N));
+  Tensor target = Tensor::empty(*ctx.pool, {N});  // the target logits relative to m: only the loss reads them
+  be.fill(target.f32(), 0.0f, static_cast<size_t>(N));
+  be.crossentropy_finish(unused.f32(), d.f32(), max, ones.f32(), target.f32(), ctx.targets.i32(), N, Vl, begin_, V_,
+                         1.0f);
+  Tensor dw = Tensor::empty(*ctx.pool, {N, C_}), wt = Tensor::empty(*ctx.pool, {N, C_});
+  linear_backward_input(ctx, dw, store(ctx, d), head_);
+  if (head_.compute_bf16.defined())
+    be.embedding_lookup(wt.f32(), ctx.targets.i32(), head_.compute_bf16.bf16_data(), begin_, end_, N, C_);
+  else
+    be.embedding_lookup(wt.f32(), ctx.targets.i32(), head_.value.f32(), begin_, end_, N, C_);
+  const int64_t width = 2 + 2 * static_cast<int64_t>(C_);
+  float* out = partials.f32();
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = out + n * width;
+    const float* a = dw.f32() + n * C_;
+    const float* b = wt.f32() + n * C_;
+    row[0] = max[n];
+    row[1] = std::isfinite(max[n]) ? sums[n] : 0.0f;
+    for (int64_t j = 0; j < C_; ++j) row[2 + j] = a[j] + b[j], row[2 + C_ + j] = b[j];
+  }
+}
+
+void VocabSlice::hidden_grad(const MicrobatchContext& ctx, const Tensor& merged, const Tensor& dx) {
+  const int64_t N = dx.shape()[0], C = dx.shape()[1], width = 2 + 2 * C;
+  if (merged.shape() != std::vector<int64_t>{N, width})
+    fail("vocabulary parallelism: merged partials are {}, not ({}, {})", merged.describe(), N, width);
+  const float* in = merged.f32();
+  float* out = dx.f32();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = in + n * width;
+    const float a = ctx.loss_scale / row[1];
+    for (int64_t j = 0; j < C; ++j) out[n * C + j] = a * row[2 + j] - ctx.loss_scale * row[2 + C + j];
+  }
+}
+
 void VocabSlice::output_backward(const MicrobatchContext& ctx, VocabOutputStash& s, const Tensor& all_stats, int slices,
-                                 const Tensor& losses, const Tensor* dx) {
+                                 const Tensor& losses) {
   const int N = static_cast<int>(s.x.shape()[0]), Vl = end_ - begin_;
   Tensor global = Tensor::empty(*ctx.pool, {3, N});  // log-sum-exp, 1, target logit
   float* lse = global.f32();
@@ -88,10 +138,8 @@ void VocabSlice::output_backward(const MicrobatchContext& ctx, VocabOutputStash&
   }
   ctx.backend->crossentropy_finish(losses.f32(), s.logits.f32(), lse, ones, target, ctx.targets.i32(), N, Vl, begin_,
                                    V_, ctx.loss_scale);
-  if (ctx.loss_scale == 0 || !dx) return;
-  const Tensor dlogits = store(ctx, s.logits);
-  linear_backward_input(ctx, *dx, dlogits, head_);
-  linear_backward_weight(ctx, dlogits, s.x, head_, nullptr);
+  if (ctx.loss_scale == 0) return;
+  linear_backward_weight(ctx, store(ctx, s.logits), s.x, head_, nullptr);
 }
 
 }  // namespace pipetrain

@@ -81,11 +81,11 @@ struct PipelineExecutor::Impl {
   Tensor tokens, targets, losses;
   int64_t losses_kept = 0;
   // Vocabulary parallelism: each microbatch's slice results until their collective takes
-  // them (EF's partial lookup, the last stage's hidden states, OB's share of their
+  // them (EF's partial lookup, the last stage's hidden states, OF's softmax partials of their
   // gradient, the first stage's input gradient), the posted collectives, OF's stashes.
   std::map<int, Tensor> partial_lookup, hidden, hidden_grad, embed_grad;
   std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
-  std::deque<PendingColl> contributed;               // sums this rank only gives to: freed once complete
+  std::deque<PendingColl> contributed;  // what this rank only gives (sums it does not use, a root's sends): freed once complete
   std::map<int, VocabOutputStash> output_stash;
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
@@ -266,9 +266,19 @@ struct PipelineExecutor::Impl {
       c.buffer = std::move(t);
       c.request = v.sums_to_all ? g.allreduce_sum(c.buffer, s) : g.reduce_sum(c.buffer, root, s);
     };
+    // A broadcast goes from the root to each rank (program.hpp: awaited_post); the root's
+    // own consumer reads the data at once while the sends are in flight.
     auto broadcast = [&](std::map<int, Tensor>& mine, int root) {
-      c.buffer = g.rank() == root ? take(mine, m, in) : Tensor::empty(ex.pool_, {N, C}, ex.storage_);
-      c.request = g.broadcast(c.buffer, root, s);
+      const int tag = 2 * m + (in.coll == Coll::EmbedGrad);
+      if (tag > g.tag_ub()) fail("vocabulary parallelism: microbatch {} needs tag {} > MPI_TAG_UB {}", m, tag, g.tag_ub());
+      if (g.rank() != root) {
+        c.buffer = Tensor::empty(ex.pool_, {N, C}, ex.storage_);
+        c.request = g.recv(c.buffer, root, tag, s);
+        return;
+      }
+      c.buffer = take(mine, m, in);
+      for (int q = 0; q < g.size(); ++q)
+        if (q != root) contributed.push_back({c.buffer, g.send(c.buffer, q, tag, s)});
     };
     switch (in.coll) {
       case Coll::EmbedSum:
@@ -282,8 +292,9 @@ struct PipelineExecutor::Impl {
         c.request = g.all_gather(c.buffer.view(2 * N * g.rank(), {2, N}), c.buffer, s);
         break;
       }
-      case Coll::HiddenGrad:
-        sum(take(hidden_grad, m, in), v.last_root);
+      case Coll::HiddenGrad:  // every slice's softmax partials, merged
+        c.buffer = take(hidden_grad, m, in);
+        c.request = g.reduce_softmax_partials(c.buffer, v.sums_to_all ? -1 : v.last_root, s);
         break;
       case Coll::EmbedGrad:
         broadcast(embed_grad, v.first_root);
@@ -300,12 +311,14 @@ struct PipelineExecutor::Impl {
   // The result of a posted collective, waited for now.
   Tensor collective_result(Coll which, int m, const std::string& who) {
     auto it = colls.find({static_cast<int>(which), m});
-    if (it == colls.end() || !it->second.request) fail("rank {}: {} waits for a collective not posted", me, who);
-    watchdog::set_position(
-        fmt::format("step {}, instruction {} ({}), waiting for the vocabulary collective", hooks.step, current, who));
-    const double w0 = now();
-    it->second.request->wait_on(ex.backend_.stream());
-    stats.wait_s += now() - w0;
+    if (it == colls.end()) fail("rank {}: {} waits for a collective not posted", me, who);
+    if (it->second.request) {  // none: a broadcast's root, whose data is its own
+      watchdog::set_position(
+          fmt::format("step {}, instruction {} ({}), waiting for the vocabulary collective", hooks.step, current, who));
+      const double w0 = now();
+      it->second.request->wait_on(ex.backend_.stream());
+      stats.wait_s += now() - w0;
+    }
     Tensor t = std::move(it->second.buffer);
     colls.erase(it);
     return t;
@@ -329,25 +342,24 @@ struct PipelineExecutor::Impl {
         const Tensor x = collective_result(Coll::Hidden, m, name);
         c0 = now();
         const int R = ex.vocab_.group->size();
-        Tensor all = Tensor::empty(ex.pool_, {R, 2, N});
-        output_stash[m] = slice.output_forward(ctx, x, all.view(2 * N * ex.vocab_.group->rank(), {2, N}));
+        Tensor all = Tensor::empty(ex.pool_, {R, 2, N}), partials;
+        if (loss_scale != 0) partials = Tensor::empty(ex.pool_, {N, 2 + 2 * C});
+        output_stash[m] = slice.output_forward(ctx, x, all.view(2 * N * ex.vocab_.group->rank(), {2, N}),
+                                               loss_scale != 0 ? &partials : nullptr);
         colls[{static_cast<int>(Coll::Stats), m}].buffer = std::move(all);
+        if (loss_scale != 0) hidden_grad[m] = std::move(partials);
         break;
       }
       case VocabOp::OutputBackward: {
         const Tensor all = collective_result(Coll::Stats, m, name);
         c0 = now();
         const Tensor l = Tensor::empty(ex.pool_, {N});
-        Tensor dx;
-        if (loss_scale != 0) dx = Tensor::empty(ex.pool_, {N, C});
-        slice.output_backward(ctx, output_stash.at(m), all, ex.vocab_.group->size(), l,
-                              loss_scale != 0 ? &dx : nullptr);
+        slice.output_backward(ctx, output_stash.at(m), all, ex.vocab_.group->size(), l);
         output_stash.erase(m);
         if (ex.vocab_.holds_last) {  // the loss, once: where the last stage runs
           ex.backend_.copy(losses.view(losses_kept * N, {N}).raw(), l.raw(), l.bytes());
           ++losses_kept;
         }
-        if (loss_scale != 0) hidden_grad[m] = std::move(dx);
         break;
       }
       case VocabOp::EmbedBackward: {
@@ -409,8 +421,12 @@ struct PipelineExecutor::Impl {
     StageStash& ss = stash_of(a);
     if (!st.has_head())
       dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
-    else if (vocab())  // every slice's share of the hidden states' gradient, summed
-      dy = layer_util::store(ss.ctx, collective_result(Coll::HiddenGrad, a.microbatch, to_string(a)));
+    else if (vocab()) {  // every slice's softmax partials, merged
+      const Tensor merged = collective_result(Coll::HiddenGrad, a.microbatch, to_string(a));
+      Tensor dx = Tensor::empty(ex.pool_, {merged.shape()[0], static_cast<int64_t>(ex.d_model_)});
+      VocabSlice::hidden_grad(ss.ctx, merged, dx);
+      dy = layer_util::store(ss.ctx, dx);
+    }
     const double c0 = now();
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {

@@ -40,8 +40,10 @@ Costs vocab_placement_costs(const Config& cfg, int stages) {
   Costs c;
   c.F = c.I = c.W = std::max(1e-3, static_cast<double>(m.n_layer) / stages);
   c.B = 2 * c.F;
-  const double of = 2.0 * m.d_model * m.padded_vocab() / slices / block;
-  c.vocab = {1e-3, of, 2 * of, 1e-3};
+  // One product of the slice: OF runs two (the logits, their softmax partials' product with
+  // the table), OB one (the weight gradient).
+  const double product = 2.0 * m.d_model * m.padded_vocab() / slices / block;
+  c.vocab = {1e-3, 2 * product, product, 1e-3};
   return c;
 }
 

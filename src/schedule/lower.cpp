@@ -59,6 +59,10 @@ int collective_root(const Program& p, Coll c) {
   return -1;
 }
 
+int awaited_post(const Program& p, Coll c) {
+  return c == Coll::Hidden || c == Coll::EmbedGrad ? collective_root(p, c) : -1;
+}
+
 Schedule forward_only_schedule(const std::vector<int>& stage_to_rank, int num_ranks, int num_microbatches) {
   Schedule s;
   s.name = "forward-only";

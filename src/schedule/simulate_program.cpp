@@ -20,6 +20,7 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   out.peak_inflight.assign(R, 0);
   std::vector<std::vector<SimEvent>> events(R);
   std::map<std::pair<int, int>, double> posted;  // (collective, microbatch) -> its last post
+  std::map<std::pair<int, int>, double> root_post;  // (broadcast, microbatch) -> its root's post
   const std::vector<size_t> next = walk_program(p, [&](int rank, const Instr& in) {
     const auto r = static_cast<size_t>(rank);
     if (in.op == InstrOp::Send) send_at[value_key(in)] = now[r];
@@ -27,6 +28,7 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
     if (in.op == InstrOp::Coll) {
       double& t = posted[{static_cast<int>(in.coll), in.microbatch}];
       t = std::max(t, now[r]);
+      if (rank == awaited_post(p, in.coll)) root_post[{static_cast<int>(in.coll), in.microbatch}] = now[r];
     }
     if (in.op != InstrOp::Compute && in.op != InstrOp::Vocab) return;
     double start = now[r];
@@ -38,10 +40,13 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
       if (q == post_at.end()) fail("simulate_program: {} on rank {} has no posted receive", to_string(in), r);
       start = std::max(start, std::max(send_at.at(value_key(v)), q->second) + transfer.time());
     }
-    // A collective completes a transfer's time after its last post (walk_program runs the
-    // consumer only once every rank has posted it).
-    if (collective_input(p, in, v))
-      start = std::max(start, posted.at({static_cast<int>(v.coll), v.microbatch}) + transfer.time());
+    // A collective completes a transfer's time after the last post it needs (walk_program
+    // runs the consumer only then); a broadcast's root reads its own data.
+    if (collective_input(p, in, v)) {
+      const std::pair<int, int> key{static_cast<int>(v.coll), v.microbatch};
+      const int root = awaited_post(p, v.coll);
+      start = std::max(start, (root < 0 ? posted.at(key) : root_post.at(key)) + (root == rank ? 0.0 : transfer.time()));
+    }
     if (in.op == InstrOp::Vocab) {
       const double d = costs.vocab[static_cast<size_t>(in.vocab)];
       events[r].push_back({Action{}, rank, start, start + d, to_string(in)});

@@ -213,7 +213,9 @@ void check_progress(const Program& p) {
     Instr send;  // the transfer or collective it waits for
     if (collective_input(p, in, send)) {
       std::vector<int> missing;
+      const int root = awaited_post(p, send.coll);
       for (size_t q = 0; q < next.size(); ++q) {
+        if (root >= 0 && static_cast<int>(q) != root) continue;  // a broadcast waits for its root alone
         bool posted = false;
         for (size_t i = 0; i < next[q] && !posted; ++i) {
           const Instr& x = p.per_rank[q][i];

@@ -43,7 +43,7 @@ bool contributes_after_local(const Program& p, int rank, const Instr& c, const s
     case Coll::Stats:
       return slice(VocabOp::OutputForward, "OF");
     case Coll::HiddenGrad:
-      return slice(VocabOp::OutputBackward, "OB");
+      return slice(VocabOp::OutputForward, "OF");
     case Coll::Hidden:
       missing = fmt::format("{}F{}", p.num_stages - 1, m);
       return rank != collective_root(p, c.coll) || last_forward_done.count(m) > 0;

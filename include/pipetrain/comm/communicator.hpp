@@ -54,6 +54,13 @@ class Communicator {
   // be this rank's block of recv.
   virtual std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) = 0;
   virtual std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) = 0;
+  // In place to `root` (to every rank with root = -1): the log-sum-exp merge of softmax
+  // partials. `data` is (rows, 2 + 2k) f32, each row [m, s, a(k), b(k)]: m a maximum, s a
+  // sum of exp(x - m), a a vector weighted by exp(x - m), b a plain vector. Merged:
+  // m = max_r m_r, s = sum_r s_r e^(m_r - m), a = sum_r a_r e^(m_r - m), b = sum_r b_r (an m
+  // of -inf is an empty partial); combined in rank order, so every run gets the same bits.
+  // Where the transport has no user-defined reductions (NCCL), it throws.
+  virtual std::unique_ptr<CommRequest> reduce_softmax_partials(const Tensor& data, int root, Stream& stream);
   virtual std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) = 0;
   virtual std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) = 0;
 

@@ -27,6 +27,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<CommRequest> reduce_scatter_sum(const Tensor& send, const Tensor& recv, Stream& stream) override;
   std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) override;
   std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) override;
+  std::unique_ptr<CommRequest> reduce_softmax_partials(const Tensor& data, int root, Stream& stream) override;
   std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) override;
   std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) override;
   void allreduce_sum(double* data, size_t n) override;

@@ -90,6 +90,10 @@ bool collective_input(const Program& p, const Instr& in, Instr& coll);
 // first stage's) or goes to (REDUCE_E: the first stage's; REDUCE_DX: the last stage's);
 // -1 for ALLGATHER_S.
 int collective_root(const Program& p, Coll c);
+// Whose post of collective c its consumers wait for: a sum's or a gather's, every rank's
+// (-1); a broadcast's (BCAST_X, BCAST_DE: the root sends to each rank), the root's alone —
+// which on the root is its own post: the data is its own.
+int awaited_post(const Program& p, Coll c);
 // The stage that produces the value feeding `value.stage`.
 int producer_stage(const Instr& value);
 // The identity of the value a transfer moves — (kind, microbatch, consumer stage): a SEND,
@@ -155,7 +159,7 @@ size_t program_position(const Program& p, int rank, size_t index);
 // The program's execution semantics, shared by the validator and the simulator: SEND,
 // RECV, MOVE and COLL never block; a compute whose input comes from another rank waits
 // until that input's SEND has run; a compute or slice whose input is a collective waits
-// until every rank has posted it. Visits every instruction, rank by rank, as far as each can
+// until the posts it needs are there (awaited_post). Visits every instruction, rank by rank, as far as each can
 // go, calling visit(rank, instruction) in that order; returns where each rank stopped —
 // a rank short of its list's end is stuck (all ranks stuck: a deadlock).
 std::vector<size_t> walk_program(const Program& p, const std::function<void(int, const Instr&)>& visit);
