@@ -38,6 +38,8 @@ using bench::random_tokens;
 namespace {
 
 
+constexpr const char* kSliceNames[4] = {"EF", "OF", "OB", "EB"};  // VocabOp's order
+
 struct Measured {
   double step_s = 0, exec_s = 0, bubble = 0, sim_makespan = 0, sim_bubble = 0, vs_single = 0;
   // The schedule's own bound on single rank / (p x step) with the measured action costs:
@@ -53,6 +55,7 @@ struct Run {
   Trainer trainer;
   std::vector<double> step_s, exec_s, bubble, phase[4], compute_s, wait_s, refresh_s, faults;
   std::map<std::pair<int, char>, std::vector<double>> durations;  // (stage, op) -> seconds
+  std::vector<double> slices[4];                                  // this rank's EF, OF, OB, EB seconds
 
   Run(const Config& c, MPI_Comm comm)
       : cfg(c), grid(comm, c.parallel), trainer(c, grid, *backend, random_tokens(c.model.vocab_size, c.train.seq_len)) {
@@ -74,6 +77,9 @@ struct Run {
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     for (const auto& e : trainer.last_stats().events) {
+      for (int k = 0; k < 4; ++k)  // a vocabulary slice: "OF3"
+        if (e.name.size() > 2 && e.name.compare(0, 2, kSliceNames[k]) == 0 && std::isdigit(static_cast<unsigned char>(e.name[2])))
+          slices[k].push_back(e.dur_s);
       if (e.name.empty() || !std::isdigit(static_cast<unsigned char>(e.name[0]))) continue;  // waits, refreshes
       const auto pos = e.name.find_first_of("FBIW");
       durations[{std::stoi(e.name.substr(0, pos)), e.name[pos]}].push_back(e.dur_s);
@@ -113,16 +119,34 @@ Measured summarise(Run& r, const std::vector<double>& ratios, int rank) {
                                                   all[4 * q + 2])
                                     : "",
                  all[4 * q + 1], all[4 * q + 3]);
-  const SimResult sim = simulate(sched, costs);
+  // Vocabulary parallelism: every rank's slices (medians, the slowest rank's), and the
+  // program with them simulated.
+  const Program& prog = r.trainer.program();
+  double vocab_work = 0;  // one microbatch's slices on every rank
+  if (prog.vocab_parallel) {
+    for (int k = 0; k < 4; ++k) costs.vocab[static_cast<size_t>(k)] = median(r.slices[k]);
+    MPI_Allreduce(MPI_IN_PLACE, costs.vocab.data(), 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    for (double v : costs.vocab) vocab_work += v * prog.num_ranks;
+    if (rank == 0)
+      fmt::print("  slices per rank: EF {:.4f} s, OF {:.3f} s, OB {:.3f} s, EB {:.4f} s\n", costs.vocab[0], costs.vocab[1],
+                 costs.vocab[2], costs.vocab[3]);
+  }
+  const SimResult sim = prog.vocab_parallel ? simulate_program(prog, costs) : simulate(sched, costs);
   Costs balanced = costs;
-  double work = 0;  // all stages' actions for every microbatch: a single rank's program
+  double work = vocab_work * sched.num_microbatches;  // a single rank's program: every action and slice
+  double stage_mean = 0;
   for (int o = 0; o < 4; ++o) {
     double mean = 0;
     for (int st = 0; st < sched.num_stages; ++st) mean += flat[static_cast<size_t>(st) * 4 + static_cast<size_t>(o)];
     work += mean * sched.num_microbatches;
     mean /= sched.num_stages;
+    stage_mean += mean;
     for (auto& c : balanced.per_stage) c[static_cast<size_t>(o)] = mean;
   }
+  // Balanced: the slices' work spread over the stages, each action scaled alike.
+  const double spread = stage_mean > 0 ? 1 + vocab_work / sched.num_stages / stage_mean : 1;
+  for (auto& c : balanced.per_stage)
+    for (double& x : c) x *= spread;
   const double ranks = sched.num_ranks;
   return {median(r.step_s),  median(r.exec_s),  median(r.bubble),
           sim.makespan,      sim.bubble_fraction, median(ratios),

@@ -80,14 +80,14 @@ Best best_split(const ModelConfig& m, int S, const UnitCosts& c, int step, const
 }
 
 // Vocabulary parallelism (schedule/vocab_pieces.hpp): the blocks split evenly, the
-// embedding and the head spread over the S ranks (the head's forward a third of its
-// cost, as one product of three; the embedding half forward, half backward), the slices
+// embedding and the head spread over the S ranks (OF two of the head's three products,
+// OB the third; the embedding half forward, half backward), the slices
 // placed into the schedule's program. Returns its simulated step and the balanced bound:
 // the schedule with every stage carrying an S-th of the whole model.
 std::pair<double, double> vocab_parallel_step(const ModelConfig& m, int S, const UnitCosts& c, const Sim& sim) {
   const Schedule s = make_schedule(sim.schedule, {S, 1, sim.microbatches});
   Costs costs = Costs::from_stage_times(std::vector<double>(static_cast<size_t>(S), c.block * m.n_layer / S));
-  costs.vocab = {c.embedding / (2 * S), c.head / (3 * S), 2 * c.head / (3 * S), c.embedding / (2 * S)};
+  costs.vocab = {c.embedding / (2 * S), 2 * c.head / (3 * S), c.head / (3 * S), c.embedding / (2 * S)};
   const double step = simulate_program(lower_vocab_parallel(s, {}, costs), costs).makespan;
   const double all = c.embedding + c.block * m.n_layer + c.head;
   return {step, step_of_costs(std::vector<double>(static_cast<size_t>(S), all / S), sim)};

@@ -145,20 +145,28 @@ std::string TrainData::summary(const Config& cfg) const {
 // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
 // receive buffers and a dp bucket. The largest over the ranks.
 // Vocabulary parallelism's share of the estimate: the program's own stash peak (its
-// backwards may be delayed), the output slices alive between OF and OB, and the
-// collectives' buffers in flight (a partial lookup and a hidden-state gradient being summed,
-// the hidden states and the embedding's gradient being received: about four N x C).
+// backwards may be delayed), the output slices alive between OF and OB (and OF's working
+// copy), and the
+// collectives' buffers in flight (a partial lookup being summed, the hidden states and the
+// embedding's gradient being received: N x C each; the softmax partials of the hidden-state
+// gradient, 2 N x C each, on the last stage's rank from OF until its backward takes them).
 void vocab_memory(const Config& cfg, const Trainer& trainer, Grid& grid, DType storage, MemoryInputs& in) {
+  const Program& prog = trainer.program();
   const int me = grid.coords().pp, B = trainer.microbatch_size(), T = cfg.train.seq_len;
-  in.peak_inflight = simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(me)];
-  int alive = 0;
-  for (const Instr& i : trainer.program().per_rank[static_cast<size_t>(me)]) {
+  in.peak_inflight = simulate_program(prog, Costs{}).peak_inflight[static_cast<size_t>(me)];
+  const bool last = prog.stage_to_rank.back() == me;
+  int alive = 0, partials = 0, most_partials = 1;
+  for (const Instr& i : prog.per_rank[static_cast<size_t>(me)]) {
+    if (i.op == InstrOp::Coll && i.coll == Coll::HiddenGrad && last) most_partials = std::max(most_partials, ++partials);
+    if (i.op == InstrOp::Compute && i.action.op != Op::F && i.action.op != Op::W && i.action.stage == prog.num_stages - 1)
+      --partials;
     if (i.op != InstrOp::Vocab) continue;
     if (i.vocab == VocabOp::OutputForward) in.vocab_inflight = std::max(in.vocab_inflight, ++alive);
     if (i.vocab == VocabOp::OutputBackward) --alive;
   }
+  ++in.vocab_inflight;  // OF's working copy of its logits, from which it forms the partials
   in.vocab_stash = vocab_stash_bytes(cfg.model, grid.pp() * grid.tp(), B, T, storage);
-  in.vocab_buffers = 4.0 * B * T * cfg.model.d_model * 4.0;
+  in.vocab_buffers = (3.0 + 2.0 * most_partials) * B * T * cfg.model.d_model * 4.0;
 }
 
 double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend, const SimResult& sim) {
@@ -280,7 +288,7 @@ std::string backend_summary(const Config& cfg, const Trainer& trainer, const Bac
   if (cfg.runtime.device != "cpu")
     s += " (transfers: " + trainer.comms_summary() + ")";
   else if (trainer.progress_thread())
-    s += fmt::format(", dp reductions progressed by a thread every {} us", cfg.comm.progress_us);
+    s += fmt::format(", MPI collectives progressed by a thread every {} us", cfg.comm.progress_us);
   return s;
 }
 

@@ -47,6 +47,22 @@ struct PendingSend {
   std::unique_ptr<CommRequest> request;
 };
 
+// MPI's progress thread held for a program's vocabulary collectives, released however it ends.
+class ProgressHold {
+ public:
+  explicit ProgressHold(ProgressThread* t) : thread_(t) {
+    if (thread_) thread_->hold();
+  }
+  ~ProgressHold() {
+    if (thread_) thread_->release();
+  }
+  ProgressHold(const ProgressHold&) = delete;
+  ProgressHold& operator=(const ProgressHold&) = delete;
+
+ private:
+  ProgressThread* thread_;
+};
+
 // A posted collective of the vocabulary slices: its buffer, kept until it completes.
 struct PendingColl {
   Tensor buffer;
@@ -496,6 +512,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {
   const HeldWeights held(backend_);  // no weight changes during a program: the optimizer runs after it
   Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
+  const ProgressHold progress(vocab_.slice ? vocab_.progress : nullptr);
   for (size_t i = 0; i < program.size(); ++i) {
     const Instr& in = program[i];
     if (in.op == InstrOp::Compute && (in.action.op == Op::B || in.action.op == Op::W))

@@ -41,9 +41,11 @@ Costs vocab_placement_costs(const Config& cfg, int stages) {
   c.F = c.I = c.W = std::max(1e-3, static_cast<double>(m.n_layer) / stages);
   c.B = 2 * c.F;
   // One product of the slice: OF runs two (the logits, their softmax partials' product with
-  // the table), OB one (the weight gradient).
+  // the table), OB one (the weight gradient) — which, its inner dimension the microbatch's
+  // tokens and its output the slice's whole gradient, ran as long as OF's two on GPT-2 124M
+  // (bench/RESULTS.md): the slices are placed as equals.
   const double product = 2.0 * m.d_model * m.padded_vocab() / slices / block;
-  c.vocab = {1e-3, 2 * product, product, 1e-3};
+  c.vocab = {1e-3, 1.5 * product, 1.5 * product, 1e-3};
   return c;
 }
 
@@ -185,6 +187,14 @@ std::map<int, ModelStage*> Trainer::build_stages() {
 
 // ZeRO-1's shard of the flat buffers, the dp reducer and the tied embedding's exchange
 // between the first and last stage (each when this grid has one).
+// On the CPU the dp buckets and the vocabulary collectives are MPI collectives: a helper
+// thread keeps them moving (made at the first ask; none where MPI cannot host it).
+ProgressThread* Trainer::mpi_progress() {
+  if (!progress_ && cfg_.comm.progress_us > 0 && cfg_.runtime.device == "cpu" && ProgressThread::supported())
+    progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg_.comm.progress_us));
+  return progress_.get();
+}
+
 void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1) {
   Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
   if (zero1) {  // this rank's range of the flat buffer: its gradients (reduced in place) and moments
@@ -198,13 +208,10 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     }
   }
   if (grid_.dp() > 1) {
-    // On the CPU the buckets are MPI collectives: a helper thread keeps them moving.
-    if (cfg_.comm.progress_us > 0 && cfg_.runtime.device == "cpu" && ProgressThread::supported())
-      progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg_.comm.progress_us));
     DataParallelReducer::Options o;
     o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
-    o.progress = progress_.get();
+    o.progress = mpi_progress();
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
     if (zero1) {
       o.shard_elems = shard_hi_ - shard_lo_;
@@ -307,6 +314,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     v.holds_first = me == schedule_.stage_to_rank.front();
     v.holds_last = me == schedule_.stage_to_rank.back();
     v.sums_to_all = grid.tp() > 1;
+    v.progress = mpi_progress();
     executor_->set_vocab(v);
   }
   train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());

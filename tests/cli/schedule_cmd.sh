@@ -93,8 +93,8 @@ expect_failure "rank 1, position 1 (1F0): no receive of its input from rank 0 is
 # simulated; the output layer spread over the ranks beats it whole on the last stage.
 out=$(pt schedule 1f1b --ranks 2 --microbatches 4 --vocab-parallel --vocab-costs 0.05,1,2,0.05)
 expect_contains "$out" "vocabulary parallel: every rank runs its slices" "vocab header"
-expect_contains "$out" "BCAST_X0 OF0 ALLGATHER_S0" "the output layer's slice between its collectives"
-expect_contains "$out" "OB0 REDUCE_DX0" "the hidden-state gradient's reduction after OB"
+expect_contains "$out" "BCAST_X0 OF0 REDUCE_DX0 ALLGATHER_S0" "the output layer's slice between its collectives"
+expect_contains "$out" "BCAST_DE0 EB0" "the root reads the embedding's gradient it broadcasts at once"
 expect_contains "$out" "BCAST_DE3 EB3" "the embedding's backward"
 pt schedule zbv --ranks 2 --stages 4 --microbatches 4 --vocab-parallel --svg "$tmp/zbv-vocab.svg" > /dev/null
 expect_contains "$(cat "$tmp/zbv-vocab.svg")" ">OF3<" "vocabulary slices in the SVG timeline"

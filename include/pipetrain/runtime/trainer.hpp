@@ -96,7 +96,7 @@ class Trainer {
   const UnitCosts& unit_costs() const { return unit_costs_; }
   // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
   std::string comms_summary() const { return comms_->summary(); }
-  bool progress_thread() const { return progress_ && progress_->running(); }  // the dp reducer's
+  bool progress_thread() const { return progress_ && progress_->running(); }  // the MPI collectives
   // train.recompute as it applies to stage `s` (parallel.recompute_stages).
   Recompute recompute_of(int s) const {
     const auto it = recompute_.find(s);
@@ -165,7 +165,8 @@ class Trainer {
   std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   std::map<int, Recompute> recompute_;  // each stage's train.recompute
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
-  std::unique_ptr<ProgressThread> progress_;      // the reducer's (declared first: outlives it)
+  std::unique_ptr<ProgressThread> progress_;      // MPI's progress for the reducer (declared first: outlives it) and for the executor while a program runs
+  ProgressThread* mpi_progress();
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers; grad_shard_ is

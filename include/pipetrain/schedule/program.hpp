@@ -34,21 +34,22 @@ namespace pipetrain {
 enum class InstrOp { Compute, Send, Recv, Move, Vocab, Coll };
 
 // A rank's vocabulary slice for one microbatch: the partial input embedding of its rows
-// (EF), the logits of its columns with their local softmax statistics (OF), the loss
-// gradient's share of the hidden states and its weight gradient (OB), and its rows'
-// gradient from the embedding output's gradient (EB).
+// (EF), the logits of its columns with their local softmax statistics and its softmax
+// partials of the hidden states' gradient (OF), the loss and its weight gradient once every
+// slice's statistics are known (OB), and its rows' gradient from the embedding output's
+// gradient (EB).
 enum class VocabOp { EmbedForward, OutputForward, OutputBackward, EmbedBackward };
 
 // The collectives over the pipeline group, one of each per microbatch, with what a rank
 // contributes when it posts one and who waits for it:
 //   EmbedSum      REDUCE_E   EF's partial embedding; summed for the first stage's F
 //   Hidden        BCAST_X    the last stage's final hidden states (root: the last stage's
-//                            rank, posted before its OF); every rank's OF
+//                            rank, posted before its OF; sent to each rank); every rank's OF
 //   Stats         ALLGATHER_S  OF's softmax statistics; every rank's OB
-//   HiddenGrad    REDUCE_DX  OB's share of the hidden-state gradient; summed for the last
-//                            stage's backward
+//   HiddenGrad    REDUCE_DX  OF's softmax partials of the hidden-state gradient, merged by
+//                            log-sum-exp for the last stage's backward
 //   EmbedGrad     BCAST_DE   the first stage's input gradient (root: the first stage's
-//                            rank, posted before its EB); every rank's EB
+//                            rank, posted after its backward; sent to each rank); every rank's EB
 enum class Coll { EmbedSum, Hidden, Stats, HiddenGrad, EmbedGrad };
 
 struct Instr {

@@ -9,12 +9,14 @@
 //    stage's backward of microbatch m is one slot behind its forward: the slot in which
 //    every rank computes its share of m's output layer (one more stash per rank, the p+1
 //    the paper reports).
-//  - place_vocab_pieces: from the program's simulated timeline, each slice goes into each
-//    rank's list at the first boundary after its input can exist (the last stage's F for
-//    OF, every rank's OF for OB, the first stage's backward for EB; EF two microbatches
-//    ahead of the first stage), no later than the first action that depends on it, in one
-//    order on every rank, so that every rank posts the collectives in the same order. The
-//    collectives are nonblocking: a rank waits only where it consumes one.
+//  - place_vocab_pieces: from the program's simulated timeline, the pieces that post a
+//    collective (EF, OF, BCAST_DE's post) go into each rank's list in one order on every
+//    rank (MPI's rule for collectives), each at the first boundary after its input can
+//    exist (the last stage's F for OF, the first stage's backward for BCAST_DE; EF two
+//    microbatches ahead of the first stage) or where the rank would otherwise wait, and
+//    before the first action that depends on it; OB (the weight gradient, needed by nothing
+//    but the step's end) and EB go where each rank would otherwise wait. The collectives are
+//    nonblocking: a rank waits only where it consumes one.
 // validate_program proves the result (validate_vocab.cpp) like the point-to-point traffic.
 // Exports: delay_backwards, place_vocab_pieces, lower_vocab_parallel.
 #pragma once
@@ -30,8 +32,9 @@ Schedule delay_backwards(const Schedule& s, int forwards = 1);
 
 // Adds the vocabulary slices and their collectives to a lowered program, placed by its
 // simulated timeline under `costs` (costs.vocab: one rank's slices) and `transfer` (each
-// transfer's and each collective's time). Throws pipetrain::Error when a slice cannot be
-// placed between its input and its first dependant on some rank.
+// transfer's and each collective's time): under several policies (how eagerly pieces go
+// first, how many OBs may wait), the shortest simulated step. Throws pipetrain::Error when
+// no policy can place a slice between its input and its first dependant on some rank.
 Program place_vocab_pieces(Program p, const Costs& costs, const TransferCosts& transfer = {});
 
 // lower and place_vocab_pieces, for the schedule as given and with its backwards delayed
