@@ -101,7 +101,7 @@ struct PipelineExecutor::Impl {
   // gradient, the first stage's input gradient), the posted collectives, OF's stashes.
   std::map<int, Tensor> partial_lookup, hidden, hidden_grad, embed_grad;
   std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
-  std::deque<PendingColl> contributed;  // what this rank only gives (sums it does not use, a root's sends): freed once complete
+  std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
   std::map<int, VocabOutputStash> output_stash;
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
@@ -286,7 +286,8 @@ struct PipelineExecutor::Impl {
     // own consumer reads the data at once while the sends are in flight.
     auto broadcast = [&](std::map<int, Tensor>& mine, int root) {
       const int tag = 2 * m + (in.coll == Coll::EmbedGrad);
-      if (tag > g.tag_ub()) fail("vocabulary parallelism: microbatch {} needs tag {} > MPI_TAG_UB {}", m, tag, g.tag_ub());
+      if (tag > g.tag_ub())
+        fail("vocabulary parallelism: microbatch {} needs tag {} > MPI_TAG_UB {}", m, tag, g.tag_ub());
       if (g.rank() != root) {
         c.buffer = Tensor::empty(ex.pool_, {N, C}, ex.storage_);
         c.request = g.recv(c.buffer, root, tag, s);
