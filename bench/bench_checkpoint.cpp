@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     cfg.model.n_layer = layers;
     (dp ? cfg.parallel.dp : cfg.parallel.pp) = size;
     cfg.parallel.zero1 = zero1;
+    cfg.parallel.vocab_parallel = Toggle::Off;  // as RESULTS.md measured it: whole layers
     cfg.train.global_batch = size;
     cfg.train.microbatches = dp ? 1 : size;
     auto backend = make_cpu_backend();

@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
     Run single(cfg, MPI_COMM_SELF);
     Config pcfg = cfg;
     pcfg.parallel.pp = size;
+    pcfg.parallel.vocab_parallel = Toggle::Off;  // whole layers; the slices are the --vocab-parallel runs
     std::vector<std::unique_ptr<Run>> pipes;
     std::vector<std::string> names, splits;  // each pipe's schedule and split
     std::vector<std::vector<double>> layouts = {split};

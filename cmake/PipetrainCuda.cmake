@@ -111,8 +111,20 @@ function(pipetrain_configure_cuda target)
   # static library's export then needs nothing from CUDAToolkit at find_package time
   # (the same approach as HDF5 in PipetrainDependencies.cmake).
   target_include_directories(${target} SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(${target} PRIVATE
-    ${CUDA_cudart_LIBRARY} ${CUDA_cublas_LIBRARY} ${CUDA_cublasLt_LIBRARY})
+  # cuBLAS and cuBLASLt are opened when a CUDA backend starts (backend/cuda/cublas_loader):
+  # linked, they cost every process half a second of start-up. Their sonames and the
+  # toolkit's copies, for dlopen.
+  target_link_libraries(${target} PRIVATE ${CUDA_cudart_LIBRARY} ${CMAKE_DL_LIBS})
+  set(_pt_cublas_definitions)
+  foreach(_lib cublas cublasLt)
+    get_filename_component(_dir "${CUDA_${_lib}_LIBRARY}" DIRECTORY)
+    string(TOUPPER ${_lib} _upper)
+    set(_soname "lib${_lib}.so.${CUDAToolkit_VERSION_MAJOR}")
+    list(APPEND _pt_cublas_definitions "PIPETRAIN_${_upper}_SONAME=\"${_soname}\""
+         "PIPETRAIN_${_upper}_PATH=\"${_dir}/${_soname}\"")
+  endforeach()
+  set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/backend/cuda/cublas_loader.cpp APPEND
+    PROPERTY COMPILE_DEFINITIONS ${_pt_cublas_definitions})
   # "90;80" -> "90,80" for `pipetrain --version` (a ';' cannot travel in a definition).
   string(REPLACE ";" "," _archs "${PIPETRAIN_CUDA_ARCHITECTURES}")
   set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/backend/cuda/cuda_backend.cpp APPEND

@@ -58,9 +58,10 @@ mpi_env() {
 # configure_sanitized BUILD_DIR: the one sanitized tree that sanitize.sh and fuzz.sh share
 # (clang-14: AddressSanitizer + UBSan on everything, and libFuzzer's coverage on the
 # library), so the library is compiled once for the unit suite, mpi.np2 and the fuzzers.
-# Leak detection is off at run time: Open MPI unloads its plugins (dlclose) with
-# allocations still held, which LeakSanitizer reports from "<unknown module>" frames that
-# no suppression can name.
+# Line tables, not full debug information: reports name every frame's file and line, and
+# the tree compiles about a tenth faster. Leak detection is off at run time: Open MPI
+# unloads its plugins (dlclose) with allocations still held, which LeakSanitizer reports
+# from "<unknown module>" frames that no suppression can name.
 configure_sanitized() {
   local dir=$1
   mkdir -p "$dir"
@@ -68,6 +69,7 @@ configure_sanitized() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
     -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+    -DCMAKE_CXX_FLAGS_DEBUG="-gline-tables-only" -DCMAKE_C_FLAGS_DEBUG="-gline-tables-only" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DPIPETRAIN_ENABLE_CUDA=OFF -DPIPETRAIN_BUILD_TESTS=ON -DPIPETRAIN_BUILD_BENCH=OFF \
     -DPIPETRAIN_BUILD_FUZZERS=ON -DPIPETRAIN_WARNINGS_AS_ERRORS=ON >"$dir/configure.log" 2>&1 \

@@ -6,15 +6,45 @@
 // "no GPU: <reason>" on machines without one.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/error.hpp"
+#ifdef PIPETRAIN_HAVE_CUDA
+#include "../src/backend/cuda/cublas_loader.hpp"
+#endif
 
 namespace pipetrain {
 namespace {
+
+// cuBLAS is opened when the backend first needs it, not when the process starts (it cost
+// every process half a second): absent from this process's mappings until cublas(), which
+// then resolves every function, GPU or not. First in the file, so no backend ran before it.
+TEST(CudaBackend, CublasOpensOnFirstUse) {
+#ifdef PIPETRAIN_HAVE_CUDA
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.find("libcublasLt") != std::string::npos) return true;
+    return false;
+  };
+  if (!std::ifstream("/proc/self/maps")) GTEST_SKIP() << "no /proc/self/maps to look at";
+  EXPECT_FALSE(mapped()) << "libcublasLt was loaded at start";
+  const cuda::CublasApi& api = cuda::cublas();
+#define PIPETRAIN_EXPECT_RESOLVED(name) EXPECT_NE(api.name, nullptr) << #name;
+  PIPETRAIN_CUBLAS_FUNCTIONS(PIPETRAIN_EXPECT_RESOLVED)
+  PIPETRAIN_CUBLASLT_FUNCTIONS(PIPETRAIN_EXPECT_RESOLVED)
+#undef PIPETRAIN_EXPECT_RESOLVED
+  EXPECT_TRUE(mapped());
+  EXPECT_EQ(&cuda::cublas(), &api);  // opened once
+#else
+  GTEST_SKIP() << "built without CUDA: no cuBLAS to open";
+#endif
+}
 
 TEST(CudaBackend, BuildSummary) {
   const std::string s = cuda_build_summary();

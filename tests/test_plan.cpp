@@ -1,21 +1,21 @@
 // The planner: cluster files (every key checked), the cost model's pieces against hand
 // calculations and against the model's own parameter declarations, enumeration, memory
 // pruning, the branch-and-bound ranking against an exhaustive one, and the errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
-
-#include <tuple>
 
 #include <cmath>
 #include <filesystem>
-#include <fmt/format.h>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "pipetrain/model/parameters.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/plan/cluster.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/plan/planner.hpp"
+#include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "test_files.hpp"
 
@@ -472,6 +472,85 @@ TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {
     EXPECT_DOUBLE_EQ(some.ranked[k].second.step_s, full.ranked[k].second.step_s);
   }
   EXPECT_FALSE(some.reason.empty());
+}
+
+// GPT-2 124M at seq 1024: the output layer is 6 V C = 231.8 MFLOP per token, a block
+// 3 x 2 x 12 C^2 + 6 T C (causal attention) = 47.2 M: 4.9 blocks' work, (12 + 4.9) / stages a
+// stage's share, so pp = 2 keeps whole layers and pp = 4, or pp = 2 with two stages per rank,
+// slices the vocabulary.
+TEST(VocabChoice, AutoSlicesWhereTheOutputLayerOutweighsAStagesShare) {
+  Config cfg;
+  cfg.model.n_layer = 12, cfg.model.n_head = 12, cfg.model.d_model = 768, cfg.model.vocab_size = 50257;
+  cfg.model.max_seq_len = cfg.train.seq_len = 1024;
+  cfg.train.global_batch = cfg.train.microbatches = 8;
+  ASSERT_EQ(cfg.parallel.vocab_parallel, Toggle::Auto);  // the default
+  auto choice = [&](int pp, int v = 1) {
+    Config c = cfg;
+    c.parallel.pp = pp, c.parallel.virtual_stages = v;
+    return choose_vocab_parallel(c);
+  };
+  EXPECT_FALSE(choice(1).on);
+  const VocabChoice two = choice(2), four = choice(4), looped = choice(2, 2);
+  EXPECT_FALSE(two.on) << two.reason;
+  EXPECT_NE(two.reason.find("auto: the output layer, 4.9 blocks' work, fits a stage's share (8.5 of 16.9 over 2"),
+            std::string::npos)
+      << two.reason;
+  EXPECT_TRUE(four.on) << four.reason;
+  EXPECT_NE(four.reason.find("more than a stage's share (4.2 of 16.9 over 4 stages)"), std::string::npos)
+      << four.reason;
+  EXPECT_TRUE(looped.on) << looped.reason;
+  // What the run cannot take turns it off, saying why; true and false are obeyed.
+  cfg.parallel.pp = 4;
+  Config gpu = cfg, file = cfg, nccl = cfg, odd = cfg, forced = cfg, off = cfg;
+  gpu.runtime.device = "cuda";
+  file.schedule.file = "my.csv";
+  nccl.comm.p2p = "nccl";
+  odd.parallel.pp = 5;  // 5 slices do not divide 50304 rows
+  for (const auto& [c, why] : {std::pair{gpu, "CPUs only"}, {file, "my.csv"}, {nccl, "nccl"}, {odd, "5 slices"}}) {
+    const VocabChoice v = choose_vocab_parallel(c);
+    EXPECT_FALSE(v.on);
+    EXPECT_NE(v.reason.find(why), std::string::npos) << v.reason;
+  }
+  forced.parallel.vocab_parallel = Toggle::On, off.parallel.vocab_parallel = Toggle::Off;
+  cfg.parallel.pp = 2;
+  forced.parallel.pp = off.parallel.pp = 2;
+  EXPECT_TRUE(choose_vocab_parallel(forced).on);
+  off.parallel.pp = 8;
+  EXPECT_FALSE(choose_vocab_parallel(off).on);
+}
+
+// A vocabulary ten blocks' work on four CPU ranks: the planner tries every layout with and
+// without the slices, picks the slices, charges every rank its share of the output layer
+// (its compute at least a quarter of one rank's: work is conserved) and holds less on the
+// rank that held the head.
+TEST(Planner, VocabularyParallelLayoutsArePricedAndChosenWhereTheyWin) {
+  Config cfg = tiny_config(16);
+  cfg.model.vocab_size = 8192;
+  ClusterSpec c = node_of(4);
+  c.device.kind = "cpu";
+  PlanOptions o;
+  o.precisions = {"fp32"}, o.only_pp = {4}, o.top = 3;
+  const PlanResult with = plan(cfg, c, o);
+  ASSERT_FALSE(with.ranked.empty());
+  EXPECT_TRUE(with.ranked.front().first.vocab_parallel) << describe(with.ranked.front().first);
+  EXPECT_NE(describe(with.ranked.front().first).find("vocabulary parallel"), std::string::npos);
+  cfg.parallel.vocab_parallel = Toggle::Off;
+  const PlanResult without = plan(cfg, c, o);
+  EXPECT_EQ(with.candidates, 2 * without.candidates);
+  EXPECT_LT(with.ranked.front().second.step_s, without.ranked.front().second.step_s);
+
+  Layout one;
+  one.microbatches = 4, one.microbatch_size = 4;
+  const Prediction single = predict(cfg, c, one);
+  Layout sliced = one;
+  sliced.pp = 4, sliced.vocab_parallel = true;
+  Layout whole = sliced;
+  whole.vocab_parallel = false;
+  const Prediction p = predict(cfg, c, sliced), q = predict(cfg, c, whole);
+  EXPECT_GE(p.compute_s, single.compute_s / 4 * (1 - 1e-12));
+  EXPECT_EQ(sliced.blocks_per_stage, (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_LT(p.memory.total(), q.memory.total());
+  EXPECT_LT(p.step_s, q.step_s);
 }
 
 TEST(Planner, PrunesWhatDoesNotFitAndNamesTheSmallest) {

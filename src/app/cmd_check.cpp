@@ -5,9 +5,8 @@
 // estimate per rank against a cluster file or this node. Prints the header lines the
 // run will print; any problem is the run's own one-line error, and the exit is non-zero.
 // Job scripts run it at submission, so a bad layout fails in seconds, not after the queue.
-#include <mpi.h>
-
 #include <fmt/format.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/plan/planner.hpp"
+#include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/topology/node_memory.hpp"
@@ -106,7 +106,8 @@ int run_check(const CheckOptions& o) {
   std::string comms_csv;
   const Schedule sched = schedule_from_config(cfg, &comms_csv);
   const bool in_order = cfg.runtime.device == "cuda" && cfg.comm.p2p != "mpi";  // NCCL posts in order
-  const Program program = program_from_config(cfg, sched, comms_csv, kMinTagUb, in_order);
+  const VocabChoice vocab = choose_vocab_parallel(cfg);
+  const Program program = program_from_config(cfg, sched, comms_csv, kMinTagUb, in_order, vocab.on);
   const SimResult sim = simulate(sched, Costs{});
   const std::string data =
       o.no_data ? std::string("not checked (--no-data)") : check_data(cfg);
@@ -125,11 +126,10 @@ int run_check(const CheckOptions& o) {
   fmt::print("  data {}; {} x {} microbatches x seq {}; precision {}\n", data,
              cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches), cfg.train.microbatches,
              cfg.train.seq_len, cfg.train.precision);
-  fmt::print("{}\n", grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
-                                sched.num_microbatches, sim.bubble_fraction,
-                                predicted ? predicted->memory.total() : 0.0,
-                                cfg.parallel.vocab_parallel == Toggle::On ? cfg.parallel.pp * cfg.parallel.tp : 0,
-                                cfg.model.padded_vocab()}));
+  fmt::print("{}\n",
+             grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
+                        sched.num_microbatches, sim.bubble_fraction, predicted ? predicted->memory.total() : 0.0,
+                        vocab.on ? cfg.parallel.pp * cfg.parallel.tp : 0, cfg.model.padded_vocab(), vocab.reason}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

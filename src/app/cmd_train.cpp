@@ -25,6 +25,8 @@
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/planner.hpp"
+#include "pipetrain/plan/vocab_choice.hpp"
+#include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/training_loop.hpp"
@@ -143,32 +145,8 @@ std::string TrainData::summary(const Config& cfg) const {
 // another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
 // one), runtime.pack_weights' two copies of the matrices, the stashed activations the
 // schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
-// receive buffers and a dp bucket. The largest over the ranks.
-// Vocabulary parallelism's share of the estimate: the program's own stash peak (its
-// backwards may be delayed), the output slices alive between OF and OB (and OF's working
-// copy), and the
-// collectives' buffers in flight (a partial lookup being summed, the hidden states and the
-// embedding's gradient being received: N x C each; the softmax partials of the hidden-state
-// gradient, 2 N x C each, on the last stage's rank from OF until its backward takes them).
-void vocab_memory(const Config& cfg, const Trainer& trainer, Grid& grid, DType storage, MemoryInputs& in) {
-  const Program& prog = trainer.program();
-  const int me = grid.coords().pp, B = trainer.microbatch_size(), T = cfg.train.seq_len;
-  in.peak_inflight = simulate_program(prog, Costs{}).peak_inflight[static_cast<size_t>(me)];
-  const bool last = prog.stage_to_rank.back() == me;
-  int alive = 0, partials = 0, most_partials = 1;
-  for (const Instr& i : prog.per_rank[static_cast<size_t>(me)]) {
-    if (i.op == InstrOp::Coll && i.coll == Coll::HiddenGrad && last) most_partials = std::max(most_partials, ++partials);
-    if (i.op == InstrOp::Compute && i.action.op != Op::F && i.action.op != Op::W && i.action.stage == prog.num_stages - 1)
-      --partials;
-    if (i.op != InstrOp::Vocab) continue;
-    if (i.vocab == VocabOp::OutputForward) in.vocab_inflight = std::max(in.vocab_inflight, ++alive);
-    if (i.vocab == VocabOp::OutputBackward) --alive;
-  }
-  ++in.vocab_inflight;  // OF's working copy of its logits, from which it forms the partials
-  in.vocab_stash = vocab_stash_bytes(cfg.model, grid.pp() * grid.tp(), B, T, storage);
-  in.vocab_buffers = (3.0 + 2.0 * most_partials) * B * T * cfg.model.d_model * 4.0;
-}
-
+// receive buffers and a dp bucket; vocabulary parallelism's share (plan/vocab_memory.hpp).
+// The largest over the ranks.
 double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend, const SimResult& sim) {
   const Schedule& sched = trainer.schedule();
   const bool bf16 = cfg.train.precision == "bf16";
@@ -182,7 +160,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   in.widened = static_cast<double>(trainer.params().widened_numel());
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
-  const bool vocab = cfg.parallel.vocab_parallel == Toggle::On;
+  const bool vocab = trainer.vocab_parallel();
   for (int st = 0; st < sched.num_stages; ++st)
     if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
       const auto& u = units[static_cast<size_t>(st)];
@@ -199,7 +177,9 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
                                                               cfg.train.seq_len, storage, mode, keeps));
     }
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
-  if (vocab) vocab_memory(cfg, trainer, grid, storage, in);
+  if (vocab)
+    add_vocab_memory(trainer.program(), grid.coords().pp, cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(),
+                     cfg.train.seq_len, storage, in);
   if (grid.pp() > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
                           static_cast<double>(dtype_size(storage));
@@ -370,8 +350,8 @@ int run_train(const TrainOptions& opt) {
       cfg.train.microbatches, cfg.train.seq_len, backend_summary(cfg, trainer, *backend), cfg.train.precision));
   log_blend(log, cfg, data);
   log.line(grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
-                      sim.bubble_fraction, est,
-                      cfg.parallel.vocab_parallel == Toggle::On ? grid.pp() * grid.tp() : 0, cfg.model.padded_vocab()}));
+                      sim.bubble_fraction, est, trainer.vocab_parallel() ? grid.pp() * grid.tp() : 0,
+                      cfg.model.padded_vocab(), choose_vocab_parallel(cfg).reason}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   log.run_files(cfg, run_info(cfg, grid, trainer, sim, predicted), sched, sim);

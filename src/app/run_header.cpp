@@ -32,10 +32,11 @@ std::string model_line(const Config& cfg, int64_t params) {
 }
 
 std::string grid_line(const GridSummary& g) {
-  const std::string vocab =
-      g.vocab_slices > 0 ? fmt::format("; vocabulary parallel: {} slices of {} rows", g.vocab_slices,
-                                       g.padded_vocab / g.vocab_slices)
-                         : "";
+  const std::string why = g.vocab_reason.empty() ? "" : fmt::format(" ({})", g.vocab_reason);
+  const std::string vocab = g.vocab_slices > 0 ? fmt::format("; vocabulary parallel: {} slices of {} rows{}",
+                                                             g.vocab_slices, g.padded_vocab / g.vocab_slices, why)
+                            : why.empty()      ? ""
+                                               : "; vocabulary parallel off" + why;
   return fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, simulated "
                      "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",
                      g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.schedule, g.stages, g.microbatches, percent(g.bubble),

@@ -72,16 +72,7 @@ void check_parallel(const Checker& c, const Config& cfg) {
   c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
   c.check(p.dp_bucket_mb > 0, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
   c.rule(tp_split_problem(m, p.tp));
-  c.check(p.vocab_parallel != Toggle::Auto,
-          "parallel.vocab_parallel = \"auto\" is not decided by a cost rule yet: set true or false");
-  if (p.vocab_parallel == Toggle::On) {
-    c.rule(vocab_split_problem(m, p.pp * p.tp));
-    c.check(cfg.runtime.device == "cpu",
-            "parallel.vocab_parallel = true runs on CPUs only in this version (runtime.device = \"cpu\")");
-    c.check(cfg.schedule.file.empty(),
-            fmt::format("parallel.vocab_parallel = true: schedule.file {} gives no vocabulary slices; use a built-in "
-                        "schedule.name", quote(cfg.schedule.file)));
-  }
+  if (p.vocab_parallel == Toggle::On) c.rule(vocab_parallel_problem(cfg));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {
     c.check(static_cast<int64_t>(p.layers_per_stage.size()) == stages,

@@ -35,6 +35,22 @@ std::string vocab_split_problem(const ModelConfig& m, int slices) {
       slices, m.padded_vocab());
 }
 
+std::string vocab_parallel_problem(const Config& cfg) {
+  if (auto problem = vocab_split_problem(cfg.model, cfg.parallel.pp * cfg.parallel.tp); !problem.empty())
+    return problem;
+  if (cfg.runtime.device != "cpu")
+    return fmt::format("parallel.vocab_parallel runs on CPUs only in this version (runtime.device = \"{}\")",
+                       cfg.runtime.device);
+  if (!cfg.schedule.file.empty())
+    return fmt::format(
+        "parallel.vocab_parallel: schedule.file \"{}\" gives no vocabulary slices; use a built-in "
+        "schedule.name",
+        cfg.schedule.file);
+  if (cfg.comm.p2p == "nccl")
+    return "parallel.vocab_parallel: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet";
+  return "";
+}
+
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches) {
   const int64_t per_step = int64_t{dp} * microbatches;
   if (per_step > 0 && global_batch >= per_step && global_batch % per_step == 0) return "";

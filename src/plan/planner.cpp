@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <map>
@@ -16,9 +17,12 @@
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/vocab_choice.hpp"
+#include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/schedule/program.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/simulate.hpp"
+#include "pipetrain/schedule/vocab_pieces.hpp"
 
 namespace pipetrain {
 
@@ -44,7 +48,8 @@ struct Built {
   bool ok = false;
   Schedule schedule;
   std::vector<int> peaks;
-  std::unique_ptr<Program> program;  // lowered on first simulation
+  std::unique_ptr<Program> program;        // lowered on first simulation
+  std::unique_ptr<Program> vocab_program;  // with vocabulary slices, placed by the first costs simulated
 };
 using ScheduleKey = std::tuple<std::string, int, int, int>;
 
@@ -64,8 +69,14 @@ class ScheduleCache {
     }
     return *b;
   }
-  const Program& program(Built& b) {
-    if (!b.program) b.program = std::make_unique<Program>(lower(b.schedule, LowerOptions{kRecvLookahead, INT_MAX}));
+  const Program& program(Built& b, bool vocab_parallel, const Costs& costs) {
+    const LowerOptions options{kRecvLookahead, INT_MAX};
+    if (vocab_parallel) {
+      if (!b.vocab_program)
+        b.vocab_program = std::make_unique<Program>(lower_vocab_parallel(b.schedule, options, costs));
+      return *b.vocab_program;
+    }
+    if (!b.program) b.program = std::make_unique<Program>(lower(b.schedule, options));
     return *b.program;
   }
 
@@ -82,6 +93,7 @@ struct Costed {
   std::vector<double> busy, tp_comm;         // per pipeline rank, over the step
   std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
   RankMemory memory;                         // the rank that holds the most
+  std::vector<MemoryInputs> inputs;          // per pipeline rank
   double lower_bound = 0;
 };
 
@@ -119,7 +131,9 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
 }
 
 // What rank r holds of the model: its parameters (as stored, widened for products and
-// in dense products' weights), its largest stage stash, and which pieces it has.
+// in dense products' weights), its largest stage stash, and which pieces it has. Under
+// vocabulary parallelism the embedding and head pieces keep their positions and final norm;
+// every rank holds its slice of the table(s) instead.
 struct Holdings {
   double params = 0, widened = 0, dense = 0, largest_stash = 0;
   bool embedding = false, head = false, block = false;
@@ -129,21 +143,29 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
                        bool native_bf16) {
   const DType storage = l.precision == "bf16" ? DType::BF16 : DType::F32;
   Holdings h;
+  const bool vp = l.vocab_parallel;
   for (int st = 0; st < s.num_stages; ++st) {
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
     const auto& u = units[static_cast<size_t>(st)];
-    h.largest_stash = std::max(
-        h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage, l.recompute, keeps));
+    h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
+                                                            l.recompute, keeps, vp));
     for (const StagePiece& p : stage_pieces(model, u)) {
-      h.widened += widened_params(model, p.kind, l.tp, native_bf16);
-      h.dense += dense_weight_params(model, p.kind, l.tp);
-      h.params += unit_params(model, p.kind).on_rank(l.tp);
+      const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
+      const double params =
+          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind).on_rank(l.tp);
+      h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true) : params;
+      h.dense += vp && table ? 0.0 : dense_weight_params(model, p.kind, l.tp);
+      h.params += params;
       h.embedding = h.embedding || p.kind == UnitKind::Embedding;
       h.head = h.head || p.kind == UnitKind::Head;
       h.block = h.block || is_block_part(p.kind);
     }
   }
-  if (h.embedding && h.head && model.tied()) {  // one table serves both
+  if (vp) {  // the slice of one table (tied) or of two
+    const double slice = (model.tied() ? 1 : 2) * unit_params(model, UnitKind::Head).sharded / (l.pp * l.tp);
+    h.params += slice;
+    if (!native_bf16) h.widened += slice;
+  } else if (h.embedding && h.head && model.tied()) {  // one table serves both
     const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
     h.params -= table;
     if (!native_bf16) h.widened -= table;
@@ -174,27 +196,46 @@ double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, doub
   return std::max({last_bucket, t_held, t_red - backward}) + (l.zero1 ? t_gather : 0.0);
 }
 
-// Costs everything but the timeline. `built` is the layout's schedule.
-Costed cost_layout(const Context& cx, Layout l, Built& built) {
+// Vocabulary parallelism: one rank's slice per microbatch (Costs::vocab, EF OF OB EB). OF
+// computes 1/pp of the output layer's logits and input gradient, OB of its weight
+// gradient; a lookup into a slice still writes a whole N x C partial. The two reductions
+// keep every rank busy and are charged to their slices, whole (the progress thread hides
+// some): EF's partial lookups summed, OF's softmax partials (2 N x C). The simulation
+// delays each collective's consumer by a transfer, as it does a send.
+std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const ActionTimes& embedding,
+                                  const ActionTimes& head) {
+  const double N = static_cast<double>(l.microbatch_size) * cx.cfg.train.seq_len, C = cx.cfg.model.d_model;
+  const double act = 4.0 * N * C;
+  const int ranks = l.pp * l.tp;
+  const LinkSpec& link = group_link(cx.cluster, l.dp * l.tp, l.pp);
+  const double sum = allreduce_seconds(act, ranks, link), partials = allreduce_seconds(2 * act, ranks, link);
+  return {embedding.F + sum, (head.F + head.I) / l.pp + partials, head.W / l.pp, embedding.I + embedding.W};
+}
+
+// The stages' split and their costs per microbatch (out.costs; tp communication per stage
+// in stage_tp). A stage's pieces (partition.hpp) are priced as the cost model's units. Under
+// vocabulary parallelism the slices' work (vocab_costs) is every rank's; the stages split
+// the blocks, their ends keeping positions and the final norm (as the Trainer splits).
+std::vector<StageUnits> price_stages(const Context& cx, Layout& l, int S, Costed& out, std::vector<double>& stage_tp) {
   const ModelConfig& model = cx.cfg.model;
-  const ClusterSpec& c = cx.cluster;
-  const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
-  const Schedule& s = built.schedule;
-  const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
-  // A stage's pieces (partition.hpp) are priced as the cost model's units.
   std::map<UnitKind, ActionTimes> times;
   for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head})
-    times[k] = unit_times(c, model, k, tp, B, T, l.precision, l.recompute);
+    times[k] =
+        unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, cx.cfg.train.seq_len, l.precision, l.recompute);
   auto total = [&](UnitKind k) { return times[k].F + times[k].I + times[k].W; };
+  const bool vp = l.vocab_parallel;
+  if (vp) {
+    out.costs.vocab = vocab_costs(cx, l, times[UnitKind::Embedding], times[UnitKind::Head]);
+    times[UnitKind::Head] = ActionTimes{};
+  }
   const std::vector<StageUnits> units =
       partition_gpt2(model, S, {},
-                     UnitCosts{total(UnitKind::Embedding), total(UnitKind::Block), total(UnitKind::Head),
+                     UnitCosts{vp ? 0.0 : total(UnitKind::Embedding), total(UnitKind::Block),
+                               vp ? 0.01 * total(UnitKind::Block) : total(UnitKind::Head),
                                total(UnitKind::Attention) / total(UnitKind::Block)});
   l.blocks_per_stage = blocks_per_stage(model, units);
-
-  Costed out;
   out.costs.per_stage.resize(static_cast<size_t>(S));
-  std::vector<double> stage_tp(static_cast<size_t>(S), 0.0);
+  stage_tp.assign(static_cast<size_t>(S), 0.0);
   for (int st = 0; st < S; ++st) {
     double F = 0, I = 0, W = 0, comm = 0;
     for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
@@ -204,6 +245,20 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
     stage_tp[static_cast<size_t>(st)] = comm;
   }
+  return units;
+}
+
+// Costs everything but the timeline. `built` is the layout's schedule.
+Costed cost_layout(const Context& cx, Layout l, Built& built) {
+  const ModelConfig& model = cx.cfg.model;
+  const ClusterSpec& c = cx.cluster;
+  const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
+  const Schedule& s = built.schedule;
+  const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
+  const bool vp = l.vocab_parallel;
+  Costed out;
+  std::vector<double> stage_tp;
+  const std::vector<StageUnits> units = price_stages(cx, l, S, out, stage_tp);
   const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
@@ -228,8 +283,9 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       out.busy[r] += m * (pc[0] + pc[1]);
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
     }
+    for (double v : out.costs.vocab) out.busy[r] += m * v;
     // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
-    const bool tied_pair = model.tied() && h.embedding != h.head;
+    const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
     const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
@@ -253,6 +309,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
     in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
     in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
+    if (vp) add_vocab_memory_bound(h.head, m, model, l.pp * tp, B, T, storage, in);
+    out.inputs.push_back(in);
     const RankMemory mem = rank_memory(in);
     if (mem.total() > out.memory.total()) out.memory = mem;
     out.lower_bound = std::max(out.lower_bound, out.busy[r] + out.dp[r] + out.optimizer[r] + out.other[r]);
@@ -263,7 +321,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
 }
 
 Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
-  const Program& prog = cache.program(*k.built);
+  const bool vp = k.layout.vocab_parallel;
+  const Program& prog = cache.program(*k.built, vp, k.costs);
   const SimResult sim = simulate_program(prog, k.costs, TransferCosts{0, 0, k.transfer});
   std::vector<double> end(static_cast<size_t>(prog.num_ranks), 0.0);
   for (const SimEvent& e : sim.events)
@@ -289,6 +348,16 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   p.flops_per_device = model_flops_per_token(model, static_cast<int64_t>(params), T) * p.tokens_per_s / cx.devices;
   p.mfu = p.flops_per_device / cx.cluster.device.peak_flops.at(k.layout.precision);
   p.memory = k.memory;
+  if (vp) {  // the placed program's own stashes and slices, in place of the bound that pruned
+    p.memory = RankMemory{};
+    const DType storage = k.layout.precision == "bf16" ? DType::BF16 : DType::F32;
+    for (int r = 0; r < prog.num_ranks; ++r) {
+      MemoryInputs in = k.inputs[static_cast<size_t>(r)];
+      add_vocab_memory(prog, r, model, k.layout.pp * k.layout.tp, k.layout.microbatch_size, T, storage, in);
+      const RankMemory mem = rank_memory(in);
+      if (mem.total() > p.memory.total()) p.memory = mem;
+    }
+  }
   return p;
 }
 
@@ -335,8 +404,9 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}", l.dp, l.pp, l.tp, sched,
-                     l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off", l.precision);
+  return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}", l.dp, l.pp, l.tp, sched,
+                     l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off", l.precision,
+                     l.vocab_parallel ? ", vocabulary parallel" : "");
 }
 
 Layout layout_of(const Config& cfg) {
@@ -349,6 +419,7 @@ Layout layout_of(const Config& cfg) {
   l.recompute = parse_recompute(cfg.train.recompute);
   l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
   l.precision = cfg.train.precision;
+  l.vocab_parallel = choose_vocab_parallel(cfg).on;
   return l;
 }
 
@@ -394,7 +465,8 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("train.microbatches={}", l.microbatches),
           fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
           fmt::format("train.recompute={}", to_string(l.recompute)),
-          fmt::format("train.precision={}", l.precision)};
+          fmt::format("train.precision={}", l.precision),
+          fmt::format("parallel.vocab_parallel={}", l.vocab_parallel ? "true" : "false")};
 }
 
 Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch) {
@@ -416,27 +488,41 @@ Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout
   return simulate_layout(cx, cache, k);
 }
 
+// parallel.vocab_parallel for a grid: false and true as set (true only where the grid
+// can take the slices), both under "auto" where there is a pipeline to balance.
+std::vector<bool> vocab_options(const Context& cx, const Layout& l) {
+  const Toggle t = cx.cfg.parallel.vocab_parallel;
+  if (t == Toggle::Off) return {false};
+  Config c = cx.cfg;
+  c.parallel.pp = l.pp, c.parallel.tp = l.tp, c.runtime.device = cx.cluster.device.kind;
+  const bool can = vocab_parallel_problem(c).empty();
+  if (t == Toggle::On) return can ? std::vector<bool>{true} : std::vector<bool>{};
+  return can && l.pp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+}
+
 // The layout `l` (its grid, schedule and microbatches set) in each precision, recompute
-// mode and ZeRO-1 setting asked for: costed, kept in `fits` where it fits in memory,
-// and the smallest of all remembered for the error that none fits.
+// mode, ZeRO-1 and vocabulary-parallel setting asked for: costed, kept in `fits` where it
+// fits in memory, and the smallest of all remembered for the error that none fits.
 void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std::string>& precisions, const Layout& l,
                   Built& b, PlanResult& res, std::vector<Costed>& fits) {
   for (const auto& prec : precisions)
     for (const auto& rc : o.recompute)
-      for (bool z : o.zero1) {
-        if (z && l.dp == 1) continue;
-        Layout v = l;
-        v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec;
-        ++res.candidates;
-        Costed k = cost_layout(cx, std::move(v), b);
-        const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
-        if (res.smallest_memory == 0 || need < res.smallest_memory) res.smallest = k.layout, res.smallest_memory = need;
-        if (k.memory.total() > res.usable_memory) {
-          ++res.pruned_memory;
-          continue;
+      for (bool z : o.zero1)
+        for (bool vp : vocab_options(cx, l)) {
+          if (z && l.dp == 1) continue;
+          Layout v = l;
+          v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;
+          ++res.candidates;
+          Costed k = cost_layout(cx, std::move(v), b);
+          const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
+          if (res.smallest_memory == 0 || need < res.smallest_memory)
+            res.smallest = k.layout, res.smallest_memory = need;
+          if (k.memory.total() > res.usable_memory) {
+            ++res.pruned_memory;
+            continue;
+          }
+          fits.push_back(std::move(k));
         }
-        fits.push_back(std::move(k));
-      }
 }
 
 // Branch and bound: simulate the layouts that fit in the order of their lower bound (no

@@ -17,6 +17,7 @@
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
@@ -49,7 +50,6 @@ Costs vocab_placement_costs(const Config& cfg, int stages) {
   return c;
 }
 
-bool vocab_parallel_on(const Config& cfg) { return cfg.parallel.vocab_parallel == Toggle::On; }
 }  // namespace
 
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
@@ -87,9 +87,9 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
 }
 
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                            bool in_order) {
+                            bool in_order, bool vocab_parallel) {
   Program p;
-  if (vocab_parallel_on(cfg)) {
+  if (vocab_parallel) {
     if (!comms_csv.empty()) fail("{}: a compute+comms file has no vocabulary slices", cfg.schedule.file);
     if (in_order)
       fail("parallel.vocab_parallel = true: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet");
@@ -264,7 +264,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
-  vocab_parallel_ = vocab_parallel_on(cfg) && use == TrainerUse::Train;
+  vocab_parallel_ = choose_vocab_parallel(cfg).on && use == TrainerUse::Train;
   if (vocab_parallel_) {
     unit_costs_.embedding = 0;
     unit_costs_.head = 0.01 * unit_costs_.block;
@@ -317,7 +317,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     v.progress = mpi_progress();
     executor_->set_vocab(v);
   }
-  train_program_ = program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order());
+  train_program_ =
+      program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
   build_gradient_exchanges(mine, zero1);

@@ -27,6 +27,7 @@ struct GridSummary {
   double memory_bytes = 0;  // the largest rank's estimate
   int vocab_slices = 0;     // parallel.vocab_parallel: the slices (pp x tp); 0 = off
   int padded_vocab = 0;
+  std::string vocab_reason;  // why on or off (plan/vocab_choice.hpp); "" = off as set
 };
 std::string grid_line(const GridSummary& g);
 

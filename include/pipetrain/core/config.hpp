@@ -48,7 +48,7 @@ struct ParallelConfig {
   // Every pipeline x tensor-parallel rank of a replica holds a slice of the vocabulary of
   // the embedding and the output layer (schedule/vocab_pieces.hpp). "auto" is refused
   // until a cost rule decides it (bench_split prints what it would weigh).
-  Toggle vocab_parallel = Toggle::Off;
+  Toggle vocab_parallel = Toggle::Auto;  // "auto": plan/vocab_choice.hpp
 };
 
 struct ScheduleConfig {

@@ -17,6 +17,11 @@ std::string tp_split_problem(const ModelConfig& m, int tp);
 std::string stage_split_problem(const ModelConfig& m, int64_t stages);
 // parallel.vocab_parallel: `slices` (pp x tp) equal slices of the padded vocabulary.
 std::string vocab_split_problem(const ModelConfig& m, int slices);
+// Everything parallel.vocab_parallel needs of a run: the slices above, a CPU device, a
+// built-in schedule (a file's program has no slices) and MPI's transfers (NCCL's in-order
+// ones cannot run its collectives yet). `true` refuses the first that fails; "auto" turns
+// the slices off and says why.
+std::string vocab_parallel_problem(const Config& cfg);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -1,5 +1,6 @@
 // `pipetrain plan`: every layout of a model on a cluster (grid, schedule with its virtual
-// stages, microbatches, recomputation, ZeRO-1, precision), the ones that do not fit in a
+// stages, microbatches, recomputation, ZeRO-1, precision, vocabulary parallelism where
+// parallel.vocab_parallel is "auto"), the ones that do not fit in a
 // device's memory dropped, the rest ranked by a simulated step (the lowered program of the
 // schedule, timed by the cost model, plus each rank's tail: dp reduction, tied embedding,
 // AdamW). Exports: PlanOptions, Layout, Prediction, PlanResult, plan, predict, describe,
@@ -39,6 +40,7 @@ struct Layout {
   Recompute recompute = Recompute::None;
   bool zero1 = false;
   std::string precision = "fp32";
+  bool vocab_parallel = false;           // parallel.vocab_parallel: the vocabulary sliced over pp x tp ranks
   std::vector<double> blocks_per_stage;  // the auto split under the cost model (x.5: half blocks)
 };
 

@@ -58,9 +58,10 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullpt
 // compute+comms file's text (non-empty comms_csv) exactly as written.
 // `in_order`: the pipeline's transport matches messages in posting order (NCCL); the
 // program is then lowered with receives at their use, posted earlier where a peer's send
-// waits (post_for_in_order), and must pass validate_in_order.
+// waits (post_for_in_order), and must pass validate_in_order. `vocab_parallel`: the
+// slices' program (choose_vocab_parallel's decision).
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                            bool in_order = false);
+                            bool in_order, bool vocab_parallel);
 
 // Sets runtime.pack_weights on `backend` for products of `rows`-row microbatches (a
 // Trainer does; so does the planner's calibration, which measures the layers as a run
@@ -106,6 +107,7 @@ class Trainer {
   // runtime.pack_weights as this run resolved it: whether the dense products multiply by
   // packed copies, and, where "auto" decided, why (for the run header).
   bool packs_weights() const { return pack_.on; }
+  bool vocab_parallel() const { return vocab_parallel_; }  // parallel.vocab_parallel, resolved
   const std::string& pack_reason() const { return pack_.why; }
   const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),

@@ -39,8 +39,8 @@ void cuda_fail(const char* call, cudaError_t err) {
 }
 
 void cublas_fail(const char* call, cublasStatus_t status) {
-  fail("cuBLAS error in {}: {} ({})", call, cublasGetStatusName(status),
-       cublasGetStatusString(status));
+  fail("cuBLAS error in {}: {} ({})", call, cublas().cublasGetStatusName(status),
+       cublas().cublasGetStatusString(status));
 }
 
 namespace {
@@ -419,20 +419,20 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     PIPETRAIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     PIPETRAIN_CUDA_CHECK(cudaStreamCreate(&ctx_.stream));
-    PIPETRAIN_CUBLAS_CHECK(cublasCreate(&ctx_.blas));
-    PIPETRAIN_CUBLAS_CHECK(cublasSetStream(ctx_.blas, ctx_.stream));
+    PIPETRAIN_CUBLAS_CHECK(cublas().cublasCreate(&ctx_.blas));
+    PIPETRAIN_CUBLAS_CHECK(cublas().cublasSetStream(ctx_.blas, ctx_.stream));
     const char* tf32 = std::getenv("PIPETRAIN_CUDA_TF32");
     const bool use_tf32 = tf32 != nullptr && std::strcmp(tf32, "1") == 0;
     PIPETRAIN_CUBLAS_CHECK(
-        cublasSetMathMode(ctx_.blas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        cublas().cublasSetMathMode(ctx_.blas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.scratch, cuda::kScratchBytes));
-    PIPETRAIN_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
+    PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtCreate(&ctx_.lt));
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, cuda::kLtWorkspaceBytes));
     const int sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     ctx_.max_blocks = static_cast<unsigned>(sms) * 8u;
     int runtime = 0, blas = 0;
     PIPETRAIN_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    PIPETRAIN_CUBLAS_CHECK(cublasGetVersion(ctx_.blas, &blas));
+    PIPETRAIN_CUBLAS_CHECK(cublas().cublasGetVersion(ctx_.blas, &blas));
     name_ = fmt::format("cuda (device {}: {}, sm_{}{}, {:.0f} GiB, CUDA {}, cuBLAS {}.{}.{}, {})",
                         device_, prop.name, prop.major, prop.minor,
                         static_cast<double>(prop.totalGlobalMem) / (1 << 30),
@@ -442,10 +442,10 @@ class CudaBackend final : public Backend {
   void release() noexcept {
     (void)cudaSetDevice(device_);
     if (ctx_.stream != nullptr) (void)cudaStreamSynchronize(ctx_.stream);
-    if (ctx_.blas != nullptr) (void)cublasDestroy(ctx_.blas);
+    if (ctx_.blas != nullptr) (void)cublas().cublasDestroy(ctx_.blas);
     if (ctx_.stream != nullptr) (void)cudaStreamDestroy(ctx_.stream);
     if (ctx_.scratch != nullptr) (void)cudaFree(ctx_.scratch);
-    if (ctx_.lt != nullptr) (void)cublasLtDestroy(ctx_.lt);
+    if (ctx_.lt != nullptr) (void)cublas().cublasLtDestroy(ctx_.lt);
     if (ctx_.lt_workspace != nullptr) (void)cudaFree(ctx_.lt_workspace);
     ctx_ = cuda::Ctx{};
     (void)cudaGetLastError();

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cublas_loader.hpp"
+
 namespace pipetrain::cuda {
 
 // Bytes of Ctx::scratch: device memory owned by the backend for the small results

@@ -15,9 +15,9 @@ void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float
     scale_matrix(ctx, C, M, N, ldc, beta);
     return;
   }
-  PIPETRAIN_CUBLAS_CHECK(cublasSgemm(ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                                     A, lda, &beta, C, ldc));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasSgemm(ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
+                                              &beta, C, ldc));
 }
 
 void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K,
@@ -29,9 +29,9 @@ void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int
     for (int i = 0; i < batch; ++i) scale_matrix(ctx, C + i * stride_c, M, N, ldc, beta);
     return;
   }
-  PIPETRAIN_CUBLAS_CHECK(cublasSgemmStridedBatched(
-      ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-      &alpha, B, ldb, stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasSgemmStridedBatched(
+      ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+      stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch));
 }
 
 }  // namespace pipetrain::cuda

@@ -13,17 +13,20 @@ namespace pipetrain::cuda {
 namespace {
 
 // Owns one cuBLASLt descriptor (destroyed however the call ends).
-template <class T, cublasStatus_t (*Destroy)(T)>
+template <class T>
 struct Owned {
+  explicit Owned(cublasStatus_t (*d)(T)) : destroy(d) {}
+  Owned(const Owned&) = delete;
+  cublasStatus_t (*destroy)(T);
   T h = nullptr;
   ~Owned() {
-    if (h) (void)Destroy(h);
+    if (h) (void)destroy(h);
   }
 };
 
 template <class T>
 void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value));
 }
 
 }  // namespace
@@ -36,8 +39,8 @@ void gemm_bf16(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, 
     scale_matrix(ctx, C, M, N, ldc, beta);
     return;
   }
-  Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> op;
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  Owned<cublasLtMatmulDesc_t> op{cublas().cublasLtMatmulDescDestroy};
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set(op.h, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set(op.h, CUBLASLT_MATMUL_DESC_TRANSB, tb);
@@ -51,22 +54,24 @@ void gemm_bf16(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, 
     set(op.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(ldc));
   }
   // Column-major views: the first operand is row-major B, the second row-major A.
-  Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, lc;
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.h, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.h, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc.h, CUDA_R_32F, N, M, ldc));
-  Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  Owned<cublasLtMatrixLayout_t> la{cublas().cublasLtMatrixLayoutDestroy}, lb{la.destroy}, lc{la.destroy};
+  PIPETRAIN_CUBLAS_CHECK(
+      cublas().cublasLtMatrixLayoutCreate(&la.h, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
+  PIPETRAIN_CUBLAS_CHECK(
+      cublas().cublasLtMatrixLayoutCreate(&lb.h, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatrixLayoutCreate(&lc.h, CUDA_R_32F, N, M, ldc));
+  Owned<cublasLtMatmulPreference_t> pref{cublas().cublasLtMatmulPreferenceDestroy};
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatmulPreferenceCreate(&pref.h));
   const uint64_t workspace = kLtWorkspaceBytes;
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                              &workspace, sizeof workspace));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                       &workspace, sizeof workspace));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   PIPETRAIN_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(ctx.lt, op.h, la.h, lb.h, lc.h, lc.h, pref.h, 1, &result, &found));
+      cublas().cublasLtMatmulAlgoGetHeuristic(ctx.lt, op.h, la.h, lb.h, lc.h, lc.h, pref.h, 1, &result, &found));
   if (found == 0) cublas_fail("cublasLtMatmulAlgoGetHeuristic (no algorithm for this bf16 product)", CUBLAS_STATUS_NOT_SUPPORTED);
-  PIPETRAIN_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op.h, &alpha, B, la.h, A, lb.h, &beta, C, lc.h, C, lc.h, &result.algo,
-                                        ctx.lt_workspace, kLtWorkspaceBytes, ctx.stream));
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtMatmul(ctx.lt, op.h, &alpha, B, la.h, A, lb.h, &beta, C, lc.h, C, lc.h,
+                                                 &result.algo, ctx.lt_workspace, kLtWorkspaceBytes, ctx.stream));
 }
 
 }  // namespace pipetrain::cuda
