@@ -89,6 +89,8 @@ TEST(TrainingLoop, CadencesStopAndExactResume) {
     EXPECT_EQ(r.tokens, (s + 1) * 8 * 8);
     EXPECT_DOUBLE_EQ(r.flops_per_s, r.metrics.tokens_per_s * 1000);
     EXPECT_GT(r.peak_mem_bytes, 0);
+    EXPECT_GT(r.least_peak_mem_bytes, 0);
+    EXPECT_LE(r.least_peak_mem_bytes, r.peak_mem_bytes);
     EXPECT_LT(r.mfu, 0);  // no log.peak_flops
   }
   // checkpoint.every 4 and the end.
