@@ -22,7 +22,7 @@ namespace pipetrain {
 struct StepRecord {
   StepMetrics metrics;
   double val_loss = -1;       // < 0: not evaluated at this step
-  double peak_mem_bytes = 0;        // most pooled memory in use on any rank so far
+  double peak_mem_bytes = 0;  // most pooled memory in use on any rank so far
   double least_peak_mem_bytes = 0;  // the smallest of the ranks' peaks (how even the layout is)
   double flops_per_s = 0;     // model FLOP/s of the step, all ranks together
   double mfu = -1;            // flops_per_s / (log.peak_flops x ranks); < 0: no peak given
