@@ -178,8 +178,9 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
     }
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
   if (vocab)
-    add_vocab_memory(trainer.program(), grid.coords().pp, cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(),
-                     cfg.train.seq_len, storage, in);
+    add_vocab_memory(trainer.program(), grid.coords().pp,
+                     simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(grid.coords().pp)],
+                     cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(), cfg.train.seq_len, storage, in);
   if (grid.pp() > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
                           static_cast<double>(dtype_size(storage));

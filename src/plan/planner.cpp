@@ -228,11 +228,10 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, int S, Costed
     out.costs.vocab = vocab_costs(cx, l, times[UnitKind::Embedding], times[UnitKind::Head]);
     times[UnitKind::Head] = ActionTimes{};
   }
+  const UnitCosts unit_costs{total(UnitKind::Embedding), total(UnitKind::Block), total(UnitKind::Head),
+                             total(UnitKind::Attention) / total(UnitKind::Block)};
   const std::vector<StageUnits> units =
-      partition_gpt2(model, S, {},
-                     UnitCosts{vp ? 0.0 : total(UnitKind::Embedding), total(UnitKind::Block),
-                               vp ? 0.01 * total(UnitKind::Block) : total(UnitKind::Head),
-                               total(UnitKind::Attention) / total(UnitKind::Block)});
+      partition_gpt2(model, S, {}, vp ? unit_costs.vocabulary_parallel() : unit_costs);
   l.blocks_per_stage = blocks_per_stage(model, units);
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);
@@ -351,9 +350,11 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   if (vp) {  // the placed program's own stashes and slices, in place of the bound that pruned
     p.memory = RankMemory{};
     const DType storage = k.layout.precision == "bf16" ? DType::BF16 : DType::F32;
+    const std::vector<int> peaks = simulate_program(prog, Costs{}).peak_inflight;  // stashes: times do not matter
     for (int r = 0; r < prog.num_ranks; ++r) {
       MemoryInputs in = k.inputs[static_cast<size_t>(r)];
-      add_vocab_memory(prog, r, model, k.layout.pp * k.layout.tp, k.layout.microbatch_size, T, storage, in);
+      add_vocab_memory(prog, r, peaks[static_cast<size_t>(r)], model, k.layout.pp * k.layout.tp,
+                       k.layout.microbatch_size, T, storage, in);
       const RankMemory mem = rank_memory(in);
       if (mem.total() > p.memory.total()) p.memory = mem;
     }
@@ -505,10 +506,11 @@ std::vector<bool> vocab_options(const Context& cx, const Layout& l) {
 // fits in memory, and the smallest of all remembered for the error that none fits.
 void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std::string>& precisions, const Layout& l,
                   Built& b, PlanResult& res, std::vector<Costed>& fits) {
+  const std::vector<bool> vocab = vocab_options(cx, l);
   for (const auto& prec : precisions)
     for (const auto& rc : o.recompute)
       for (bool z : o.zero1)
-        for (bool vp : vocab_options(cx, l)) {
+        for (bool vp : vocab) {
           if (z && l.dp == 1) continue;
           Layout v = l;
           v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "pipetrain/model/stage.hpp"
-#include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
 
@@ -17,9 +16,9 @@ void add_slices_and_buffers(int alive, int most_partials, const ModelConfig& mod
 }
 }  // namespace
 
-void add_vocab_memory(const Program& prog, int rank, const ModelConfig& model, int slices, int B, int T, DType storage,
-                      MemoryInputs& in) {
-  in.peak_inflight = simulate_program(prog, Costs{}).peak_inflight[static_cast<size_t>(rank)];
+void add_vocab_memory(const Program& prog, int rank, int peak_inflight, const ModelConfig& model, int slices, int B,
+                      int T, DType storage, MemoryInputs& in) {
+  in.peak_inflight = peak_inflight;
   const bool last = prog.stage_to_rank.back() == rank;
   int alive = 0, most_alive = 0, partials = 0, most_partials = 1;
   for (const Instr& i : prog.per_rank[static_cast<size_t>(rank)]) {

@@ -265,10 +265,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
   vocab_parallel_ = choose_vocab_parallel(cfg).on && use == TrainerUse::Train;
-  if (vocab_parallel_) {
-    unit_costs_.embedding = 0;
-    unit_costs_.head = 0.01 * unit_costs_.block;
-  }
+  if (vocab_parallel_) unit_costs_ = unit_costs_.vocabulary_parallel();
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
   pack_ = resolve_pack_weights(cfg);
   const std::map<int, ModelStage*> mine = build_stages();

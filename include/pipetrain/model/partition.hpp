@@ -39,6 +39,13 @@ struct UnitCosts {
   double attention_share = 0;
   double attention() const { return attention_share * block; }
   double mlp() const { return block - attention(); }
+  // Under vocabulary parallelism: the tables are every rank's slices, so the first stage
+  // keeps only its positions and the last its final norm (a hundredth of a block).
+  UnitCosts vocabulary_parallel() const {
+    UnitCosts c = *this;
+    c.embedding = 0, c.head = 0.01 * block;
+    return c;
+  }
 };
 
 // Blocks per stage (num_stages entries summing to model.n_layer; middle stages hold at
