@@ -1,0 +1,233 @@
+// cost_layout and its parts (layout_cost.hpp).
+#include "layout_cost.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/vocab_memory.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+// runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
+// rank with the most copies (as the Trainer decides), on CPUs only.
+bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, const std::vector<StageUnits>& units) {
+  const ModelConfig& model = cx.cfg.model;
+  const ClusterSpec& c = cx.cluster;
+  const int R = s.num_ranks, tp = l.tp;
+  bool pack = cx.cfg.runtime.pack_weights == Toggle::On;
+  if (cx.cfg.runtime.pack_weights == Toggle::Auto) {
+    std::vector<double> dense_on(static_cast<size_t>(R), 0.0);
+    for (int st = 0; st < s.num_stages; ++st)
+      for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)]))
+        dense_on[static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)])] +=
+            dense_weight_params(model, p.kind, tp);
+    PackInputs in;
+    in.can_pack = c.device.kind == "cpu";
+    in.f32_products = !(l.precision == "bf16" && multiplies_bf16(c.device));
+    in.d_model = model.d_model;
+    in.rows = l.microbatch_size * cx.cfg.train.seq_len;
+    in.microbatches = l.microbatches;
+    in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
+    in.memory_per_rank = c.device.memory_bytes;
+    pack = choose_pack_weights(in).on;
+  }
+  return pack;
+}
+
+// What rank r holds of the model: its parameters (as stored, widened for products and
+// in dense products' weights), its largest stage stash, and which pieces it has. Under
+// vocabulary parallelism the embedding and head pieces keep their positions and final norm;
+// every rank holds its slice of the table(s) instead.
+struct Holdings {
+  double params = 0, widened = 0, dense = 0, largest_stash = 0;
+  bool embedding = false, head = false, block = false;
+};
+Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule& s,
+                       const std::vector<StageUnits>& units, int r, int T, const AttentionKeeps& keeps,
+                       bool native_bf16) {
+  const DType storage = l.precision == "bf16" ? DType::BF16 : DType::F32;
+  Holdings h;
+  const bool vp = l.vocab_parallel;
+  for (int st = 0; st < s.num_stages; ++st) {
+    if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+    const auto& u = units[static_cast<size_t>(st)];
+    h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
+                                                            l.recompute, keeps, vp));
+    for (const StagePiece& p : stage_pieces(model, u)) {
+      const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
+      const double params =
+          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind).on_rank(l.tp);
+      h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true) : params;
+      h.dense += vp && table ? 0.0 : dense_weight_params(model, p.kind, l.tp);
+      h.params += params;
+      h.embedding = h.embedding || p.kind == UnitKind::Embedding;
+      h.head = h.head || p.kind == UnitKind::Head;
+      h.block = h.block || is_block_part(p.kind);
+    }
+  }
+  if (vp) {  // the slice of one table (tied) or of two
+    const double slice = (model.tied() ? 1 : 2) * unit_params(model, UnitKind::Head).sharded / (l.pp * l.tp);
+    h.params += slice;
+    if (!native_bf16) h.widened += slice;
+  } else if (h.embedding && h.head && model.tied()) {  // one table serves both
+    const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
+    h.params -= table;
+    if (!native_bf16) h.widened -= table;
+  }
+  return h;
+}
+
+// One microbatch's backward on rank r, summed over its stages (what dp buckets hide behind).
+double stage_backward_on(int r, const Schedule& s, const Costs& costs) {
+  double b = 0;
+  for (int st = 0; st < s.num_stages; ++st)
+    if (s.stage_to_rank[static_cast<size_t>(st)] == r) b += costs.per_stage[static_cast<size_t>(st)][1];
+  return b;
+}
+
+// The dp reduction's time not hidden behind the last microbatch's backward, on a rank
+// with `grads` bytes of gradients. Buckets go out while that backward still runs; the
+// last one cannot. ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's
+// bytes, overlapped alike, except `held` bytes, a tied table that waits for its copies'
+// pair sum) and all-gathers the updated weights after AdamW, exposed.
+double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, double backward, double held) {
+  if (l.dp == 1) return 0.0;
+  const LinkSpec& dp_link = group_link(cx.cluster, l.tp, l.dp);
+  const double t_gather = allgather_seconds(grads, l.dp, dp_link);  // = a reduce-scatter's
+  const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, l.dp, dp_link);
+  const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
+  const double t_held = t_red * std::min(1.0, held / std::max(grads, 1.0));
+  return std::max({last_bucket, t_held, t_red - backward}) + (l.zero1 ? t_gather : 0.0);
+}
+
+// Vocabulary parallelism: one rank's slice per microbatch (Costs::vocab, EF OF OB EB). OF
+// computes 1/pp of the output layer's logits and input gradient, OB of its weight
+// gradient; a lookup into a slice still writes a whole N x C partial. The two reductions
+// keep every rank busy and are charged to their slices, whole (the progress thread hides
+// some): EF's partial lookups summed, OF's softmax partials (2 N x C). The simulation
+// delays each collective's consumer by a transfer, as it does a send.
+std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const ActionTimes& embedding,
+                                  const ActionTimes& head) {
+  const double N = static_cast<double>(l.microbatch_size) * cx.cfg.train.seq_len, C = cx.cfg.model.d_model;
+  const double act = 4.0 * N * C;
+  const int ranks = l.pp * l.tp;
+  const LinkSpec& link = group_link(cx.cluster, l.dp * l.tp, l.pp);
+  const double sum = allreduce_seconds(act, ranks, link), partials = allreduce_seconds(2 * act, ranks, link);
+  return {embedding.F + sum, (head.F + head.I) / l.pp + partials, head.W / l.pp, embedding.I + embedding.W};
+}
+
+// The stages' split and their costs per microbatch (out.costs; tp communication per stage
+// in stage_tp). A stage's pieces (partition.hpp) are priced as the cost model's units. Under
+// vocabulary parallelism the slices' work (vocab_costs) is every rank's; the stages split
+// the blocks, their ends keeping positions and the final norm (as the Trainer splits).
+std::vector<StageUnits> price_stages(const Context& cx, Layout& l, int S, Costed& out, std::vector<double>& stage_tp) {
+  const ModelConfig& model = cx.cfg.model;
+  std::map<UnitKind, ActionTimes> times;
+  for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head})
+    times[k] =
+        unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, cx.cfg.train.seq_len, l.precision, l.recompute);
+  auto total = [&](UnitKind k) { return times[k].F + times[k].I + times[k].W; };
+  const bool vp = l.vocab_parallel;
+  if (vp) {
+    out.costs.vocab = vocab_costs(cx, l, times[UnitKind::Embedding], times[UnitKind::Head]);
+    times[UnitKind::Head] = ActionTimes{};
+  }
+  const UnitCosts unit_costs{total(UnitKind::Embedding), total(UnitKind::Block), total(UnitKind::Head),
+                             total(UnitKind::Attention) / total(UnitKind::Block)};
+  const std::vector<StageUnits> units =
+      partition_gpt2(model, S, {}, vp ? unit_costs.vocabulary_parallel() : unit_costs);
+  l.blocks_per_stage = blocks_per_stage(model, units);
+  out.costs.per_stage.resize(static_cast<size_t>(S));
+  stage_tp.assign(static_cast<size_t>(S), 0.0);
+  for (int st = 0; st < S; ++st) {
+    double F = 0, I = 0, W = 0, comm = 0;
+    for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
+      const ActionTimes& t = times[p.kind];
+      F += t.F, I += t.I, W += t.W, comm += t.tp_comm;
+    }
+    out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
+    stage_tp[static_cast<size_t>(st)] = comm;
+  }
+  return units;
+}
+
+}  // namespace
+
+// Costs everything but the timeline. `built` is the layout's schedule.
+Costed cost_layout(const Context& cx, Layout l, Built& built) {
+  const ModelConfig& model = cx.cfg.model;
+  const ClusterSpec& c = cx.cluster;
+  const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
+  const Schedule& s = built.schedule;
+  const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
+  const bool vp = l.vocab_parallel;
+  Costed out;
+  std::vector<double> stage_tp;
+  const std::vector<StageUnits> units = price_stages(cx, l, S, out, stage_tp);
+  const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
+  const DType storage = bf16 ? DType::BF16 : DType::F32;
+  const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
+  const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
+  // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it.
+  out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) + allgather_seconds(act, tp, group_link(c, 1, tp)) : 0;
+  const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
+  const UnitParams up_head = unit_params(model, UnitKind::Head);
+  const Recompute mode = l.recompute;
+  const double world_latency =
+      allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
+  const bool pack = planned_packing(cx, l, s, units);
+  out.busy.assign(static_cast<size_t>(R), 0.0);
+  out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
+  for (int r = 0; r < R; ++r) {
+    const Holdings h = rank_holdings(model, l, s, units, r, T, keeps, native_bf16);
+    const double params = h.params, widened = h.widened, dense = h.dense, largest = h.largest_stash;
+    const bool embedding = h.embedding, block = h.block;
+    for (int st = 0; st < S; ++st) {
+      if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+      const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
+      out.busy[r] += m * (pc[0] + pc[1]);
+      out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
+    }
+    for (double v : out.costs.vocab) out.busy[r] += m * v;
+    // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
+    const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
+    out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
+                                   tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
+    const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
+    out.optimizer[r] =
+        adamw_seconds(updated / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) + gradient_passes_seconds(params, c.device);
+    // The table's summed gradient comes back to the head's rank before its update, and
+    // the updated table back to the embedding's rank.
+    const double tied = tied_pair ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
+    out.other[r] = tied + world_latency;
+    MemoryInputs in;
+    in.params = params;
+    in.not_updated = tied_pair && embedding ? up_head.sharded / tp : 0.0;  // the embedding's copy of the table
+    in.dp = l.dp;
+    in.zero1 = l.zero1;
+    in.bf16 = bf16;
+    in.widened = widened;
+    in.largest_stash = largest;
+    in.peak_inflight = built.peaks[static_cast<size_t>(r)];
+    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps) : 0.0;
+    in.activation_bytes = R > 1 ? act : 0.0;
+    in.receive_buffers = R > 1 ? kRecvLookahead : 0;
+    in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
+    in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
+    if (vp) add_vocab_memory_bound(h.head, m, model, l.pp * tp, B, T, storage, in);
+    out.inputs.push_back(in);
+    const RankMemory mem = rank_memory(in);
+    if (mem.total() > out.memory.total()) out.memory = mem;
+    out.lower_bound = std::max(out.lower_bound, out.busy[r] + out.dp[r] + out.optimizer[r] + out.other[r]);
+  }
+  out.layout = std::move(l);
+  out.built = &built;
+  return out;
+}
+
+}  // namespace pipetrain

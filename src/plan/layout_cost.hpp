@@ -1,0 +1,53 @@
+// The planner's costing of one layout up to (not including) its simulation: the stages'
+// split and costs, each pipeline rank's busy time, tail (dp, AdamW, tied pair) and memory.
+// Private to src/plan (planner.cpp ranks what this costs). Exports: kRecvLookahead, Built,
+// Context, Costed, cost_layout.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/plan/cluster.hpp"
+#include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/plan/planner.hpp"
+#include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/simulate.hpp"
+
+namespace pipetrain {
+
+constexpr int kRecvLookahead = 4;  // the trainer's lowering (LowerOptions' default)
+
+// A schedule built once per (name, ranks, stages per rank, microbatches) and shared by
+// every layout that runs it.
+struct Built {
+  bool ok = false;
+  Schedule schedule;
+  std::vector<int> peaks;
+  std::unique_ptr<Program> program;        // lowered on first simulation
+  std::unique_ptr<Program> vocab_program;  // with vocabulary slices, placed by the first costs simulated
+};
+
+// One layout costed up to (not including) its simulation.
+struct Costed {
+  Layout layout;
+  Built* built = nullptr;
+  Costs costs;                               // per stage
+  double transfer = 0;                       // one activation between stages
+  std::vector<double> busy, tp_comm;         // per pipeline rank, over the step
+  std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
+  RankMemory memory;                         // the rank that holds the most
+  std::vector<MemoryInputs> inputs;          // per pipeline rank
+  double lower_bound = 0;
+};
+
+struct Context {
+  const Config& cfg;
+  const ClusterSpec& cluster;
+  int devices, global_batch;
+  double bucket_bytes;
+};
+
+// Costs everything but the timeline. `built` is the layout's schedule.
+Costed cost_layout(const Context& cx, Layout l, Built& built);
+
+}  // namespace pipetrain
