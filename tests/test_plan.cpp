@@ -325,6 +325,13 @@ TEST(CostModel, DenseWeightsAreTheProductsMatrices) {
   EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Mlp, 1), 8 * C * C);
   EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Block, 1), 12 * C * C);
   EXPECT_DOUBLE_EQ(dense_weight_params(m, UnitKind::Head, 2), V * C / 2);  // its vocabulary shard
+  // A rank's: with vocabulary parallelism over 4 ranks of tp 2, the output layer is every
+  // rank's eighth of it, the last stage's too, and the embedding's rank multiplies by it.
+  const std::vector<StagePiece> last{{UnitKind::Block, 1}, {UnitKind::Head}}, first{{UnitKind::Embedding}};
+  EXPECT_DOUBLE_EQ(rank_dense_weight_params(m, last, 2, 0), 12 * C * C / 2 + V * C / 2);
+  EXPECT_DOUBLE_EQ(rank_dense_weight_params(m, last, 2, 8), 12 * C * C / 2 + V * C / 8);
+  EXPECT_DOUBLE_EQ(rank_dense_weight_params(m, first, 2, 0), 0.0);
+  EXPECT_DOUBLE_EQ(rank_dense_weight_params(m, first, 2, 8), V * C / 8);
   // Llama: q, k and v by key/value heads, the output, gate, up and down.
   m.arch = "llama", m.n_head = 4, m.n_kv_head = 2;
   const double hd = C / 4;

@@ -161,6 +161,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const AttentionKeeps keeps = attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
   const bool vocab = trainer.vocab_parallel();
+  std::vector<StagePiece> rank_pieces;
   for (int st = 0; st < sched.num_stages; ++st)
     if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
       const auto& u = units[static_cast<size_t>(st)];
@@ -169,13 +170,14 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
           std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
                                                  cfg.train.seq_len, storage, mode, keeps, vocab));
       const auto pieces = stage_pieces(cfg.model, u);
-      for (const StagePiece& p : pieces) in.packed += dense_weight_params(cfg.model, p.kind, grid.tp());
+      rank_pieces.insert(rank_pieces.end(), pieces.begin(), pieces.end());
       if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
             return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
           }))
         in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
                                                               cfg.train.seq_len, storage, mode, keeps));
     }
+  in.packed = rank_dense_weight_params(cfg.model, rank_pieces, grid.tp(), vocab ? grid.pp() * grid.tp() : 0);
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
   if (vocab)
     add_vocab_memory(trainer.program(), grid.coords().pp,
@@ -391,8 +393,8 @@ int run_train(const TrainOptions& opt) {
   start = loop.restore(opt.resume, opt.init);
   install_stop_signals();
   if (loop.run(start).stop_signal != 0) return 0;
-  log.line(fmt::format("done: {} steps; peak pooled memory {} MiB on rank 0", cfg.train.steps,
-                       trainer.pool().stats().peak_in_use_bytes >> 20));
+  log.line(fmt::format("done: {} steps; peak memory {:.0f} MiB on rank 0 (pool and packed weight copies)",
+                       cfg.train.steps, trainer.peak_memory_bytes() / 1048576.0));
   log_step_time(log, predicted, step_times);
   return 0;
 }

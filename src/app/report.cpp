@@ -164,8 +164,8 @@ std::string header_section(const std::optional<json>& run, const std::string& ru
     const auto mfu = column(rows, "mfu");
     h += table_row("MFU (median)", any_finite(mfu) ? pct(median(mfu)) : "not recorded");
     const double mem = max_of(column(rows, "peak_mem_bytes"));
-    h += table_row("peak pooled memory", std::isfinite(mem) ? fmt::format("{:.0f} MiB", mem / 1048576.0)
-                                                            : "not recorded");
+    h += table_row("peak memory (largest rank)",
+                   std::isfinite(mem) ? fmt::format("{:.0f} MiB", mem / 1048576.0) : "not recorded");
   }
   h += "</table>\n</div>\n";
   if (config)

@@ -139,6 +139,15 @@ double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp) {
   return 0.0;
 }
 
+double rank_dense_weight_params(const ModelConfig& model, const std::vector<StagePiece>& pieces, int tp,
+                                int vocab_slices) {
+  double n = 0;
+  for (const StagePiece& p : pieces)
+    if (vocab_slices == 0 || p.kind != UnitKind::Head) n += dense_weight_params(model, p.kind, tp);
+  if (vocab_slices > 0) n += static_cast<double>(model.padded_vocab()) * model.d_model / vocab_slices;
+  return n;
+}
+
 bool multiplies_bf16(const DeviceSpec& device) {
   if (device.kind == "cuda") return true;
   auto rate = [&](const std::string& precision) {

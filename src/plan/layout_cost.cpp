@@ -53,6 +53,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
   const DType storage = l.precision == "bf16" ? DType::BF16 : DType::F32;
   Holdings h;
   const bool vp = l.vocab_parallel;
+  std::vector<StagePiece> pieces;
   for (int st = 0; st < s.num_stages; ++st) {
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
     const auto& u = units[static_cast<size_t>(st)];
@@ -63,13 +64,14 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
       const double params =
           vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind).on_rank(l.tp);
       h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true) : params;
-      h.dense += vp && table ? 0.0 : dense_weight_params(model, p.kind, l.tp);
+      pieces.push_back(p);
       h.params += params;
       h.embedding = h.embedding || p.kind == UnitKind::Embedding;
       h.head = h.head || p.kind == UnitKind::Head;
       h.block = h.block || is_block_part(p.kind);
     }
   }
+  h.dense = rank_dense_weight_params(model, pieces, l.tp, vp ? l.pp * l.tp : 0);
   if (vp) {  // the slice of one table (tied) or of two
     const double slice = (model.tied() ? 1 : 2) * unit_params(model, UnitKind::Head).sharded / (l.pp * l.tp);
     h.params += slice;

@@ -154,10 +154,12 @@ PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
   // Inference has no updates to amortise the reorders over.
   PackInputs in = auto_pack_inputs(cfg, backend_, mb_size_ * cfg.train.seq_len,
                                    use_ == TrainerUse::Train ? cfg.train.microbatches : 0);
+  std::vector<StagePiece> pieces;
   for (size_t s = 0; s < units_.size(); ++s)
     if (schedule_.stage_to_rank[s] == grid_.coords().pp)
-      for (const StagePiece& p : stage_pieces(cfg.model, units_[s]))
-        in.copies_bytes += 8.0 * dense_weight_params(cfg.model, p.kind, grid_.tp());
+      for (const StagePiece& p : stage_pieces(cfg.model, units_[s])) pieces.push_back(p);
+  in.copies_bytes =
+      8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.tp(), vocab_parallel_ ? grid_.pp() * grid_.tp() : 0);
   in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
   PackChoice c = choose_pack_weights(in);
   double off = c.on ? 0.0 : 1.0;
@@ -165,6 +167,10 @@ PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
   if (off > 0 && c.on) c = {false, "another rank's copies would not fit in its memory"};
   backend_.set_pack_weights(c.on);
   return c;
+}
+
+double Trainer::peak_memory_bytes() const {
+  return static_cast<double>(pool_->stats().peak_in_use_bytes) + static_cast<double>(backend_.packed_weights().bytes);
 }
 
 // This rank's stages of the schedule, each holding its units' layers.

@@ -97,7 +97,7 @@ LoopOutcome TrainingLoop::run(int start_step) {
       }
       trace_offset += m.step_time_s;
     }
-    const double mine = static_cast<double>(trainer_.pool().stats().peak_in_use_bytes);
+    const double mine = trainer_.peak_memory_bytes();
     double peaks[2] = {mine, -mine};  // the largest and (negated) the smallest of the ranks'
     grid_.world().allreduce_max(peaks, 2);
     rec.peak_mem_bytes = peaks[0], rec.least_peak_mem_bytes = -peaks[1];

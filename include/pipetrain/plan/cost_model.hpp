@@ -3,7 +3,7 @@
 // costs, and what one rank holds in memory (the run header uses the same estimate).
 // docs/cost-model.md writes the formulas down.
 // Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
-// multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
+// rank_dense_weight_params, multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
 // allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
 // MemoryInputs, RankMemory, rank_memory.
 #pragma once
@@ -50,6 +50,10 @@ double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool nati
 // Of a unit's parameters on one rank, the matrices its dense products multiply by (the
 // blocks' projections, the head's table): what runtime.pack_weights keeps two more copies of.
 double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp);
+// The same for the pieces of one rank's stages: with vocabulary parallelism (vocab_slices
+// > 0) the output layer is the rank's slice of it, whichever stages the rank holds.
+double rank_dense_weight_params(const ModelConfig& model, const std::vector<StagePiece>& pieces, int tp,
+                                int vocab_slices);
 // Whether a device multiplies bf16 itself: a GPU, or a device whose bf16 product rate
 // (peak_flops: what --calibrate measured, or the file's) is above its fp32 one (products
 // that widen their operands run at the f32 rate).

@@ -88,6 +88,9 @@ class Trainer {
   const Schedule& schedule() const { return schedule_; }
   const Program& program() const { return train_program_; }
   MemoryPool& pool() { return *pool_; }
+  // This rank's most memory held so far: the pool's high-water mark and the packed weight
+  // copies the backend keeps outside the pool (runtime.pack_weights).
+  double peak_memory_bytes() const;
   int64_t tokens_per_step() const;
   int microbatch_size() const { return mb_size_; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once

@@ -1,7 +1,7 @@
 // TrainingLoop: a run's step cadence, from its start step to train.steps.
 //
 // Each step is trained; evaluated every train.eval_every steps and at the last one (when
-// validation data is given); measured (peak pooled memory over all ranks, model FLOP/s,
+// validation data is given); measured (peak memory over all ranks, model FLOP/s,
 // MFU against log.peak_flops); handed to the sink; and checkpointed every
 // checkpoint.every steps and at the end. A stop requested on any rank (by default a
 // SIGUSR1/SIGTERM, see stop_signal.hpp) is agreed by all ranks at the step boundary: the
@@ -22,7 +22,7 @@ namespace pipetrain {
 struct StepRecord {
   StepMetrics metrics;
   double val_loss = -1;       // < 0: not evaluated at this step
-  double peak_mem_bytes = 0;  // most pooled memory in use on any rank so far
+  double peak_mem_bytes = 0;  // most memory held on any rank so far (Trainer::peak_memory_bytes)
   double least_peak_mem_bytes = 0;  // the smallest of the ranks' peaks (how even the layout is)
   double flops_per_s = 0;     // model FLOP/s of the step, all ranks together
   double mfu = -1;            // flops_per_s / (log.peak_flops x ranks); < 0: no peak given
