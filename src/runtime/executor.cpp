@@ -47,22 +47,6 @@ struct PendingSend {
   std::unique_ptr<CommRequest> request;
 };
 
-// MPI's progress thread held for a program's vocabulary collectives, released however it ends.
-class ProgressHold {
- public:
-  explicit ProgressHold(ProgressThread* t) : thread_(t) {
-    if (thread_) thread_->hold();
-  }
-  ~ProgressHold() {
-    if (thread_) thread_->release();
-  }
-  ProgressHold(const ProgressHold&) = delete;
-  ProgressHold& operator=(const ProgressHold&) = delete;
-
- private:
-  ProgressThread* thread_;
-};
-
 // A posted collective of the vocabulary slices: its buffer, kept until it completes.
 struct PendingColl {
   Tensor buffer;
@@ -325,6 +309,21 @@ struct PipelineExecutor::Impl {
     contributed.push_back(std::move(c));
     while (!contributed.empty() && contributed.front().request->test()) contributed.pop_front();
   }
+  // Between two layers: the dp reducer's poll, and one test of a vocabulary collective in
+  // flight. Any test advances every pending request of the process (Open MPI's progress
+  // engine), so a collective another rank waits for moves on during this rank's products.
+  // (A progress thread woken every millisecond did the same at 10-15% of the step where
+  // ranks have no core to spare: bench/RESULTS.md.)
+  void between_layers() {
+    if (hooks.poll) hooks.poll();
+    if (!vocab()) return;
+    for (auto& [key, c] : colls)
+      if (c.request) {
+        c.request->test();
+        return;
+      }
+    if (!contributed.empty()) contributed.front().request->test();
+  }
   // The result of a posted collective, waited for now.
   Tensor collective_result(Coll which, int m, const std::string& who) {
     auto it = colls.find({static_cast<int>(which), m});
@@ -410,6 +409,7 @@ struct PipelineExecutor::Impl {
       if (again) ss.inputs[i] = x;
       x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
       if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
+      between_layers();
     }
     if (st.has_head() && !vocab()) {
       const int64_t n = x.numel();
@@ -456,6 +456,8 @@ struct PipelineExecutor::Impl {
         layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
         weights_done(a, i);
         if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
+      } else {
+        between_layers();
       }
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
@@ -485,7 +487,7 @@ struct PipelineExecutor::Impl {
   void weights_done(const Action& a, size_t layer) {
     if (hooks.layer_grads_final && last_weight_action[a.stage] == current)
       hooks.layer_grads_final(a.stage, static_cast<int>(layer));
-    if (hooks.poll) hooks.poll();  // between layers: keeps in-flight reductions moving
+    between_layers();  // keeps in-flight reductions moving
   }
 
   void compute_done(const Action& a, double c0) {
@@ -513,7 +515,6 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
                                     float loss_scale, bool trace, const ExecutorHooks& hooks) {
   const HeldWeights held(backend_);  // no weight changes during a program: the optimizer runs after it
   Impl st(*this, load, B, T, pp_.rank(), loss_scale, trace, hooks);
-  const ProgressHold progress(vocab_.slice ? vocab_.progress : nullptr);
   for (size_t i = 0; i < program.size(); ++i) {
     const Instr& in = program[i];
     if (in.op == InstrOp::Compute && (in.action.op == Op::B || in.action.op == Op::W))

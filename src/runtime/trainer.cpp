@@ -317,7 +317,6 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     v.holds_first = me == schedule_.stage_to_rank.front();
     v.holds_last = me == schedule_.stage_to_rank.back();
     v.sums_to_all = grid.tp() > 1;
-    v.progress = mpi_progress();
     executor_->set_vocab(v);
   }
   train_program_ =

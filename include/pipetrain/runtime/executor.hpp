@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
-#include "pipetrain/comm/progress_thread.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/schedule/program.hpp"
@@ -33,9 +32,6 @@ struct VocabRun {
   // Whether sums reach every rank of the group (an all-reduce: the first or last stage has
   // several tensor-parallel ranks) or only the root (a reduce).
   bool sums_to_all = false;
-  // Keeps MPI's engine turning while the program runs, so a collective another rank waits
-  // for advances during this rank's products (none: progress only at instruction boundaries).
-  ProgressThread* progress = nullptr;
 };
 
 // Fills the host token and target arrays (B*T each) of microbatch m.

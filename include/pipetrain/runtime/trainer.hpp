@@ -170,7 +170,7 @@ class Trainer {
   std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   std::map<int, Recompute> recompute_;  // each stage's train.recompute
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
-  std::unique_ptr<ProgressThread> progress_;      // MPI's progress for the reducer (declared first: outlives it) and for the executor while a program runs
+  std::unique_ptr<ProgressThread> progress_;      // MPI's progress for the reducer (declared first: outlives it)
   ProgressThread* mpi_progress();
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
