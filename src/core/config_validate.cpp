@@ -37,6 +37,39 @@ void check_numbers_finite(const Checker& c, const Config& cfg) {
       c.check(std::isfinite(**d), fmt::format("{}: must be a finite number, got {}", k.full(), format_double(**d)));
 }
 
+// Mixture of experts: a Llama model's keys, each checked against its bounds.
+void check_experts(const Checker& c, const ModelConfig& m) {
+  c.at_least("model.n_experts", m.n_experts, 0);
+  if (m.n_experts == 0) return;
+  c.check(m.arch == "llama", fmt::format("model.n_experts ({}): experts replace Llama's MLPs (model.arch = "
+                                         "\"llama\"), not GPT-2's",
+                                         m.n_experts));
+  c.check(m.top_k >= 1 && m.top_k <= m.n_experts,
+          fmt::format("model.top_k ({}) must be between 1 and model.n_experts ({})", m.top_k, m.n_experts));
+  c.at_least("model.expert_ffn_hidden", m.expert_ffn_hidden, 0);
+  c.at_least("model.n_shared_experts", m.n_shared_experts, 0);
+  c.at_least("model.moe_every", m.moe_every, 1);
+  c.at_least("model.first_dense", m.first_dense, 0);
+  c.check(m.first_dense < m.n_layer, fmt::format("model.first_dense ({}) leaves no block of model.n_layer ({}) a "
+                                                 "mixture of experts",
+                                                 m.first_dense, m.n_layer));
+  c.check(m.router == "softmax" || m.router == "sigmoid",
+          fmt::format("model.router: {} (expected \"softmax\" or \"sigmoid\")", quote(m.router)));
+  c.check(m.aux_loss_coeff >= 0, fmt::format("model.aux_loss_coeff ({}) must be >= 0", m.aux_loss_coeff));
+  c.check(m.z_loss_coeff >= 0, fmt::format("model.z_loss_coeff ({}) must be >= 0", m.z_loss_coeff));
+}
+
+// What the experts do not run with yet: each rank holds every expert whole, in f32.
+void check_experts_run(const Checker& c, const Config& cfg) {
+  if (cfg.model.n_experts == 0) return;
+  c.check(cfg.parallel.tp == 1, fmt::format("parallel.tp ({}): mixture-of-experts layers hold whole experts on "
+                                            "every rank; tensor-parallel experts are not built yet (set 1)",
+                                            cfg.parallel.tp));
+  c.check(cfg.train.precision == "fp32", fmt::format("train.precision = {}: mixture-of-experts layers run in fp32 "
+                                                     "only so far",
+                                                     quote(cfg.train.precision)));
+}
+
 void check_model(const Checker& c, const ModelConfig& m) {
   c.check(m.arch == "gpt2" || m.arch == "llama",
           fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
@@ -61,6 +94,7 @@ void check_model(const Checker& c, const ModelConfig& m) {
     c.check(m.norm_eps > 0, fmt::format("model.norm_eps ({}) must be > 0", m.norm_eps));
     c.check(m.rope_theta > 1, fmt::format("model.rope_theta ({}) must be > 1", m.rope_theta));
   }
+  check_experts(c, m);
 }
 
 void check_parallel(const Checker& c, const Config& cfg) {
@@ -183,6 +217,7 @@ void validate_config(const Config& cfg) {
   check_model(c, cfg.model);
   check_parallel(c, cfg);
   check_train(c, cfg);
+  check_experts_run(c, cfg);
   check_data(c, cfg);
   check_runtime(c, cfg);
 }

@@ -1,14 +1,15 @@
 // Llama's block halves (pipetrain/model/llama_block.hpp): forward, the two backward
 // halves and selective recomputation of each.
 #include "pipetrain/model/llama_block.hpp"
-#include "pipetrain/model/kv_cache.hpp"
 
 #include <cmath>
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/grid_rules.hpp"
+#include "pipetrain/model/kv_cache.hpp"
 #include "pipetrain/model/linear.hpp"
+#include "pipetrain/model/moe_mlp.hpp"
 #include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
@@ -70,7 +71,12 @@ LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params
     : BlockPair("llama block " + std::to_string(index), [&] {
         BlockHalves h;
         h.attention = std::make_unique<LlamaAttention>(cfg, index, params, tp);
-        h.mlp = std::make_unique<LlamaMlp>(cfg, index, params, tp);
+        if (cfg.moe(index)) {
+          if (tp.size > 1) fail("block {}: mixture-of-experts layers take no tensor parallelism yet", index);
+          h.mlp = std::make_unique<MoeMlp>(cfg, index, params);
+        } else {
+          h.mlp = std::make_unique<LlamaMlp>(cfg, index, params, tp);
+        }
         return h;
       }()) {}
 

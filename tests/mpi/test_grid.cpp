@@ -119,6 +119,45 @@ TEST(GridMatchesSingleRank, LlamaOnEveryGridUntiedAndTied) {
   }
 }
 
+// Mixture of experts (model.n_experts): Llama with a dense first block, then MoE blocks of
+// 4 experts, top 2, one shared expert, both auxiliary losses on; on every grid without tp,
+// each schedule kind (dualpipev's V where the pipeline has two ranks), ZeRO-1. The
+// load-balancing loss is a microbatch's (not linear in its tokens), so the reference has
+// the same microbatches: dp x as many, each as large as a replica's.
+TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism) {
+  std::vector<GridCase> grids;
+  for (GridCase g : std::vector<GridCase>{{1, 2, 1}, {2, 1, 1}, {1, 4, 1}, {2, 2, 1}})
+    if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
+  if (grids.empty()) GTEST_SKIP() << "no grid of the list without tp has " << world_size() << " ranks";
+  auto config = [](GridCase g, const std::string& sched, bool zero1, int v) {
+    Config c = llama_config(g, sched, false, zero1, v);
+    c.model.n_experts = 4;
+    c.model.top_k = 2;
+    c.model.expert_ffn_hidden = 16;
+    c.model.n_shared_experts = 1;
+    c.model.first_dense = 1;
+    c.model.aux_loss_coeff = 0.01;
+    c.model.z_loss_coeff = 0.001;
+    c.train.microbatches = 4;  // dualpipev: at least 2 per rank
+    return c;
+  };
+  for (GridCase g : grids) {
+    Config single = config({1, 1, 1}, "1f1b", false, 1);
+    single.train.microbatches *= g.dp;
+    const RunResult ref = run(single, MPI_COMM_SELF);
+    std::vector<std::pair<const char*, int>> scheds = {{"1f1b", 1}, {"zb-h1", 1}};
+    if (g.pp == 2) scheds.push_back({"dualpipev", 2});
+    for (const auto& [sched, v] : scheds)
+      for (bool zero1 : {false, true}) {
+        if (zero1 && g.dp == 1) continue;
+        SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp " << g.pp << ", " << sched
+                                          << ", zero1 " << zero1);
+        const Config cfg = config(g, sched, zero1, v);
+        expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+      }
+  }
+}
+
 // Vocabulary parallelism (parallel.vocab_parallel): every pipeline x tensor-parallel rank
 // holds a slice of the embedding and the output layer, joined by collectives; on every grid
 // with a pipeline, GPT-2 (tied) and Llama (untied and tied), each schedule kind, ZeRO-1 and

@@ -212,6 +212,16 @@ class Backend : public DeviceAllocator {
   virtual void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u,
                                size_t n) = 0;
 
+  // ---- mixture-of-experts rows (model/moe_mlp.hpp): each output row written by one work
+  // item, its terms summed in a fixed order (no atomics: deterministic) ----
+  // out[i, :] = scale[i] * in[index[i], :] for i < rows (scale null: 1).
+  virtual void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C) = 0;
+  // out[t, :] += sum over j < k, in order, of weight[row[t k + j]] * in[row[t k + j], :] (weight null: 1).
+  virtual void combine_rows(float* out, const float* in, const int32_t* row, const float* weight, int N, int k,
+                            int C) = 0;
+  // out[t k + j] = a[t, :] . b[row[t k + j], :]  (overwrites)
+  virtual void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) = 0;
+
   // ---- token + position embedding ----
   // out[b, t, :] = wte[tokens[b*T + t], :] + wpe[t, :]
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,

@@ -27,6 +27,19 @@ struct ModelConfig {
   double norm_eps = 1e-5;      // RMSNorm epsilon
   double rope_theta = 500000;  // rotary base (Llama 3; Llama 2 used 10000)
   bool tie_embeddings = false; // the LM head reuses the token embedding (GPT-2 always does)
+  // Mixture of experts (Llama only; model/moe_mlp.hpp): the MLP of block i is n_experts
+  // SwiGLU experts, each token through its top_k, when n_experts > 0, i >= first_dense and
+  // (i - first_dense) is a multiple of moe_every.
+  int n_experts = 0;
+  int top_k = 2;
+  int expert_ffn_hidden = 0;  // each expert's SwiGLU width; 0 = ffn()
+  int n_shared_experts = 0;   // always-on experts (DeepSeek): one SwiGLU n_shared_experts x wide
+  int moe_every = 1;
+  int first_dense = 0;
+  std::string router = "softmax";  // softmax (Mixtral, Qwen3-MoE) | sigmoid (DeepSeek-V3)
+  bool router_renormalize = true;  // the top_k weights divided by their sum
+  double aux_loss_coeff = 0.01;    // Switch/GShard load-balancing loss
+  double z_loss_coeff = 0.0;       // router z-loss
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // Llama's MLP width: 2/3 of 4 d_model, rounded up to multiple_of, unless ffn_hidden is set.
@@ -36,6 +49,8 @@ struct ModelConfig {
     return (h + multiple_of - 1) / multiple_of * multiple_of;
   }
   bool tied() const { return arch == "gpt2" || tie_embeddings; }
+  bool moe(int block) const { return n_experts > 0 && block >= first_dense && (block - first_dense) % moe_every == 0; }
+  int expert_ffn() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn(); }
 };
 
 struct ParallelConfig {
@@ -46,9 +61,9 @@ struct ParallelConfig {
   std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
   double dp_bucket_mb = 25;             // most MiB of gradients one dp all-reduce carries
   // Every pipeline x tensor-parallel rank of a replica holds a slice of the vocabulary of
-  // the embedding and the output layer (schedule/vocab_pieces.hpp). "auto" is refused
-  // until a cost rule decides it (bench_split prints what it would weigh).
-  Toggle vocab_parallel = Toggle::Auto;  // "auto": plan/vocab_choice.hpp
+  // the embedding and the output layer (schedule/vocab_pieces.hpp); "auto" turns it on
+  // where the output layer outweighs a stage's share of the model (plan/vocab_choice.hpp).
+  Toggle vocab_parallel = Toggle::Auto;
 };
 
 struct ScheduleConfig {

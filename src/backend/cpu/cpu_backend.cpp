@@ -235,6 +235,16 @@ class CpuBackend final : public Backend {
     if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
     cpu::rope(x, B, T, ld, heads, head_size, theta, inverse, pos0);
   }
+  void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C) override {
+    cpu::gather_rows(out, in, index, scale, rows, C);
+  }
+  void combine_rows(float* out, const float* in, const int32_t* row, const float* weight, int N, int k,
+                    int C) override {
+    cpu::combine_rows(out, in, row, weight, N, k, C);
+  }
+  void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) override {
+    cpu::row_dots(out, a, b, row, N, k, C);
+  }
   void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
     cpu::swiglu_forward(out, g, u, n);
   }

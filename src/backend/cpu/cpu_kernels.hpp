@@ -226,6 +226,11 @@ void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const
                              bf16* dout_heads, float* grad_heads, float* dp, bf16* ds, int B, int T, int C, int NH,
                              int NKV, std::vector<float>& widened);
 
+// ---- mixture-of-experts rows (moe_rows.cpp) ----
+void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C);
+void combine_rows(float* out, const float* in, const int32_t* row, const float* weight, int N, int k, int C);
+void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C);
+
 // ---- Llama (rmsnorm.cpp, rope.cpp, swiglu.cpp) ----
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,

@@ -147,6 +147,12 @@ void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const
                       int n, int pos, int NH, int NKV, int hs);
 void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
           int pos0);
+// moe_rows.cu
+void gather_rows(const Ctx& ctx, float* out, const float* in, const int32_t* index, const float* scale, int rows,
+                 int C);
+void combine_rows(const Ctx& ctx, float* out, const float* in, const int32_t* row, const float* weight, int N, int k,
+                  int C);
+void row_dots(const Ctx& ctx, float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C);
 void swiglu_forward(const Ctx& ctx, float* out, const float* g, const float* u, size_t n);
 void swiglu_backward(const Ctx& ctx, float* dg, float* du, const float* dout, const float* g, const float* u,
                      size_t n);

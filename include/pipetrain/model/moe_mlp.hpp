@@ -1,0 +1,48 @@
+// A Llama block's MLP half as a mixture of experts (ModelConfig::moe(block)):
+//   y = x + sum_j w_tj E_{e_tj}(n_t) + S(n_t),   n = RMSNorm(x),
+//   E_e(n) = Down_e(silu(Gate_e n) * Up_e n),    S: the shared experts, one SwiGLU,
+// the experts e_tj and weights w_tj from the router's logits n Wr^T (moe_routing.hpp).
+// Dropless: every expert takes all its tokens. The routed rows are gathered so each
+// expert's are contiguous, multiplied by one product per expert, and combined back in
+// choice order (Backend::gather_rows, combine_rows): deterministic.
+// The auxiliary losses join the objective with weight 1/m per microbatch (the step
+// objective's, as ctx.loss_scale is the tokens'); their gradient enters at the router.
+// Parameters h.<i>.mlp_norm.w, moe.router.w (E, C), moe.gate.w and moe.up.w (E F, C: expert
+// e's rows [e F, (e + 1) F)), moe.down.w (E C, F), and, with shared experts,
+// moe.shared_gate.w, moe.shared_up.w (S F, C), moe.shared_down.w (C, S F).
+// Exports: MoeMlp, MoeForwardStats.
+#pragma once
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/layer.hpp"
+#include "pipetrain/model/moe_routing.hpp"
+
+namespace pipetrain {
+
+// What the last forward's routing measured (the step's metrics read it).
+struct MoeForwardStats {
+  double load_balance = 0, z = 0;  // the auxiliary losses, before their coefficients
+  double max_over_mean_load = 0;   // the busiest expert's rows over the mean
+};
+
+class MoeMlp : public Layer {
+ public:
+  MoeMlp(const ModelConfig& cfg, int index, ParameterStore& params);
+  std::string name() const override { return "llama block " + std::to_string(index_) + " experts"; }
+  std::vector<Parameter*> parameters() override;
+  Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
+  Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
+  void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
+  bool recomputable() const override { return true; }
+  const MoeForwardStats& last_forward() const { return last_; }
+  const RouterSpec& router() const { return spec_; }
+
+ private:
+  int index_, C_, F_, E_, SF_;  // width, expert width, experts, shared width (0: none)
+  float eps_;
+  RouterSpec spec_;
+  Parameter &normw_, &routerw_, &gatew_, &upw_, &downw_;
+  Parameter *sgatew_ = nullptr, *supw_ = nullptr, *sdownw_ = nullptr;
+  MoeForwardStats last_;
+};
+
+}  // namespace pipetrain

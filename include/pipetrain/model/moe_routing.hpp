@@ -1,0 +1,52 @@
+// Token routing of a mixture-of-experts layer, computed on the host: one source for every
+// backend (the experts' token counts set the products' shapes, so the host needs them
+// anyway). Deterministic: each token's top k experts by score (plus the selection-only
+// bias), ties to the lower expert index; the routed rows sorted by expert, then token,
+// then choice, so each expert's rows are contiguous and in token order.
+//   softmax router (Mixtral, Qwen3-MoE): p = softmax(logits), weights p of the chosen;
+//   sigmoid router (DeepSeek-V3): s = sigmoid(logits), weights s of the chosen;
+//   either optionally renormalised: the k weights divided by their sum.
+// Two auxiliary losses per microbatch: the Switch/GShard load-balancing loss
+// E · Σ_e f_e P_e (f_e the share of routed rows on e, P_e the mean probability of e;
+// sigmoid scores normalised per token first) and the router z-loss mean_t lse(logits_t)².
+// Exports: RouterKind, RouterSpec, Routing, route_tokens, router_backward.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace pipetrain {
+
+enum class RouterKind { Softmax, Sigmoid };
+
+struct RouterSpec {
+  int experts = 0, top_k = 0;
+  RouterKind kind = RouterKind::Softmax;
+  bool renormalize = true;  // the k weights divided by their sum
+  double aux_loss = 0;      // coefficient of the load-balancing loss
+  double z_loss = 0;        // coefficient of the router z-loss
+};
+
+struct Routing {
+  int tokens = 0, k = 0, experts = 0;
+  std::vector<float> scores;       // (N, E): softmax probabilities or sigmoid scores
+  std::vector<int32_t> expert;     // (N, k): the chosen experts, best first
+  std::vector<float> weight;       // (N, k): their combine weights
+  std::vector<int32_t> row;        // (N, k): the sorted row of token t's j-th choice
+  std::vector<int32_t> source;     // (N·k): the token each sorted row reads
+  std::vector<float> row_weight;   // (N·k): each sorted row's combine weight
+  std::vector<int32_t> offset;     // (E + 1): expert e's sorted rows are [offset[e], offset[e + 1])
+  double load_balance = 0, z = 0;  // the two auxiliary losses, before their coefficients
+  int count(int e) const { return offset[static_cast<size_t>(e) + 1] - offset[static_cast<size_t>(e)]; }
+  double max_over_mean_load() const;  // the busiest expert's rows over the mean
+};
+
+// logits (N, E) row-major; bias (E) or null: added to the scores to choose, never to weigh.
+Routing route_tokens(const float* logits, const float* bias, int N, const RouterSpec& spec);
+
+// dlogits (N, E) of: the combine weights' gradient dweight (N, k), plus `scale` times the
+// coefficients' sum of the auxiliary losses (scale: d(objective)/d(this microbatch's loss)).
+void router_backward(const Routing& r, const float* logits, const float* dweight, const RouterSpec& spec, double scale,
+                     float* dlogits);
+
+}  // namespace pipetrain

@@ -1,0 +1,214 @@
+// The mixture-of-experts MLP half (pipetrain/model/moe_mlp.hpp): forward, the two
+// backward halves. Routing runs on the host (moe_routing.hpp); its index arrays go to the
+// device once per microbatch. Products are one sgemm per expert over its rows.
+#include "pipetrain/model/moe_mlp.hpp"
+
+#include <cmath>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/model/precision.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+struct MoeStash : Stash {
+  Tensor x, rstd, n, logits;  // input, RMSNorm's, its output, the router's (N, E)
+  Routing routing;            // on the host
+  std::vector<float> host_logits;
+  Tensor rows, source, row_weight;                 // routing's arrays on the device
+  Tensor xp, g, u, a, o;                           // the sorted rows: inputs, gate, up, SwiGLU, expert outputs
+  Tensor sg, su, sa;                               // the shared experts' gate, up, SwiGLU (N, S F)
+  Tensor dy, dn, dlogits, dout, dg, du, dsg, dsu;  // backward_input, kept for backward_weight
+};
+
+std::string key(int layer, const char* leaf) { return "h." + std::to_string(layer) + "." + leaf; }
+
+Tensor f32(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
+
+template <class T>
+Tensor upload(const MicrobatchContext& ctx, const std::vector<T>& host, DType type) {
+  Tensor t = Tensor::empty(*ctx.pool, {static_cast<int64_t>(host.size())}, type);
+  if (!host.empty()) ctx.backend->to_device(t.raw(), host.data(), host.size() * sizeof(T));
+  return t;
+}
+
+const float* weight_of(const Parameter& p) { return p.value.f32(); }
+
+// SwiGLU of width F over `rows` rows of x (rows, C) by W_gate, W_up (F, C) at the given
+// pointers: g, u and a = silu(g) u.
+void swiglu_rows(Backend& be, int rows, int F, int C, const float* x, const float* wg, const float* wu, float* g,
+                 float* u, float* a) {
+  if (rows == 0) return;
+  be.gemm(false, true, rows, F, C, 1.0f, x, C, wg, C, 0.0f, g, F);
+  be.gemm(false, true, rows, F, C, 1.0f, x, C, wu, C, 0.0f, u, F);
+  be.swiglu_forward(a, g, u, static_cast<size_t>(rows) * F);
+}
+
+// The SwiGLU's input gradient: from dh (rows, F), dg and du, and dx (rows, C) += dg Wg + du Wu.
+void swiglu_rows_backward(Backend& be, int rows, int F, int C, const float* g, const float* u, const float* wg,
+                          const float* wu, float* dh_dg, float* du, float beta, float* dx) {
+  if (rows == 0) return;
+  be.swiglu_backward(dh_dg, du, dh_dg, g, u, static_cast<size_t>(rows) * F);
+  be.gemm(false, false, rows, C, F, 1.0f, dh_dg, F, wg, C, beta, dx, C);
+  be.gemm(false, false, rows, C, F, 1.0f, du, F, wu, C, 1.0f, dx, C);
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p)
+    : index_(index),
+      C_(cfg.d_model),
+      F_(cfg.expert_ffn()),
+      E_(cfg.n_experts),
+      SF_(cfg.n_shared_experts * cfg.expert_ffn()),
+      eps_(static_cast<float>(cfg.norm_eps)),
+      spec_{cfg.n_experts,
+            cfg.top_k,
+            cfg.router == "sigmoid" ? RouterKind::Sigmoid : RouterKind::Softmax,
+            cfg.router_renormalize,
+            cfg.aux_loss_coeff,
+            cfg.z_loss_coeff},
+      normw_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
+      routerw_(p.declare(key(index, "moe.router.w"), {E_, C_}, Init::Normal, 0.02)),
+      gatew_(p.declare(key(index, "moe.gate.w"), {int64_t{E_} * F_, C_}, Init::Normal, 0.02)),
+      upw_(p.declare(key(index, "moe.up.w"), {int64_t{E_} * F_, C_}, Init::Normal, 0.02)),
+      downw_(p.declare(key(index, "moe.down.w"), {int64_t{E_} * C_, F_}, Init::Normal,
+                       0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+  if (SF_ > 0) {
+    sgatew_ = &p.declare(key(index, "moe.shared_gate.w"), {SF_, C_}, Init::Normal, 0.02);
+    supw_ = &p.declare(key(index, "moe.shared_up.w"), {SF_, C_}, Init::Normal, 0.02);
+    sdownw_ = &p.declare(key(index, "moe.shared_down.w"), {C_, SF_}, Init::Normal, 0.02 / std::sqrt(2.0 * cfg.n_layer));
+  }
+}
+
+std::vector<Parameter*> MoeMlp::parameters() {
+  std::vector<Parameter*> ps{&normw_, &routerw_, &gatew_, &upw_, &downw_};
+  if (SF_ > 0) ps.insert(ps.end(), {sgatew_, supw_, sdownw_});
+  return ps;
+}
+
+Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
+  if (ctx.storage != DType::F32) fail("{}: mixture-of-experts layers run in fp32 only", name());
+  Backend& be = *ctx.backend;
+  const int N = ctx.B * ctx.T, C = C_, F = F_;
+  auto s = std::make_unique<MoeStash>();
+  s->x = x;
+  s->n = f32(ctx, N, C);
+  s->rstd = Tensor::empty(*ctx.pool, {N});
+  be.rmsnorm_forward(s->n.f32(), s->rstd.f32(), x.f32(), weight_of(normw_), N, C, eps_);
+  // Route on the host.
+  s->logits = f32(ctx, N, E_);
+  be.gemm(false, true, N, E_, C, 1.0f, s->n.f32(), C, weight_of(routerw_), C, 0.0f, s->logits.f32(), E_);
+  s->host_logits.resize(static_cast<size_t>(N) * E_);
+  be.to_host(s->host_logits.data(), s->logits.raw(), s->host_logits.size() * sizeof(float));
+  s->routing = route_tokens(s->host_logits.data(), nullptr, N, spec_);
+  const Routing& r = s->routing;
+  last_ = {r.load_balance, r.z, r.max_over_mean_load()};
+  s->rows = upload(ctx, r.row, DType::I32);
+  s->source = upload(ctx, r.source, DType::I32);
+  s->row_weight = upload(ctx, r.row_weight, DType::F32);
+  // The experts, each over its contiguous rows.
+  const int R = N * spec_.top_k;
+  s->xp = f32(ctx, R, C);
+  be.gather_rows(s->xp.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
+  s->g = f32(ctx, R, F), s->u = f32(ctx, R, F), s->a = f32(ctx, R, F), s->o = f32(ctx, R, C);
+  for (int e = 0; e < E_; ++e) {
+    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
+    if (rows == 0) continue;
+    const size_t wf = static_cast<size_t>(e) * F * C;
+    swiglu_rows(be, rows, F, C, s->xp.f32() + static_cast<size_t>(at) * C, weight_of(gatew_) + wf, weight_of(upw_) + wf,
+                s->g.f32() + static_cast<size_t>(at) * F, s->u.f32() + static_cast<size_t>(at) * F,
+                s->a.f32() + static_cast<size_t>(at) * F);
+    be.gemm(false, true, rows, C, F, 1.0f, s->a.f32() + static_cast<size_t>(at) * F, F, weight_of(downw_) + wf, F, 0.0f,
+            s->o.f32() + static_cast<size_t>(at) * C, C);
+  }
+  // y = x + shared experts + the routed outputs, each token's in choice order.
+  Tensor y = f32(ctx, N, C);
+  be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  if (SF_ > 0) {
+    s->sg = f32(ctx, N, SF_), s->su = f32(ctx, N, SF_), s->sa = f32(ctx, N, SF_);
+    swiglu_rows(be, N, SF_, C, s->n.f32(), weight_of(*sgatew_), weight_of(*supw_), s->sg.f32(), s->su.f32(),
+                s->sa.f32());
+    be.gemm(false, true, N, C, SF_, 1.0f, s->sa.f32(), SF_, weight_of(*sdownw_), SF_, 1.0f, y.f32(), C);
+  }
+  be.combine_rows(y.f32(), s->o.f32(), s->rows.i32(), s->row_weight.f32(), N, spec_.top_k, C);
+  out = std::move(s);
+  return y;
+}
+
+// dy -> the routed rows' gradients (weighted) and the weights' (dots) -> each expert's
+// SwiGLU backward -> dn (combined back, plus the shared experts' and the router's) -> dx.
+Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+  Backend& be = *ctx.backend;
+  auto& s = dynamic_cast<MoeStash&>(stash);
+  const Routing& r = s.routing;
+  const int N = ctx.B * ctx.T, C = C_, F = F_, k = spec_.top_k, R = N * k;
+  s.dy = dy;
+  s.dout = f32(ctx, R, C);
+  be.gather_rows(s.dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), R, C);
+  Tensor dweight = Tensor::empty(*ctx.pool, {static_cast<int64_t>(R)});
+  be.row_dots(dweight.f32(), dy.f32(), s.o.f32(), s.rows.i32(), N, k, C);
+  // Each expert: dh = dout Down_e, then the SwiGLU and its two products into the rows' dxp.
+  s.dg = f32(ctx, R, F), s.du = f32(ctx, R, F);
+  Tensor dxp = f32(ctx, R, C);
+  for (int e = 0; e < E_; ++e) {
+    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
+    if (rows == 0) continue;
+    const size_t wf = static_cast<size_t>(e) * F * C, rf = static_cast<size_t>(at) * F,
+                 rc = static_cast<size_t>(at) * C;
+    be.gemm(false, false, rows, F, C, 1.0f, s.dout.f32() + rc, C, weight_of(downw_) + wf, F, 0.0f, s.dg.f32() + rf, F);
+    swiglu_rows_backward(be, rows, F, C, s.g.f32() + rf, s.u.f32() + rf, weight_of(gatew_) + wf, weight_of(upw_) + wf,
+                         s.dg.f32() + rf, s.du.f32() + rf, 0.0f, dxp.f32() + rc);
+  }
+  s.g = {}, s.u = {};
+  s.dn = f32(ctx, N, C);
+  be.fill(s.dn.f32(), 0.0f, static_cast<size_t>(N) * C);
+  be.combine_rows(s.dn.f32(), dxp.f32(), s.rows.i32(), nullptr, N, k, C);
+  dxp = {};
+  if (SF_ > 0) {
+    s.dsg = f32(ctx, N, SF_), s.dsu = f32(ctx, N, SF_);
+    be.gemm(false, false, N, SF_, C, 1.0f, dy.f32(), C, weight_of(*sdownw_), SF_, 0.0f, s.dsg.f32(), SF_);
+    swiglu_rows_backward(be, N, SF_, C, s.sg.f32(), s.su.f32(), weight_of(*sgatew_), weight_of(*supw_), s.dsg.f32(),
+                         s.dsu.f32(), 1.0f, s.dn.f32());
+    s.sg = {}, s.su = {};
+  }
+  // The router: the weights' gradient and the auxiliary losses', each microbatch's losses
+  // weighing 1/m of the objective (loss_scale N: the tokens' 1/(m N) times N).
+  std::vector<float> host_dw(static_cast<size_t>(R)), host_dl(static_cast<size_t>(N) * E_);
+  be.to_host(host_dw.data(), dweight.raw(), host_dw.size() * sizeof(float));
+  router_backward(r, s.host_logits.data(), host_dw.data(), spec_, static_cast<double>(ctx.loss_scale) * N,
+                  host_dl.data());
+  s.dlogits = upload(ctx, host_dl, DType::F32);
+  be.gemm(false, false, N, C, E_, 1.0f, s.dlogits.f32(), E_, weight_of(routerw_), C, 1.0f, s.dn.f32(), C);
+  Tensor dx = f32(ctx, N, C);
+  be.copy(dx.f32(), dy.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  be.rmsnorm_backward_input(dx.f32(), s.dn.f32(), s.x.f32(), weight_of(normw_), s.rstd.f32(), N, C);
+  return dx;
+}
+
+void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
+  Backend& be = *ctx.backend;
+  auto& s = dynamic_cast<MoeStash&>(stash);
+  const Routing& r = s.routing;
+  const int N = ctx.B * ctx.T, C = C_, F = F_;
+  for (int e = 0; e < E_; ++e) {
+    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
+    if (rows == 0) continue;
+    const size_t wf = static_cast<size_t>(e) * F * C, rf = static_cast<size_t>(at) * F,
+                 rc = static_cast<size_t>(at) * C;
+    be.gemm(true, false, C, F, rows, 1.0f, s.dout.f32() + rc, C, s.a.f32() + rf, F, 1.0f, downw_.grad.f32() + wf, F);
+    be.gemm(true, false, F, C, rows, 1.0f, s.dg.f32() + rf, F, s.xp.f32() + rc, C, 1.0f, gatew_.grad.f32() + wf, C);
+    be.gemm(true, false, F, C, rows, 1.0f, s.du.f32() + rf, F, s.xp.f32() + rc, C, 1.0f, upw_.grad.f32() + wf, C);
+  }
+  if (SF_ > 0) {
+    be.gemm(true, false, C, SF_, N, 1.0f, s.dy.f32(), C, s.sa.f32(), SF_, 1.0f, sdownw_->grad.f32(), SF_);
+    be.gemm(true, false, SF_, C, N, 1.0f, s.dsg.f32(), SF_, s.n.f32(), C, 1.0f, sgatew_->grad.f32(), C);
+    be.gemm(true, false, SF_, C, N, 1.0f, s.dsu.f32(), SF_, s.n.f32(), C, 1.0f, supw_->grad.f32(), C);
+  }
+  be.gemm(true, false, E_, C, N, 1.0f, s.dlogits.f32(), E_, s.n.f32(), C, 1.0f, routerw_.grad.f32(), C);
+  be.rmsnorm_backward_weight(normw_.grad.f32(), s.dn.f32(), s.x.f32(), s.rstd.f32(), N, C);
+}
+
+}  // namespace pipetrain

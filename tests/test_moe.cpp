@@ -1,0 +1,232 @@
+// Mixture of experts: the routing (ties, order, weights), the router's backward against
+// finite differences, and the MoE layer against a double reference written here from the
+// formulas (moe_mlp.hpp) and against finite differences of its forward plus its
+// auxiliary losses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model_fixtures.hpp"
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/moe_mlp.hpp"
+#include "pipetrain/model/moe_routing.hpp"
+
+namespace pipetrain {
+namespace {
+
+using testing::dot;
+using testing::random_tensor;
+
+std::vector<float> random_vector(size_t n, uint64_t seed, double scale) {
+  std::vector<float> v(n);
+  Rng rng(seed);
+  for (float& x : v) x = static_cast<float>(rng.normal() * scale);
+  return v;
+}
+
+TEST(MoeRouting, TiesGoToTheLowerExpertAndRowsAreSortedByExpertThenToken) {
+  const RouterSpec spec{4, 2, RouterKind::Softmax, true, 0, 0};
+  // Token 0: all equal -> experts 0, 1. Token 1: 3 best, then 1 and 2 tied -> 3, 1.
+  const std::vector<float> logits{0, 0, 0, 0, 0, 1, 1, 2};
+  const Routing r = route_tokens(logits.data(), nullptr, 2, spec);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 1, 3, 1}));
+  EXPECT_EQ(r.offset, (std::vector<int32_t>{0, 1, 3, 3, 4}));
+  EXPECT_EQ(r.source, (std::vector<int32_t>{0, 0, 1, 1}));  // expert 1: token 0, then token 1
+  EXPECT_EQ(r.row, (std::vector<int32_t>{0, 1, 3, 2}));
+  EXPECT_FLOAT_EQ(r.weight[0] + r.weight[1], 1.0f);  // renormalised
+  EXPECT_FLOAT_EQ(r.weight[0], 0.5f);
+  EXPECT_DOUBLE_EQ(r.max_over_mean_load(), 2.0);  // expert 1 took 2 of 4 rows, the mean is 1
+  // A selection bias changes the choice, not the weights' source.
+  const std::vector<float> bias{0, 0, 5, 0};
+  const Routing b = route_tokens(logits.data(), bias.data(), 2, spec);
+  EXPECT_EQ(b.expert[0], 2);
+  EXPECT_EQ(b.expert[2], 2);
+  EXPECT_NEAR(b.weight[2] / b.weight[3], std::exp(1.0 - 2.0), 1e-6);  // scores p2 / p3, no bias
+}
+
+// The router's backward: the objective sum_tj dw_tj w_tj + scale (a lb + b z) by central
+// differences along a random direction of the logits (spread wide so no choice flips).
+void check_router_backward(RouterKind kind, bool renormalize) {
+  const int N = 6, E = 5;
+  const RouterSpec spec{E, 2, kind, renormalize, 0.3, 0.2};
+  std::vector<float> logits = random_vector(static_cast<size_t>(N) * E, 3, 2.0);
+  const std::vector<float> dw = random_vector(static_cast<size_t>(N) * 2, 4, 1.0);
+  const std::vector<float> dir = random_vector(logits.size(), 5, 1.0);
+  const double scale = 0.7;
+  auto objective = [&](const std::vector<float>& l) {
+    const Routing r = route_tokens(l.data(), nullptr, N, spec);
+    double o = scale * (spec.aux_loss * r.load_balance + spec.z_loss * r.z);
+    for (size_t i = 0; i < dw.size(); ++i) o += static_cast<double>(dw[i]) * r.weight[i];
+    return std::pair{o, r.expert};
+  };
+  const Routing r = route_tokens(logits.data(), nullptr, N, spec);
+  std::vector<float> dl(logits.size());
+  router_backward(r, logits.data(), dw.data(), spec, scale, dl.data());
+  const float eps = 1e-3f;
+  std::vector<float> plus = logits, minus = logits;
+  for (size_t i = 0; i < logits.size(); ++i) plus[i] += eps * dir[i], minus[i] -= eps * dir[i];
+  const auto [op, ep] = objective(plus);
+  const auto [om, em] = objective(minus);
+  ASSERT_EQ(ep, r.expert);  // the same choices on both sides: the objective is smooth there
+  ASSERT_EQ(em, r.expert);
+  const double fd = (op - om) / (2.0 * eps), an = dot(dl.data(), dir.data(), static_cast<int64_t>(dl.size()));
+  // f32 weights (relative 6e-8 each) over differences of 2e-3: about 1e-4 of the value.
+  EXPECT_NEAR(an, fd, 2e-3 * std::abs(fd) + 2e-4)
+      << "router " << (kind == RouterKind::Softmax ? "softmax" : "sigmoid") << (renormalize ? ", renormalised" : "");
+}
+
+TEST(MoeRouting, BackwardMatchesFiniteDifferences) {
+  for (RouterKind kind : {RouterKind::Softmax, RouterKind::Sigmoid})
+    for (bool renormalize : {true, false}) check_router_backward(kind, renormalize);
+}
+
+ModelConfig tiny_moe(int shared) {
+  ModelConfig m = testing::tiny_model();
+  m.arch = "llama";
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.d_model = 16;
+  m.n_experts = 4;
+  m.top_k = 2;
+  m.expert_ffn_hidden = 12;
+  m.n_shared_experts = shared;
+  m.aux_loss_coeff = 0.05;
+  m.z_loss_coeff = 0.01;
+  return m;
+}
+
+class MoeLayer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend = make_cpu_backend();
+    pool = MemoryPool::create(*backend);
+    ctx.backend = backend.get();
+    ctx.pool = pool.get();
+    ctx.B = 2;
+    ctx.T = 5;
+  }
+  // Parameters initialised, the norm's moved off 1, the router's spread so that no choice
+  // is near a tie (finite differences stay on one side of every selection).
+  void init(ParameterStore& store, const MoeMlp& layer) {
+    store.allocate(*pool, *backend);
+    store.initialize(5, *backend);
+    for (auto& p : store.params()) {
+      Rng rng = Rng::for_stream(9, p.name);
+      const bool router = p.name.find("router") != std::string::npos;
+      for (int64_t i = 0; i < p.numel(); ++i)
+        p.value.f32()[i] =
+            router ? static_cast<float>(rng.normal()) : p.value.f32()[i] + static_cast<float>(0.1 * rng.normal());
+    }
+    (void)layer;
+    store.zero_grads(*backend);
+  }
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<MemoryPool> pool;
+  MicrobatchContext ctx;
+};
+
+// The layer's output, in double, from the formulas: every token through each of its
+// experts (routing from route_tokens, whose own rules the tests above hold).
+std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const std::vector<float>& x, int N) {
+  const int C = m.d_model, F = m.expert_ffn(), E = m.n_experts, S = m.n_shared_experts * F;
+  auto w = [&](const std::string& leaf) { return store.find("h.0." + leaf)->value.f32(); };
+  std::vector<double> n(static_cast<size_t>(N) * C), y(x.begin(), x.end());
+  std::vector<float> logits(static_cast<size_t>(N) * E);
+  for (int t = 0; t < N; ++t) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += double(x[t * C + c]) * x[t * C + c];
+    const double rstd = 1.0 / std::sqrt(ss / C + m.norm_eps);
+    for (int c = 0; c < C; ++c) n[t * C + c] = x[t * C + c] * rstd * w("mlp_norm.w")[c];
+    for (int e = 0; e < E; ++e) {
+      double l = 0;
+      for (int c = 0; c < C; ++c) l += n[t * C + c] * w("moe.router.w")[e * C + c];
+      logits[t * E + e] = static_cast<float>(l);
+    }
+  }
+  const RouterSpec spec{E, m.top_k, RouterKind::Softmax, m.router_renormalize, 0, 0};
+  const Routing r = route_tokens(logits.data(), nullptr, N, spec);
+  // One SwiGLU expert: rows [0, width) of the gate and up tables at g, u; down (C, width) at d.
+  auto expert = [&](int t, const float* g, const float* u, const float* d, int width, double weight) {
+    for (int f = 0; f < width; ++f) {
+      double gv = 0, uv = 0;
+      for (int c = 0; c < C; ++c) gv += n[t * C + c] * g[f * C + c], uv += n[t * C + c] * u[f * C + c];
+      const double a = gv / (1 + std::exp(-gv)) * uv;
+      for (int c = 0; c < C; ++c) y[t * C + c] += weight * a * d[c * width + f];
+    }
+  };
+  for (int t = 0; t < N; ++t) {
+    for (int j = 0; j < m.top_k; ++j) {
+      const int e = r.expert[t * m.top_k + j];
+      const size_t at = static_cast<size_t>(e) * F * C;
+      expert(t, w("moe.gate.w") + at, w("moe.up.w") + at, w("moe.down.w") + at, F, r.weight[t * m.top_k + j]);
+    }
+    if (S > 0) expert(t, w("moe.shared_gate.w"), w("moe.shared_up.w"), w("moe.shared_down.w"), S, 1.0);
+  }
+  return y;
+}
+
+TEST_F(MoeLayer, ForwardMatchesADoubleReference) {
+  for (int shared : {0, 1}) {
+    const ModelConfig m = tiny_moe(shared);
+    ParameterStore store;
+    MoeMlp layer(m, 0, store);
+    init(store, layer);
+    const int N = ctx.B * ctx.T;
+    const Tensor x = random_tensor(*pool, {N, m.d_model}, 4);
+    std::unique_ptr<Stash> stash;
+    const Tensor y = layer.forward(ctx, x, stash);
+    const std::vector<double> want = reference(m, store, std::vector<float>(x.f32(), x.f32() + x.numel()), N);
+    // f32 sums of at most C + F + k F terms of magnitude <= 1: relative 2^-24 each, 1e-5 with room.
+    for (int64_t i = 0; i < y.numel(); ++i)
+      ASSERT_NEAR(y.f32()[i], want[static_cast<size_t>(i)], 1e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
+          << "element " << i << ", shared experts " << shared;
+    EXPECT_GT(layer.last_forward().max_over_mean_load, 1.0 - 1e-12);
+  }
+}
+
+// Backward against central differences of L = sum(R y) + (a lb + b z) (loss_scale N = 1:
+// the auxiliary losses' weight in the objective), along random directions.
+TEST_F(MoeLayer, BackwardMatchesFiniteDifferences) {
+  for (int shared : {0, 2}) {
+    const ModelConfig m = tiny_moe(shared);
+    ParameterStore store;
+    MoeMlp layer(m, 0, store);
+    init(store, layer);
+    const int N = ctx.B * ctx.T;
+    ctx.loss_scale = 1.0f / static_cast<float>(N);
+    Tensor x = random_tensor(*pool, {N, m.d_model}, 4);
+    const Tensor R = random_tensor(*pool, {N, m.d_model}, 3);
+    auto probe = [&] {
+      std::unique_ptr<Stash> st;
+      const Tensor y = layer.forward(ctx, x, st);
+      const MoeForwardStats& s = layer.last_forward();
+      return dot(y.f32(), R.f32(), y.numel()) + m.aux_loss_coeff * s.load_balance + m.z_loss_coeff * s.z;
+    };
+    std::unique_ptr<Stash> stash;
+    layer.forward(ctx, x, stash);
+    const Tensor dx = layer.backward(ctx, R, *stash);
+    stash.reset();
+    const float eps = 1e-3f;
+    auto directional = [&](float* data, int64_t n, const float* grad, uint64_t seed) {
+      std::vector<float> dir = random_vector(static_cast<size_t>(n), seed, 1.0), saved(data, data + n);
+      auto shifted = [&](float s) {
+        for (int64_t i = 0; i < n; ++i) data[i] = saved[static_cast<size_t>(i)] + s * dir[static_cast<size_t>(i)];
+        return probe();
+      };
+      const double fd = (shifted(eps) - shifted(-eps)) / (2.0 * eps);
+      std::copy(saved.begin(), saved.end(), data);
+      return std::pair{fd, dot(grad, dir.data(), n)};
+    };
+    // f32 forward (relative 1e-6 over ~10 units) over 2e-3 differences: 5e-3 of the value.
+    auto [fd, an] = directional(x.f32(), x.numel(), dx.f32(), 21);
+    EXPECT_NEAR(an, fd, 1e-2 * std::abs(fd) + 1e-3) << "input gradient, shared " << shared;
+    for (auto& p : store.params()) {
+      auto [pfd, pan] = directional(p.value.f32(), p.numel(), p.grad.f32(), stable_hash(p.name));
+      EXPECT_NEAR(pan, pfd, 1e-2 * std::abs(pfd) + 1e-3) << "gradient of " << p.name << ", shared " << shared;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain
