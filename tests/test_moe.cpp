@@ -11,6 +11,8 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
 #include "pipetrain/model/moe_routing.hpp"
+#include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/cost_model.hpp"
 
 namespace pipetrain {
 namespace {
@@ -226,6 +228,24 @@ TEST_F(MoeLayer, BackwardMatchesFiniteDifferences) {
       EXPECT_NEAR(pan, pfd, 1e-2 * std::abs(pfd) + 1e-3) << "gradient of " << p.name << ", shared " << shared;
     }
   }
+}
+
+// The cost model's parameter count (the planner's and the run header's memory estimate's)
+// is what the model declares, experts included; a token's FLOPs count only its experts.
+TEST(MoeModel, CostModelCountsEveryExpertAndFlopsOnlyTheActiveOnes) {
+  ModelConfig m = tiny_moe(1);
+  m.n_layer = 4;
+  m.first_dense = 1;
+  m.moe_every = 2;  // blocks 1 and 3
+  EXPECT_EQ(m.moe_blocks(), 2);
+  ParameterStore store;
+  ModelStage whole(m, 0, model_num_units(m), store);
+  double declared = 0;
+  for (const auto& p : store.params()) declared += static_cast<double>(p.numel());
+  EXPECT_DOUBLE_EQ(model_params(m), declared);
+  const double C = m.d_model, idle = 2 * 3.0 * C * m.expert_ffn() * (m.n_experts - m.top_k), T = 8;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(m, static_cast<int64_t>(declared), static_cast<int>(T)),
+                   6.0 * (declared - m.padded_vocab() * C - idle) + 6.0 * m.n_layer * C * T);
 }
 
 }  // namespace

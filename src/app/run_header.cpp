@@ -22,11 +22,20 @@ static double percent(double share) { return std::max(0.0, 100.0 * share); }
 
 std::string model_line(const Config& cfg, int64_t params) {
   const auto& m = cfg.model;
-  if (m.arch == "llama")
-    return fmt::format("pipetrain train {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, {} head, {} "
-                       "parameters",
-                       cfg.source, m.n_layer, m.n_head, m.kv_heads(), m.d_model, m.ffn(),
-                       m.tie_embeddings ? "tied" : "untied", human(static_cast<double>(params)));
+  if (m.arch == "llama") {
+    const std::string mlp =
+        m.n_experts == 0
+            ? fmt::format("MLP {}", m.ffn())
+            : fmt::format(
+                  "{} of {} blocks a mixture of {} experts of width {} (top {}, {} router{}), the others MLP {}",
+                  m.moe_blocks(), m.n_layer, m.n_experts, m.expert_ffn(), m.top_k, m.router,
+                  m.n_shared_experts > 0 ? fmt::format(", {} shared", m.n_shared_experts) : "", m.ffn());
+    return fmt::format(
+        "pipetrain train {}: Llama {} layers, {} heads ({} key/value), d_model {}, {}, {} head, {} "
+        "parameters",
+        cfg.source, m.n_layer, m.n_head, m.kv_heads(), m.d_model, mlp, m.tie_embeddings ? "tied" : "untied",
+        human(static_cast<double>(params)));
+  }
   return fmt::format("pipetrain train {}: GPT-2 {} layers, {} heads, d_model {}, {} parameters", cfg.source, m.n_layer,
                      m.n_head, m.d_model, human(static_cast<double>(params)));
 }

@@ -67,16 +67,17 @@ Tensor residual_rmsnorm_dx(const MicrobatchContext& ctx, const Tensor& dyf, cons
 
 }  // namespace
 
+std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp) {
+  if (!cfg.moe(index)) return std::make_unique<LlamaMlp>(cfg, index, params, tp);
+  if (tp.size > 1) fail("block {}: mixture-of-experts layers take no tensor parallelism yet", index);
+  return std::make_unique<MoeMlp>(cfg, index, params);
+}
+
 LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp)
     : BlockPair("llama block " + std::to_string(index), [&] {
         BlockHalves h;
         h.attention = std::make_unique<LlamaAttention>(cfg, index, params, tp);
-        if (cfg.moe(index)) {
-          if (tp.size > 1) fail("block {}: mixture-of-experts layers take no tensor parallelism yet", index);
-          h.mlp = std::make_unique<MoeMlp>(cfg, index, params);
-        } else {
-          h.mlp = std::make_unique<LlamaMlp>(cfg, index, params, tp);
-        }
+        h.mlp = make_llama_mlp(cfg, index, params, tp);
         return h;
       }()) {}
 

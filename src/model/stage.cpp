@@ -42,7 +42,10 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
         layers_.push_back(block_layer<GptAttention, LlamaAttention>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Mlp:
-        layers_.push_back(block_layer<GptMlp, LlamaMlp>(cfg, p.block, params_, tp));
+        if (cfg.arch == "llama")
+          layers_.push_back(make_llama_mlp(cfg, p.block, params_, tp));
+        else
+          layers_.push_back(std::make_unique<GptMlp>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Head:
         if (vocab_parallel)
@@ -57,7 +60,10 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
 double model_flops_per_token(const ModelConfig& cfg, int64_t num_params, int seq_len) {
   // An untied embedding table is looked up, not multiplied: its parameters cost no FLOPs.
   const double untied = cfg.tied() ? 0.0 : static_cast<double>(cfg.padded_vocab()) * cfg.d_model;
-  return 6.0 * (static_cast<double>(num_params) - untied) +
+  // A token passes through top_k of a mixture's experts: the others' matrices cost it nothing.
+  const double idle_experts =
+      3.0 * cfg.d_model * cfg.expert_ffn() * (cfg.n_experts - cfg.top_k) * static_cast<double>(cfg.moe_blocks());
+  return 6.0 * (static_cast<double>(num_params) - untied - idle_experts) +
          6.0 * cfg.n_layer * static_cast<double>(cfg.d_model) * seq_len;
 }
 
@@ -74,16 +80,27 @@ namespace {
 struct BlockBytes {
   double stored, stats;
 };
-BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int tp, int B, int T, Recompute mode,
+// A mixture of experts' MLP (moe_mlp.cpp), N k routed rows: x, n (N x C), the logits (E),
+// the rows' inputs and outputs (2 C), gate, up and SwiGLU (3 F), the shared experts' (3 S);
+// for the weight pass dy, dn, the logits' gradient, the rows' output gradient (C), dg, du
+// (2 F), the shared experts' (2 S). Statistics and indices: RMSNorm's, 3 per row.
+BlockBytes moe_stash(const ModelConfig& cfg, double N) {
+  const double C = cfg.d_model, E = cfg.n_experts, k = cfg.top_k, F = cfg.expert_ffn(),
+               S = static_cast<double>(cfg.n_shared_experts) * F;
+  return {N * (2 * C + E + k * (2 * C + 3 * F) + 3 * S) + N * (2 * C + E + k * (C + 2 * F) + 2 * S), N * (1 + 3 * k)};
+}
+
+BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp, int B, int T, Recompute mode,
                        AttentionKeeps keeps) {
   if (kind == PieceKind::Block) {
     if (mode == Recompute::Full) return {static_cast<double>(B) * T * cfg.d_model, 0};
-    const BlockBytes a = block_stash(cfg, PieceKind::Attention, tp, B, T, mode, keeps),
-                     m = block_stash(cfg, PieceKind::Mlp, tp, B, T, mode, keeps);
+    const BlockBytes a = block_stash(cfg, PieceKind::Attention, block, tp, B, T, mode, keeps),
+                     m = block_stash(cfg, PieceKind::Mlp, block, tp, B, T, mode, keeps);
     return {a.stored + m.stored, a.stats + m.stats};
   }
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   if (mode == Recompute::Full) return {N * C, 0};
+  if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N);
   const bool attention = kind == PieceKind::Attention, selective = mode == Recompute::Selective;
   const double NH = static_cast<double>(cfg.n_head) / tp;
   const double per_head = keeps == AttentionKeeps::kCausalBlocks ? static_cast<double>(causal_block_elements(T))
@@ -127,7 +144,7 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
       stored += head;
       stats += head_stats;
     } else {
-      const BlockBytes b = block_stash(cfg, p.kind, tp, B, T, mode, keeps);
+      const BlockBytes b = block_stash(cfg, p.kind, p.block, tp, B, T, mode, keeps);
       stored += b.stored;
       stats += b.stats;
     }
@@ -144,8 +161,8 @@ double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
                        AttentionKeeps keeps) {
   if (mode == Recompute::None) return 0;
-  const BlockBytes all = block_stash(cfg, PieceKind::Block, tp, B, T, Recompute::None, keeps),
-                   kept = block_stash(cfg, PieceKind::Block, tp, B, T, mode, keeps);
+  const BlockBytes all = block_stash(cfg, PieceKind::Block, -1, tp, B, T, Recompute::None, keeps),
+                   kept = block_stash(cfg, PieceKind::Block, -1, tp, B, T, mode, keeps);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
 }
 

@@ -24,6 +24,11 @@ double mlp_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
   return m.arch == "llama" ? 3.0 * C * m.ffn() : 8.0 * C * C;
 }
+// A mixture of experts' MLP: the router, every routed and shared expert's three matrices.
+double moe_matmul_params(const ModelConfig& m) {
+  const double C = m.d_model;
+  return C * m.n_experts + 3.0 * C * m.expert_ffn() * (m.n_experts + m.n_shared_experts);
+}
 
 }  // namespace
 
@@ -76,14 +81,14 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
   return w;
 }
 
-UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
+UnitParams unit_params(const ModelConfig& model, UnitKind kind, int block) {
   const double C = model.d_model, V = model.padded_vocab();
   const bool llama = model.arch == "llama";
   switch (kind) {
     case UnitKind::Embedding:
       return {V * C, llama ? 0.0 : static_cast<double>(model.max_seq_len) * C};
     case UnitKind::Block: {
-      const UnitParams a = unit_params(model, UnitKind::Attention), m = unit_params(model, UnitKind::Mlp);
+      const UnitParams a = unit_params(model, UnitKind::Attention), m = unit_params(model, UnitKind::Mlp, block);
       return {a.sharded + m.sharded, a.replicated + m.replicated};
     }
     // Shards: qkv or fc with its bias, the projection's weight; replicated: the LayerNorm,
@@ -91,6 +96,7 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
     case UnitKind::Attention:
       return llama ? UnitParams{attention_matmul_params(model), C} : UnitParams{4 * C * C + 3 * C, 3 * C};
     case UnitKind::Mlp:
+      if (block >= 0 && model.moe(block)) return {moe_matmul_params(model), C};
       return llama ? UnitParams{mlp_matmul_params(model), C} : UnitParams{8 * C * C + 4 * C, 3 * C};
     case UnitKind::Head:
       return {V * C, llama ? C : 2 * C};
@@ -100,14 +106,16 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind) {
 
 double model_params(const ModelConfig& model) {
   const UnitParams head = unit_params(model, UnitKind::Head);
-  return unit_params(model, UnitKind::Embedding).on_rank(1) + model.n_layer * unit_params(model, UnitKind::Block).on_rank(1) +
-         head.on_rank(1) - (model.tied() ? head.sharded : 0.0);
+  double blocks = 0;
+  for (int b = 0; b < model.n_layer; ++b) blocks += unit_params(model, UnitKind::Block, b).on_rank(1);
+  return unit_params(model, UnitKind::Embedding).on_rank(1) + blocks + head.on_rank(1) -
+         (model.tied() ? head.sharded : 0.0);
 }
 
-double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products) {
+double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products, int block) {
   const double C = model.d_model;
   const bool llama = model.arch == "llama";
-  if (!native_bf16_products) return unit_params(model, kind).on_rank(tp);
+  if (!native_bf16_products) return unit_params(model, kind, block).on_rank(tp);
   switch (kind) {
     case UnitKind::Embedding:
       return 0.0;  // tables only
@@ -123,16 +131,17 @@ double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool nati
   return 0.0;
 }
 
-double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp) {
+double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp, int block) {
+  const bool experts = block >= 0 && model.moe(block);  // one plain product per expert: nothing packed
   switch (kind) {
     case UnitKind::Embedding:
       return 0.0;  // a lookup, no product
     case UnitKind::Block:
-      return (attention_matmul_params(model) + mlp_matmul_params(model)) / tp;
+      return (attention_matmul_params(model) + (experts ? 0.0 : mlp_matmul_params(model))) / tp;
     case UnitKind::Attention:
       return attention_matmul_params(model) / tp;
     case UnitKind::Mlp:
-      return mlp_matmul_params(model) / tp;
+      return experts ? 0.0 : mlp_matmul_params(model) / tp;
     case UnitKind::Head:
       return static_cast<double>(model.padded_vocab()) * model.d_model / tp;  // the logits' columns on this rank
   }
@@ -143,7 +152,7 @@ double rank_dense_weight_params(const ModelConfig& model, const std::vector<Stag
                                 int vocab_slices) {
   double n = 0;
   for (const StagePiece& p : pieces)
-    if (vocab_slices == 0 || p.kind != UnitKind::Head) n += dense_weight_params(model, p.kind, tp);
+    if (vocab_slices == 0 || p.kind != UnitKind::Head) n += dense_weight_params(model, p.kind, tp, p.block);
   if (vocab_slices > 0) n += static_cast<double>(model.padded_vocab()) * model.d_model / vocab_slices;
   return n;
 }

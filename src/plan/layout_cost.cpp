@@ -25,7 +25,7 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
     for (int st = 0; st < s.num_stages; ++st)
       for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)]))
         dense_on[static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)])] +=
-            dense_weight_params(model, p.kind, tp);
+            dense_weight_params(model, p.kind, tp, p.block);
     PackInputs in;
     in.can_pack = c.device.kind == "cpu";
     in.f32_products = !(l.precision == "bf16" && multiplies_bf16(c.device));
@@ -62,8 +62,8 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
     for (const StagePiece& p : stage_pieces(model, u)) {
       const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
       const double params =
-          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind).on_rank(l.tp);
-      h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true) : params;
+          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind, p.block).on_rank(l.tp);
+      h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true, p.block) : params;
       pieces.push_back(p);
       h.params += params;
       h.embedding = h.embedding || p.kind == UnitKind::Embedding;

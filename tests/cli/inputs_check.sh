@@ -51,7 +51,12 @@ def params(L):
             mult = m.get("multiple_of", 256)
             F = (2 * 4 * C // 3 + mult - 1) // mult * mult
         block = C * (C + 2 * NKV * (C // NH)) + C * C + 3 * C * F + 2 * C
-        return Vp * C * (1 if m.get("tie_embeddings", False) else 2) + L * block + C
+        # Mixture-of-experts blocks: the router and every routed and shared expert.
+        E, first, every = m.get("n_experts", 0), m.get("first_dense", 0), m.get("moe_every", 1)
+        Fe = m.get("expert_ffn_hidden", 0) or F
+        moe = C * (C + 2 * NKV * (C // NH)) + C * C + C * E + 3 * C * Fe * (E + m.get("n_shared_experts", 0)) + 2 * C
+        n_moe = sum(1 for b in range(L) if E and b >= first and (b - first) % every == 0)
+        return Vp * C * (1 if m.get("tie_embeddings", False) else 2) + (L - n_moe) * block + n_moe * moe + C
     return Vp * C + S * C + L * (12 * C * C + 13 * C) + 2 * C
 pp, vs = p.get("pp", 1), p.get("virtual_stages", 1)
 stages = pp * vs

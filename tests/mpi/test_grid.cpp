@@ -155,6 +155,12 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
         const Config cfg = config(g, sched, zero1, v);
         expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
       }
+    if (g.pp != 2) continue;
+    // A stage that begins with block 1's experts, its attention on the stage before.
+    SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp 2, split 1.5,2.5");
+    Config half = config(g, "zb-h1", false, 1);
+    half.parallel.layers_per_stage = {1.5, 2.5};
+    expect_same_run(run(half, MPI_COMM_WORLD), ref, half);
   }
 }
 

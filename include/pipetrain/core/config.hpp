@@ -51,6 +51,11 @@ struct ModelConfig {
   bool tied() const { return arch == "gpt2" || tie_embeddings; }
   bool moe(int block) const { return n_experts > 0 && block >= first_dense && (block - first_dense) % moe_every == 0; }
   int expert_ffn() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn(); }
+  int moe_blocks() const {
+    int n = 0;
+    for (int b = 0; b < n_layer; ++b) n += moe(b);
+    return n;
+  }
 };
 
 struct ParallelConfig {

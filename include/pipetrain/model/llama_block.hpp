@@ -46,6 +46,10 @@ class LlamaMlp : public Layer {
   Parameter &n2w_, &gatew_, &upw_, &downw_;
 };
 
+// Block `index`'s MLP half: LlamaMlp, or a mixture of experts where ModelConfig::moe(index)
+// (moe_mlp.hpp). Every builder of a Llama MLP half asks here.
+std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp);
+
 class LlamaBlock : public BlockPair {
  public:
   LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp = {});

@@ -40,16 +40,18 @@ struct UnitParams {
   double on_rank(int tp) const { return sharded / tp + replicated; }
 };
 // The head's count includes its weight (a tied head holds a copy of the embedding's).
-UnitParams unit_params(const ModelConfig& model, UnitKind kind);
+// `block`: the block a Block or Mlp unit is (a mixture of experts' MLP where
+// ModelConfig::moe(block)); -1: a dense block.
+UnitParams unit_params(const ModelConfig& model, UnitKind kind, int block = -1);
 // The whole model's parameters, a tied table counted once (what Trainer::model_params counts).
 double model_params(const ModelConfig& model);
 // Of a unit's parameters on one rank, those bf16 keeps widened to f32 as well
 // (ParameterStore::needs_widened_copy): all of them where the device widens bf16 products;
 // else the vectors (norms, biases).
-double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products);
+double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products, int block = -1);
 // Of a unit's parameters on one rank, the matrices its dense products multiply by (the
 // blocks' projections, the head's table): what runtime.pack_weights keeps two more copies of.
-double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp);
+double dense_weight_params(const ModelConfig& model, UnitKind kind, int tp, int block = -1);
 // The same for the pieces of one rank's stages: with vocabulary parallelism (vocab_slices
 // > 0) the output layer is the rank's slice of it, whichever stages the rank holds.
 double rank_dense_weight_params(const ModelConfig& model, const std::vector<StagePiece>& pieces, int tp,
