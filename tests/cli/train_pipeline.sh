@@ -69,7 +69,7 @@ vocab=(--set model.vocab_size=50257 --set model.n_layer=2 --set train.steps=2 --
        --set runtime.pack_weights=true)
 for vp in false true; do
   run=(timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" "${vocab[@]}"
-       --set parallel.pp=2 --set parallel.vocab_parallel=$vp --metrics "$tmp/v-$vp.jsonl")
+       --set parallel.pp=2 --set "parallel.vocab_parallel=$vp" --metrics "$tmp/v-$vp.jsonl")
   if ! "${run[@]}" >"$tmp/v-$vp.out" 2>&1; then
     grep -q "cannot keep weights" "$tmp/v-$vp.out" || { cat "$tmp/v-$vp.out"; exit 1; }
     echo "note: this CPU cannot pack weights; memory checked without packed copies"
