@@ -11,6 +11,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
 #include "pipetrain/model/moe_routing.hpp"
+#include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 
@@ -228,6 +229,29 @@ TEST_F(MoeLayer, BackwardMatchesFiniteDifferences) {
       EXPECT_NEAR(pan, pfd, 1e-2 * std::abs(pfd) + 1e-3) << "gradient of " << p.name << ", shared " << shared;
     }
   }
+}
+
+// A step's statistics: rows summed per MoE block over microbatches, the losses averaged
+// over blocks and microbatches, the busiest expert over the mean per MoE block.
+TEST(MoeModel, StepStatisticsSumMicrobatchesAndAverageTheLosses) {
+  ModelConfig m = tiny_moe(0);
+  m.n_layer = 3;
+  m.first_dense = 1;  // blocks 1 and 2
+  const RouterSpec spec{4, 2, RouterKind::Softmax, true, 0, 0};
+  const std::vector<float> all_first{3, 2, 0, 0, 3, 2, 0, 0}, spread{3, 2, 0, 0, 0, 0, 3, 2};
+  const Routing a = route_tokens(all_first.data(), nullptr, 2, spec), b = route_tokens(spread.data(), nullptr, 2, spec);
+  MoeStepStats s(m);
+  s.add(1, a);  // experts 0 and 1 take both tokens: rows 2, 2, 0, 0
+  s.add(1, b);  // then 1, 1, 1, 1
+  s.add(2, b);
+  const std::vector<double> load = s.max_over_mean_load();
+  ASSERT_EQ(load.size(), 2u);
+  EXPECT_DOUBLE_EQ(load[0], 3.0 / (8.0 / 4));
+  EXPECT_DOUBLE_EQ(load[1], 1.0);
+  EXPECT_DOUBLE_EQ(s.load_balance(), (a.load_balance + 2 * b.load_balance) / 3);
+  EXPECT_DOUBLE_EQ(s.z(), (a.z + 2 * b.z) / 3);
+  s.clear();
+  EXPECT_EQ(s.load_balance(), 0.0);
 }
 
 // The cost model's parameter count (the planner's and the run header's memory estimate's)

@@ -167,6 +167,26 @@ TEST_F(ReportRender, OnlyMetricsDegradesGracefully) {
   EXPECT_EQ(html.find(">val_loss</text>"), std::string::npos);
 }
 
+// A mixture-of-experts run's metrics: one line per MoE layer in an expert-load plot, the
+// dense runs above have none.
+TEST_F(ReportRender, ExpertLoadPlotHasALinePerMixtureLayer) {
+  std::string text;
+  for (int step : {0, 1, 2})
+    text += json{{"step", step},
+                 {"loss", 5.0},
+                 {"tokens", 100 * (step + 1)},
+                 {"moe_load_balance_loss", 1.1},
+                 {"moe_max_load", {3.0 - step, 2.0, 1.5}}}
+                .dump() +
+            "\n";
+  write("metrics.jsonl", text);
+  const std::string html = render_report(dir_.string());
+  EXPECT_NE(html.find(">Expert load vs step</text>"), std::string::npos);
+  for (const char* line : {">MoE layer 0</text>", ">MoE layer 2</text>", ">load-balancing loss</text>"})
+    EXPECT_NE(html.find(line), std::string::npos) << line;
+  EXPECT_EQ(html.find(">MoE layer 3</text>"), std::string::npos);
+}
+
 TEST_F(ReportRender, CorruptTraceIsANoteAndOtherMetricsFileIsRead) {
   write_metrics(true, true);
   fs::rename(dir_ / "metrics.jsonl", dir_ / "elsewhere.jsonl");

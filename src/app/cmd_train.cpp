@@ -259,6 +259,11 @@ nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>&
   if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
   if (predicted) row["predicted_step_time_s"] = predicted->step_s;
   if (r.mfu >= 0) row["mfu"] = r.mfu;
+  if (m.moe_load_balance >= 0) {
+    row["moe_load_balance_loss"] = m.moe_load_balance;
+    row["moe_z_loss"] = m.moe_z;
+    row["moe_max_load"] = m.moe_max_load;
+  }
   return row;
 }
 

@@ -179,6 +179,28 @@ std::string card(const std::string& svg, const std::string& extra = "") {
   return "<div class=\"card\">\n" + svg + extra + "</div>\n";
 }
 
+// Mixture of experts: each MoE layer's busiest expert over the mean, per step (the
+// metrics' moe_max_load), beside the mean load-balancing loss; none in a dense run.
+std::string expert_load_card(const std::vector<json>& rows, const std::vector<double>& steps) {
+  size_t layers = 0;
+  for (const auto& r : rows)
+    if (r.contains("moe_max_load") && r["moe_max_load"].is_array()) layers = std::max(layers, r["moe_max_load"].size());
+  if (layers == 0) return "";
+  static const char* colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                 "#76b7b2", "#b07aa1", "#edc948", "#9c755f"};
+  std::vector<PlotSeries> series;
+  for (size_t i = 0; i < layers; ++i) {
+    std::vector<double> v;
+    for (const auto& r : rows) {
+      const bool has = r.contains("moe_max_load") && r["moe_max_load"].is_array() && i < r["moe_max_load"].size();
+      v.push_back(has ? r["moe_max_load"][i].get<double>() : kNaN);
+    }
+    series.push_back({fmt::format("MoE layer {}", i), steps, std::move(v), colors[i % 8]});
+  }
+  series.push_back({"load-balancing loss", steps, column(rows, "moe_load_balance_loss"), "#888888", false, true});
+  return card(svg_line_plot({"Expert load vs step", "step", "busiest expert / mean (1 = balanced)"}, series));
+}
+
 std::string plots_section(const std::vector<json>& rows, const std::optional<json>& run) {
   std::string h = "<section id=\"curves\">\n<h2>Training curves</h2>\n";
   if (rows.empty()) return h + note("metrics.jsonl has no rows yet") + "</section>\n";
@@ -209,6 +231,7 @@ std::string plots_section(const std::vector<json>& rows, const std::optional<jso
             any_finite(mfu) ? "" : note("MFU not recorded (set log.peak_flops)"));
   h += card(svg_line_plot({"Gradient norm vs step", "step", "gradient norm (before clipping)"},
                           {{"grad_norm", steps, column(rows, "grad_norm"), "#76b7b2"}}));
+  h += expert_load_card(rows, steps);
   return h + "</div>\n</section>\n";
 }
 

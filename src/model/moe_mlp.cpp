@@ -7,6 +7,7 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
@@ -145,6 +146,7 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   auto& s = dynamic_cast<MoeStash&>(stash);
   const Routing& r = s.routing;
   const int N = ctx.B * ctx.T, C = C_, F = F_, k = spec_.top_k, R = N * k;
+  if (ctx.moe) ctx.moe->add(index_, r);  // once per microbatch (a recomputed forward runs twice)
   s.dy = dy;
   s.dout = f32(ctx, R, C);
   be.gather_rows(s.dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), R, C);

@@ -224,6 +224,7 @@ struct PipelineExecutor::Impl {
     ctx.T = T;
     ctx.loss_scale = loss_scale;
     ctx.storage = ex.storage_;
+    ctx.moe = hooks.moe;
     return ctx;
   }
 

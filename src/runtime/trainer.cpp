@@ -271,6 +271,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
   vocab_parallel_ = choose_vocab_parallel(cfg).on && use == TrainerUse::Train;
+  if (cfg.model.n_experts > 0 && use == TrainerUse::Train) moe_stats_ = std::make_unique<MoeStepStats>(cfg.model);
   if (vocab_parallel_) unit_costs_ = unit_costs_.vocabulary_parallel();
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
   pack_ = resolve_pack_weights(cfg);
@@ -462,6 +463,10 @@ StepMetrics Trainer::train_step(int step) {
     reducer_->begin_step();
     hooks.poll = [this] { reducer_->poll(); };
   }
+  if (moe_stats_) {
+    moe_stats_->clear();
+    hooks.moe = moe_stats_.get();
+  }
   if (reducer_ || tied_)
     hooks.layer_grads_final = [this](int stage, int layer) {
       if (reducer_) reducer_->layer_final(stage, layer);
@@ -501,6 +506,13 @@ StepMetrics Trainer::train_step(int step) {
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
   out.grad_norm = std::sqrt(sums[2]);
+  if (moe_stats_) {  // every rank's blocks and microbatches (tp = 1: each routing once)
+    auto& flat = moe_stats_->flat();
+    grid_.world().allreduce_sum(flat.data(), flat.size());
+    out.moe_load_balance = moe_stats_->load_balance();
+    out.moe_z = moe_stats_->z();
+    out.moe_max_load = moe_stats_->max_over_mean_load();
+  }
   out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {

@@ -50,3 +50,22 @@ auto_run --set runtime.pack_weights=false >"$tmp/off.txt"
 if grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still reports auto"; exit 1; fi
 if grep -q 'dense products by weights packed for' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still packed"; exit 1; fi
 grep 'runtime.pack_weights' "$tmp/auto.txt" | head -1
+
+# Mixture of experts (inputs/moe-demo.toml, smaller): the header names the experts, the loss
+# falls, and each step's metrics carry the auxiliary losses and one load per MoE block
+# (3 of 4 blocks: the first is dense), each at least 1 (the busiest expert over the mean).
+timeout 300 "$PIPETRAIN" train "$SRC/inputs/moe-demo.toml" --set data.train="$tmp/corpus.h5" \
+  --set train.steps=12 --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32 \
+  --set model.expert_ffn_hidden=32 --set train.warmup_steps=2 --set log.every=100 \
+  --metrics "$tmp/moe.jsonl" >"$tmp/moe.out"
+grep -q "3 of 4 blocks a mixture of 8 experts" "$tmp/moe.out" || { cat "$tmp/moe.out"; exit 1; }
+python3 - "$tmp/moe.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    assert len(r["moe_max_load"]) == 3 and all(1 <= x <= 8 for x in r["moe_max_load"]), r
+    assert r["moe_load_balance_loss"] > 0 and r["moe_z_loss"] > 0, r
+assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, [r["loss"] for r in rows]
+print(f"mixture of experts: loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, "
+      f"load {rows[0]['moe_max_load']} -> {rows[-1]['moe_max_load']}")
+PY

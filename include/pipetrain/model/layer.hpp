@@ -17,6 +17,7 @@
 namespace pipetrain {
 
 class KvCache;
+class MoeStepStats;
 
 class Backend;
 class Communicator;
@@ -55,6 +56,8 @@ struct MicrobatchContext {
   // vocabulary) instead of losses when `logits` is set.
   KvCache* kv = nullptr;
   bool logits = false;
+  // Training: mixture-of-experts layers add each microbatch's routing here (moe_stats.hpp).
+  MoeStepStats* moe = nullptr;
 };
 
 struct Stash {

@@ -64,6 +64,7 @@ struct ExecutorHooks {
   // Called after every action (lets nonblocking collectives progress).
   std::function<void()> poll;
   int step = -1;  // for the hang watchdog's report
+  MoeStepStats* moe = nullptr;  // the step's routing, from every mixture-of-experts layer
 };
 
 class PipelineExecutor {

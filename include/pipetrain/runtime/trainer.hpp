@@ -8,17 +8,19 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
-#include "pipetrain/model/stage.hpp"
+#include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/vocab_slice.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
-#include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
+#include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/topology/device_comms.hpp"
 #include "pipetrain/topology/grid.hpp"
@@ -48,6 +50,11 @@ struct StepMetrics {
   struct Phases {
     double program_s = 0, reduce_s = 0, norm_s = 0, optimizer_s = 0;
   } phases;
+  // Mixture of experts (model/moe_stats.hpp), over the whole step: the mean auxiliary
+  // losses before their coefficients, and each MoE block's busiest expert's rows over the
+  // mean (empty, and the losses < 0, in a dense model).
+  double moe_load_balance = -1, moe_z = -1;
+  std::vector<double> moe_max_load;
 };
 
 // The schedule a config asks for (schedule.name, or schedule.file with
@@ -185,6 +192,7 @@ class Trainer {
   UnitCosts unit_costs_;
   PackChoice pack_;  // runtime.pack_weights, resolved
   bool vocab_parallel_ = false;              // parallel.vocab_parallel, resolved
+  std::unique_ptr<MoeStepStats> moe_stats_;  // the step's routing (mixture-of-experts models)
   std::unique_ptr<VocabSlice> vocab_slice_;  // this rank's rows of the vocabulary, then
   ExecutorStats last_stats_;
   bool trace_ = false;
