@@ -15,8 +15,8 @@ namespace pipetrain {
 namespace {
 
 struct MoeStash : Stash {
-  Tensor x, rstd, n, logits;  // input, RMSNorm's, its output, the router's (N, E)
-  Routing routing;            // on the host
+  Tensor x, rstd, n;  // input, RMSNorm's, its output
+  Routing routing;    // on the host, with the router's logits (N, E) it came from
   std::vector<float> host_logits;
   Tensor rows, source, row_weight;                 // routing's arrays on the device
   Tensor xp, g, u, a, o;                           // the sorted rows: inputs, gate, up, SwiGLU, expert outputs
@@ -36,6 +36,20 @@ Tensor upload(const MicrobatchContext& ctx, const std::vector<T>& host, DType ty
 }
 
 const float* weight_of(const Parameter& p) { return p.value.f32(); }
+
+// Expert e's part of the sorted rows, for each expert with rows: how many, and the offsets
+// of its first row at widths C and F and of its matrices (F x C elements each).
+struct ExpertRows {
+  int rows;
+  size_t rc, rf, w;
+};
+template <class Fn>
+void each_expert(const Routing& r, int C, int F, Fn fn) {
+  for (int e = 0; e < r.experts; ++e) {
+    const size_t at = static_cast<size_t>(r.offset[static_cast<size_t>(e)]);
+    if (r.count(e) > 0) fn(ExpertRows{r.count(e), at * C, at * F, static_cast<size_t>(e) * F * C});
+  }
+}
 
 // SwiGLU of width F over `rows` rows of x (rows, C) by W_gate, W_up (F, C) at the given
 // pointers: g, u and a = silu(g) u.
@@ -100,10 +114,10 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   s->rstd = Tensor::empty(*ctx.pool, {N});
   be.rmsnorm_forward(s->n.f32(), s->rstd.f32(), x.f32(), weight_of(normw_), N, C, eps_);
   // Route on the host.
-  s->logits = f32(ctx, N, E_);
-  be.gemm(false, true, N, E_, C, 1.0f, s->n.f32(), C, weight_of(routerw_), C, 0.0f, s->logits.f32(), E_);
+  const Tensor logits = f32(ctx, N, E_);
+  be.gemm(false, true, N, E_, C, 1.0f, s->n.f32(), C, weight_of(routerw_), C, 0.0f, logits.f32(), E_);
   s->host_logits.resize(static_cast<size_t>(N) * E_);
-  be.to_host(s->host_logits.data(), s->logits.raw(), s->host_logits.size() * sizeof(float));
+  be.to_host(s->host_logits.data(), logits.raw(), s->host_logits.size() * sizeof(float));
   s->routing = route_tokens(s->host_logits.data(), nullptr, N, spec_);
   const Routing& r = s->routing;
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
@@ -115,16 +129,12 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   s->xp = f32(ctx, R, C);
   be.gather_rows(s->xp.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
   s->g = f32(ctx, R, F), s->u = f32(ctx, R, F), s->a = f32(ctx, R, F), s->o = f32(ctx, R, C);
-  for (int e = 0; e < E_; ++e) {
-    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
-    if (rows == 0) continue;
-    const size_t wf = static_cast<size_t>(e) * F * C;
-    swiglu_rows(be, rows, F, C, s->xp.f32() + static_cast<size_t>(at) * C, weight_of(gatew_) + wf, weight_of(upw_) + wf,
-                s->g.f32() + static_cast<size_t>(at) * F, s->u.f32() + static_cast<size_t>(at) * F,
-                s->a.f32() + static_cast<size_t>(at) * F);
-    be.gemm(false, true, rows, C, F, 1.0f, s->a.f32() + static_cast<size_t>(at) * F, F, weight_of(downw_) + wf, F, 0.0f,
-            s->o.f32() + static_cast<size_t>(at) * C, C);
-  }
+  each_expert(r, C, F, [&](const ExpertRows& x) {
+    swiglu_rows(be, x.rows, F, C, s->xp.f32() + x.rc, weight_of(gatew_) + x.w, weight_of(upw_) + x.w, s->g.f32() + x.rf,
+                s->u.f32() + x.rf, s->a.f32() + x.rf);
+    be.gemm(false, true, x.rows, C, F, 1.0f, s->a.f32() + x.rf, F, weight_of(downw_) + x.w, F, 0.0f, s->o.f32() + x.rc,
+            C);
+  });
   // y = x + shared experts + the routed outputs, each token's in choice order.
   Tensor y = f32(ctx, N, C);
   be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
@@ -155,15 +165,12 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   // Each expert: dh = dout Down_e, then the SwiGLU and its two products into the rows' dxp.
   s.dg = f32(ctx, R, F), s.du = f32(ctx, R, F);
   Tensor dxp = f32(ctx, R, C);
-  for (int e = 0; e < E_; ++e) {
-    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
-    if (rows == 0) continue;
-    const size_t wf = static_cast<size_t>(e) * F * C, rf = static_cast<size_t>(at) * F,
-                 rc = static_cast<size_t>(at) * C;
-    be.gemm(false, false, rows, F, C, 1.0f, s.dout.f32() + rc, C, weight_of(downw_) + wf, F, 0.0f, s.dg.f32() + rf, F);
-    swiglu_rows_backward(be, rows, F, C, s.g.f32() + rf, s.u.f32() + rf, weight_of(gatew_) + wf, weight_of(upw_) + wf,
-                         s.dg.f32() + rf, s.du.f32() + rf, 0.0f, dxp.f32() + rc);
-  }
+  each_expert(r, C, F, [&](const ExpertRows& x) {
+    be.gemm(false, false, x.rows, F, C, 1.0f, s.dout.f32() + x.rc, C, weight_of(downw_) + x.w, F, 0.0f,
+            s.dg.f32() + x.rf, F);
+    swiglu_rows_backward(be, x.rows, F, C, s.g.f32() + x.rf, s.u.f32() + x.rf, weight_of(gatew_) + x.w,
+                         weight_of(upw_) + x.w, s.dg.f32() + x.rf, s.du.f32() + x.rf, 0.0f, dxp.f32() + x.rc);
+  });
   s.g = {}, s.u = {};
   s.dn = f32(ctx, N, C);
   be.fill(s.dn.f32(), 0.0f, static_cast<size_t>(N) * C);
@@ -193,17 +200,15 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
 void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
-  const Routing& r = s.routing;
   const int N = ctx.B * ctx.T, C = C_, F = F_;
-  for (int e = 0; e < E_; ++e) {
-    const int at = r.offset[static_cast<size_t>(e)], rows = r.count(e);
-    if (rows == 0) continue;
-    const size_t wf = static_cast<size_t>(e) * F * C, rf = static_cast<size_t>(at) * F,
-                 rc = static_cast<size_t>(at) * C;
-    be.gemm(true, false, C, F, rows, 1.0f, s.dout.f32() + rc, C, s.a.f32() + rf, F, 1.0f, downw_.grad.f32() + wf, F);
-    be.gemm(true, false, F, C, rows, 1.0f, s.dg.f32() + rf, F, s.xp.f32() + rc, C, 1.0f, gatew_.grad.f32() + wf, C);
-    be.gemm(true, false, F, C, rows, 1.0f, s.du.f32() + rf, F, s.xp.f32() + rc, C, 1.0f, upw_.grad.f32() + wf, C);
-  }
+  each_expert(s.routing, C, F, [&](const ExpertRows& x) {
+    be.gemm(true, false, C, F, x.rows, 1.0f, s.dout.f32() + x.rc, C, s.a.f32() + x.rf, F, 1.0f, downw_.grad.f32() + x.w,
+            F);
+    be.gemm(true, false, F, C, x.rows, 1.0f, s.dg.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, gatew_.grad.f32() + x.w,
+            C);
+    be.gemm(true, false, F, C, x.rows, 1.0f, s.du.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, upw_.grad.f32() + x.w,
+            C);
+  });
   if (SF_ > 0) {
     be.gemm(true, false, C, SF_, N, 1.0f, s.dy.f32(), C, s.sa.f32(), SF_, 1.0f, sdownw_->grad.f32(), SF_);
     be.gemm(true, false, SF_, C, N, 1.0f, s.dsg.f32(), SF_, s.n.f32(), C, 1.0f, sgatew_->grad.f32(), C);

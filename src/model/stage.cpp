@@ -80,8 +80,8 @@ namespace {
 struct BlockBytes {
   double stored, stats;
 };
-// A mixture of experts' MLP (moe_mlp.cpp), N k routed rows: x, n (N x C), the logits (E),
-// the rows' inputs and outputs (2 C), gate, up and SwiGLU (3 F), the shared experts' (3 S);
+// A mixture of experts' MLP (moe_mlp.cpp), N k routed rows: x, n (N x C), the logits (E,
+// on the host), the rows' inputs and outputs (2 C), gate, up and SwiGLU (3 F), the shared experts' (3 S);
 // for the weight pass dy, dn, the logits' gradient, the rows' output gradient (C), dg, du
 // (2 F), the shared experts' (2 S). Statistics and indices: RMSNorm's, 3 per row.
 BlockBytes moe_stash(const ModelConfig& cfg, double N) {

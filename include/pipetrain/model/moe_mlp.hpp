@@ -34,7 +34,6 @@ class MoeMlp : public Layer {
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
   const MoeForwardStats& last_forward() const { return last_; }
-  const RouterSpec& router() const { return spec_; }
 
  private:
   int index_, C_, F_, E_, SF_;  // width, expert width, experts, shared width (0: none)
