@@ -5,12 +5,15 @@
 // first, before keep_freed_host_memory(), which every later layout runs under, as
 // pipetrain does); and the ceiling dp can reach on this machine, "dp, no communication": each
 // rank trains its half of the batch alone (the same compute and whole-model update as a
-// replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run (built
-// beside it), and each of its steps is set against the single-rank steps just before and
-// after it: a shared VM's speed drifts over minutes, by more than the effects measured.
+// replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run
+// (built beside it), and each of its steps is set against the single-rank steps just before and after it: a shared VM's
+// speed drifts over minutes, by more than the effects measured.
+// --moe: the model is a Llama mixture of experts at GPT-2-small widths (d_model 768, 8
+// experts of width 768, top 2, every block) and the layouts dp and dp with expert
+// parallelism ("ep": the experts split over the dp ranks, tokens exchanged by all-to-all).
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
-//                                                        [--batch 8] [--steps 5]
+//                                                        [--batch 8] [--steps 5] [--moe]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -41,7 +44,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, dp_s, tp_s, faults, phase[4];
+  std::vector<double> step_s, dp_s, tp_s, ep_s, faults, phase[4];
 
   Run(const Config& cfg, MPI_Comm comm)
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
@@ -52,6 +55,7 @@ struct Run {
   double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
+    grid.ep_comm().reset_comm_seconds();
     const double faults_before = bench::minor_faults();
     StepMetrics m = trainer.train_step(s);
     faults.push_back(bench::minor_faults() - faults_before);
@@ -61,6 +65,7 @@ struct Run {
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     dp_s.push_back(grid.dp_comm().comm_seconds());
     tp_s.push_back(grid.tp_comm().comm_seconds());
+    ep_s.push_back(grid.ep_comm().comm_seconds());
     return m.step_time_s;
   }
 };
@@ -78,22 +83,25 @@ int main(int argc, char** argv) {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, batch = 8, steps = 5;
     // Command-line names of the layouts, in the order they run.
-    const std::vector<std::pair<std::string, std::string>> all = {
-        {"dp-returns-memory", "dp, glibc's malloc policy"},
-        {"dp", "dp"},
-        {"dp-no-progress", "dp, no progress thread"},
-        {"zero1", "dp, ZeRO-1"},
-        {"dp-no-comm", "dp, no communication"},
-        {"tp", "tp"}};
+    const std::vector<std::pair<std::string, std::string>> all = {{"dp-returns-memory", "dp, glibc's malloc policy"},
+                                                                  {"dp", "dp"},
+                                                                  {"dp-no-progress", "dp, no progress thread"},
+                                                                  {"zero1", "dp, ZeRO-1"},
+                                                                  {"dp-no-comm", "dp, no communication"},
+                                                                  {"tp", "tp"},
+                                                                  {"ep", "dp with ep"}};
     std::vector<std::string> only;
+    bool moe = false;
     CLI::App app{"dp = 2 and tp = 2 vs a single rank, with the collectives' share of the step"};
     app.add_option("--layers", layers);
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
     app.add_option("--layouts", only,
-                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp (default: all)")
-        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp"}));
+                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, ep (default: all "
+                   "but ep; with --moe: dp, ep)")
+        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "ep"}));
+    app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and ep");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -107,16 +115,28 @@ int main(int argc, char** argv) {
     cfg.train.global_batch = batch;
     cfg.train.microbatches = 1;
     cfg.train.steps = steps + 2;  // the single-rank run: a warm-up, then one before each layout step and one after the last
+    if (moe) {
+      cfg.model.arch = "llama";
+      cfg.model.tie_embeddings = false;
+      cfg.model.n_experts = 8;
+      cfg.model.top_k = 2;
+      cfg.model.expert_ffn_hidden = 768;
+      if (only.empty()) only = {"dp", "ep"};
+    } else if (only.empty()) {
+      for (const auto& [flag, kind] : all)
+        if (flag != "ep") only.push_back(flag);
+    }
     const double tokens = static_cast<double>(batch) * seq_len;
     if (rank == 0)
-      fmt::print("GPT-2 {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n", layers, batch,
+      fmt::print("{} {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n",
+                 moe ? "Llama, a mixture of 8 experts of width 768 (top 2) in every block," : "GPT-2", layers, batch,
                  seq_len, blas_kernel_name());
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
     // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
     bool policy_set = false;      // keep_freed_host_memory(), once glibc's own policy is measured
     for (const auto& [flag, kind] : all) {
-      if (!only.empty() && std::find(only.begin(), only.end(), flag) == only.end()) continue;
+      if (std::find(only.begin(), only.end(), flag) == only.end()) continue;
       // glibc's own policy only for the layout that measures it, the first; the rest as pipetrain.
       if (flag != "dp-returns-memory" && !policy_set) {
         keep_freed_host_memory();
@@ -126,6 +146,7 @@ int main(int argc, char** argv) {
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
+      if (flag == "ep") c.parallel.ep = size;
       const bool alone = kind == "dp, no communication";
       if (alone) {  // one replica's share of the batch, on its own
         c.parallel.dp = 1;
@@ -148,6 +169,8 @@ int main(int argc, char** argv) {
         before = after;
       }
       double comm = alone ? 0.0 : median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
+      double exchange = median(layout.ep_s);  // the experts' all-to-alls
+      MPI_Allreduce(MPI_IN_PLACE, &exchange, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       double faults[2] = {median(layout.faults), median(single.faults)};
       MPI_Allreduce(MPI_IN_PLACE, faults, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -159,6 +182,9 @@ int main(int argc, char** argv) {
                    "single rank {:.0f}\n",
                    kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
                    kind.substr(0, 2), comm, 100.0 * comm / t, faults[0], faults[1]);
+      if (rank == 0 && flag == "ep")
+        fmt::print("  blocked in the experts' all-to-alls {:.3f} s = {:.1f}% of the step\n", exchange,
+                   100.0 * exchange / t);
       bench::print_phases(layout.phase, rank);
     }
     bench::single_rank_mean(median(singles), rank);

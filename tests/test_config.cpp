@@ -166,7 +166,7 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true, {0, 2}, 7.5};
+  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true, {0, 2}, 7.5, Toggle::Auto, 1};
   c.train.recompute = "selective";
   c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;
@@ -428,6 +428,20 @@ TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
       {{"parallel.recompute_stages=\"none\""}, "parallel.recompute_stages"},
       {{"comm.p2p=gloo"}, "comm.p2p: unknown transport \"gloo\" (expected \"auto\", \"nccl\" or \"mpi\")"},
       {{"comm.p2p=nccl"}, "comm.p2p = \"nccl\" needs runtime.device = \"cuda\""},
+      {{"model.n_experts=4"}, "model.n_experts (4): experts replace Llama's MLPs"},
+      {{"model.n_experts=4", "model.arch=llama", "model.top_k=5"},
+       "model.top_k (5) must be between 1 and model.n_experts (4)"},
+      {{"model.n_experts=4", "model.arch=llama", "parallel.tp=2"}, "parallel.tp (2): tensor-parallel experts"},
+      {{"model.n_experts=4", "model.arch=llama", "train.precision=bf16"}, "layers run in fp32 only"},
+      {{"parallel.ep=0"}, "parallel.ep"},
+      {{"parallel.ep=2", "parallel.dp=2"}, "parallel.ep (2): the model has no experts to split"},
+      {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4"}, "parallel.ep (2) must divide parallel.dp (1)"},
+      {{"parallel.ep=2", "model.arch=llama", "model.n_experts=3", "parallel.dp=2"},
+       "parallel.ep (2) must divide model.n_experts (3)"},
+      {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4", "parallel.dp=2", "parallel.zero1=true"},
+       "ZeRO-1 does not shard expert-parallel parameters"},
+      {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4", "parallel.dp=2", "runtime.device=\"cuda\""},
+       "parallel.ep (2) runs on CPUs only"},
   };
   for (const auto& r : rules) {
     const std::string e = error_of(kMinimal, r.set);

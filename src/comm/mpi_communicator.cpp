@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <mutex>
+#include <vector>
 
 #include "pipetrain/comm/mpi_tool_vars.hpp"
 #include "pipetrain/comm/softmax_partials.hpp"
@@ -68,9 +69,11 @@ class MpiRequest : public CommRequest {
   }
   void wait_on(Stream& /*host stream*/) override { wait(); }  // the host stream runs what follows now
   MPI_Request* get() { return &req_; }
+  std::vector<int>& arrays() { return arrays_; }  // what MPI reads until completion (counts)
   void describe(std::string what) { what_ = std::move(what); }
 
  private:
+  std::vector<int> arrays_;
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::string comm_;
   double& timer_;
@@ -264,6 +267,36 @@ std::unique_ptr<CommRequest> MpiCommunicator::broadcast(const Tensor& data, int 
   check(MPI_Ibcast(data.raw(), count_of(static_cast<size_t>(data.numel()), name_), mpi_type(data.dtype()), root,
                    comm_, r->get()),
         "broadcast", name_);
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                                           const Tensor& recv, const std::vector<int64_t>& recv_counts,
+                                                           Stream& stream) {
+  fault::point("collective");
+  check_host("all-to-all", name_, send, "send", stream);
+  check_host("all-to-all", name_, recv, "recv", stream);
+  check_same_kind("all-to-all", "send", send, "recv", recv);
+  check_all_to_all_counts(name_, size_, send, send_counts, recv, recv_counts);
+  auto r = std::make_unique<MpiRequest>(name_, comm_s_, false);  // a collective: never cancelled
+  r->describe(fmt::format("an all-to-all on the {} communicator", name_));
+  // counts and displacements, sent then received, in one array MPI reads until completion
+  std::vector<int>& a = r->arrays();
+  a.resize(4 * static_cast<size_t>(size_));
+  const auto n = static_cast<size_t>(size_);
+  size_t out = 0, in = 0;
+  for (size_t p = 0; p < n; ++p) {
+    a[p] = count_of(static_cast<size_t>(send_counts[p]), name_);
+    a[n + p] = count_of(out, name_);
+    a[2 * n + p] = count_of(static_cast<size_t>(recv_counts[p]), name_);
+    a[3 * n + p] = count_of(in, name_);
+    out += static_cast<size_t>(send_counts[p]);
+    in += static_cast<size_t>(recv_counts[p]);
+  }
+  const MPI_Datatype type = mpi_type(send.dtype());
+  check(MPI_Ialltoallv(send.raw(), a.data(), a.data() + n, type, recv.raw(), a.data() + 2 * n, a.data() + 3 * n, type,
+                       comm_, r->get()),
+        "all-to-all", name_);
   return r;
 }
 

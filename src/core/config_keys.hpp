@@ -55,6 +55,7 @@ inline constexpr std::array kKeys{
     PT_KEY(parallel, virtual_stages),
     PT_KEY(parallel, layers_per_stage),
     PT_KEY(parallel, zero1),
+    PT_KEY(parallel, ep),
     PT_KEY(parallel, recompute_stages),
     PT_KEY(parallel, dp_bucket_mb),
     PT_KEY(parallel, vocab_parallel),

@@ -59,11 +59,35 @@ void check_experts(const Checker& c, const ModelConfig& m) {
   c.check(m.z_loss_coeff >= 0, fmt::format("model.z_loss_coeff ({}) must be >= 0", m.z_loss_coeff));
 }
 
-// What the experts do not run with yet: each rank holds every expert whole, in f32.
+// Expert parallelism's split: whole experts on each of ep consecutive dp ranks.
+void check_expert_parallel(const Checker& c, const Config& cfg) {
+  const auto& p = cfg.parallel;
+  c.at_least("parallel.ep", p.ep, 1);
+  if (p.ep <= 1) return;
+  c.check(cfg.model.n_experts > 0, fmt::format("parallel.ep ({}): the model has no experts to split "
+                                               "(model.n_experts = 0)",
+                                               p.ep));
+  c.check(p.dp % p.ep == 0, fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over "
+                                        "a stage's data-parallel ranks",
+                                        p.ep, p.dp));
+  if (cfg.model.n_experts > 0)
+    c.check(cfg.model.n_experts % p.ep == 0, fmt::format("parallel.ep ({}) must divide model.n_experts ({}): each "
+                                                         "rank holds whole experts",
+                                                         p.ep, cfg.model.n_experts));
+  c.check(!p.zero1, fmt::format("parallel.ep ({}) with parallel.zero1: ZeRO-1 does not shard expert-parallel "
+                                "parameters yet (set one of them off)",
+                                p.ep));
+  c.check(cfg.runtime.device == "cpu", fmt::format("parallel.ep ({}) runs on CPUs only in this version "
+                                                   "(runtime.device = {})",
+                                                   p.ep, quote(cfg.runtime.device)));
+}
+
+// What the experts do not run with yet: tensor parallelism, bf16.
 void check_experts_run(const Checker& c, const Config& cfg) {
+  check_expert_parallel(c, cfg);
   if (cfg.model.n_experts == 0) return;
-  c.check(cfg.parallel.tp == 1, fmt::format("parallel.tp ({}): mixture-of-experts layers hold whole experts on "
-                                            "every rank; tensor-parallel experts are not built yet (set 1)",
+  c.check(cfg.parallel.tp == 1, fmt::format("parallel.tp ({}): tensor-parallel experts are not built yet (set 1; "
+                                            "parallel.ep splits the experts over data-parallel ranks instead)",
                                             cfg.parallel.tp));
   c.check(cfg.train.precision == "fp32", fmt::format("train.precision = {}: mixture-of-experts layers run in fp32 "
                                                      "only so far",

@@ -67,17 +67,18 @@ Tensor residual_rmsnorm_dx(const MicrobatchContext& ctx, const Tensor& dyf, cons
 
 }  // namespace
 
-std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp) {
+std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp,
+                                      ExpertParallel ep) {
   if (!cfg.moe(index)) return std::make_unique<LlamaMlp>(cfg, index, params, tp);
   if (tp.size > 1) fail("block {}: mixture-of-experts layers take no tensor parallelism yet", index);
-  return std::make_unique<MoeMlp>(cfg, index, params);
+  return std::make_unique<MoeMlp>(cfg, index, params, ep);
 }
 
-LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp)
+LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp, ExpertParallel ep)
     : BlockPair("llama block " + std::to_string(index), [&] {
         BlockHalves h;
         h.attention = std::make_unique<LlamaAttention>(cfg, index, params, tp);
-        h.mlp = make_llama_mlp(cfg, index, params, tp);
+        h.mlp = make_llama_mlp(cfg, index, params, tp, ep);
         return h;
       }()) {}
 

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/model/moe_exchange.hpp"
 #include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/precision.hpp"
 
@@ -18,10 +20,13 @@ struct MoeStash : Stash {
   Tensor x, rstd, n;  // input, RMSNorm's, its output
   Routing routing;    // on the host, with the router's logits (N, E) it came from
   std::vector<float> host_logits;
+  std::unique_ptr<ExpertExchange> exchange;        // this rank's experts' rows (ep > 1: from every ep rank)
   Tensor rows, source, row_weight;                 // routing's arrays on the device
-  Tensor xp, g, u, a, o;                           // the sorted rows: inputs, gate, up, SwiGLU, expert outputs
+  Tensor xp, g, u, a;                              // this rank's experts' rows: inputs, gate, up, SwiGLU
+  Tensor o;                                        // the routed rows' expert outputs, back in sorted order
   Tensor sg, su, sa;                               // the shared experts' gate, up, SwiGLU (N, S F)
-  Tensor dy, dn, dlogits, dout, dg, du, dsg, dsu;  // backward_input, kept for backward_weight
+  Tensor dy, dn, dlogits, dout, dg, du, dsg, dsu;  // backward_input, kept for backward_weight (dout, dg,
+                                                   // du: this rank's experts' rows)
 };
 
 std::string key(int layer, const char* leaf) { return "h." + std::to_string(layer) + "." + leaf; }
@@ -37,18 +42,30 @@ Tensor upload(const MicrobatchContext& ctx, const std::vector<T>& host, DType ty
 
 const float* weight_of(const Parameter& p) { return p.value.f32(); }
 
-// Expert e's part of the sorted rows, for each expert with rows: how many, and the offsets
-// of its first row at widths C and F and of its matrices (F x C elements each).
+// Local expert l's part of this rank's expert rows, for each with rows: how many, and the
+// offsets of its first row at widths C and F and of its matrices (F x C elements each).
 struct ExpertRows {
   int rows;
   size_t rc, rf, w;
 };
 template <class Fn>
-void each_expert(const Routing& r, int C, int F, Fn fn) {
-  for (int e = 0; e < r.experts; ++e) {
-    const size_t at = static_cast<size_t>(r.offset[static_cast<size_t>(e)]);
-    if (r.count(e) > 0) fn(ExpertRows{r.count(e), at * C, at * F, static_cast<size_t>(e) * F * C});
+void each_expert(const ExpertSpans& spans, int C, int F, Fn fn) {
+  for (size_t l = 0; l < spans.count.size(); ++l) {
+    const auto at = static_cast<size_t>(spans.offset[l]);
+    if (spans.count[l] > 0) fn(ExpertRows{spans.count[l], at * C, at * F, l * F * C});
   }
+}
+
+// Expert matrix `name` (rows_per_expert rows per expert, `cols` columns): whole, or this
+// rank's experts' rows under expert parallelism.
+Parameter& declare_experts(ParameterStore& p, const std::string& name, int experts, int64_t rows_per_expert,
+                           int64_t cols, ExpertParallel ep, double std) {
+  const std::vector<int64_t> shape{experts * rows_per_expert, cols};
+  if (ep.size == 1) return p.declare(name, shape, Init::Normal, std);
+  const int64_t mine = experts / ep.size * rows_per_expert;
+  Parameter& w = p.declare_shard(name, shape, Shard{0, {{ep.rank * mine, mine}}}, Init::Normal, std);
+  w.expert_parallel = true;
+  return w;
 }
 
 // SwiGLU of width F over `rows` rows of x (rows, C) by W_gate, W_up (F, C) at the given
@@ -72,12 +89,13 @@ void swiglu_rows_backward(Backend& be, int rows, int F, int C, const float* g, c
 
 }  // namespace
 
-MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p)
+MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParallel ep)
     : index_(index),
       C_(cfg.d_model),
       F_(cfg.expert_ffn()),
       E_(cfg.n_experts),
       SF_(cfg.n_shared_experts * cfg.expert_ffn()),
+      ep_(ep.size),
       eps_(static_cast<float>(cfg.norm_eps)),
       spec_{cfg.n_experts,
             cfg.top_k,
@@ -87,10 +105,11 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p)
             cfg.z_loss_coeff},
       normw_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
       routerw_(p.declare(key(index, "moe.router.w"), {E_, C_}, Init::Normal, 0.02)),
-      gatew_(p.declare(key(index, "moe.gate.w"), {int64_t{E_} * F_, C_}, Init::Normal, 0.02)),
-      upw_(p.declare(key(index, "moe.up.w"), {int64_t{E_} * F_, C_}, Init::Normal, 0.02)),
-      downw_(p.declare(key(index, "moe.down.w"), {int64_t{E_} * C_, F_}, Init::Normal,
-                       0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+      gatew_(declare_experts(p, key(index, "moe.gate.w"), E_, F_, C_, ep, 0.02)),
+      upw_(declare_experts(p, key(index, "moe.up.w"), E_, F_, C_, ep, 0.02)),
+      downw_(declare_experts(p, key(index, "moe.down.w"), E_, C_, F_, ep, 0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+  if (ep.size < 1 || E_ % ep.size)
+    fail("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", ep.size, E_);
   if (SF_ > 0) {
     sgatew_ = &p.declare(key(index, "moe.shared_gate.w"), {SF_, C_}, Init::Normal, 0.02);
     supw_ = &p.declare(key(index, "moe.shared_up.w"), {SF_, C_}, Init::Normal, 0.02);
@@ -106,6 +125,8 @@ std::vector<Parameter*> MoeMlp::parameters() {
 
 Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   if (ctx.storage != DType::F32) fail("{}: mixture-of-experts layers run in fp32 only", name());
+  if ((ctx.ep ? ctx.ep->size() : 1) != ep_)
+    fail("{}: built for {} expert-parallel ranks, run with {}", name(), ep_, ctx.ep ? ctx.ep->size() : 1);
   Backend& be = *ctx.backend;
   const int N = ctx.B * ctx.T, C = C_, F = F_;
   auto s = std::make_unique<MoeStash>();
@@ -124,17 +145,23 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   s->rows = upload(ctx, r.row, DType::I32);
   s->source = upload(ctx, r.source, DType::I32);
   s->row_weight = upload(ctx, r.row_weight, DType::F32);
-  // The experts, each over its contiguous rows.
+  // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = N * spec_.top_k;
-  s->xp = f32(ctx, R, C);
-  be.gather_rows(s->xp.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
-  s->g = f32(ctx, R, F), s->u = f32(ctx, R, F), s->a = f32(ctx, R, F), s->o = f32(ctx, R, C);
-  each_expert(r, C, F, [&](const ExpertRows& x) {
+  Tensor routed = f32(ctx, R, C);
+  be.gather_rows(routed.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
+  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);
+  const ExpertSpans& local = s->exchange->local();
+  s->xp = s->exchange->dispatch(routed);
+  routed = {};
+  const int Rl = local.rows;
+  s->g = f32(ctx, Rl, F), s->u = f32(ctx, Rl, F), s->a = f32(ctx, Rl, F);
+  Tensor o = f32(ctx, Rl, C);
+  each_expert(local, C, F, [&](const ExpertRows& x) {
     swiglu_rows(be, x.rows, F, C, s->xp.f32() + x.rc, weight_of(gatew_) + x.w, weight_of(upw_) + x.w, s->g.f32() + x.rf,
                 s->u.f32() + x.rf, s->a.f32() + x.rf);
-    be.gemm(false, true, x.rows, C, F, 1.0f, s->a.f32() + x.rf, F, weight_of(downw_) + x.w, F, 0.0f, s->o.f32() + x.rc,
-            C);
+    be.gemm(false, true, x.rows, C, F, 1.0f, s->a.f32() + x.rf, F, weight_of(downw_) + x.w, F, 0.0f, o.f32() + x.rc, C);
   });
+  s->o = s->exchange->combine(o);
   // y = x + shared experts + the routed outputs, each token's in choice order.
   Tensor y = f32(ctx, N, C);
   be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
@@ -158,20 +185,26 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   const int N = ctx.B * ctx.T, C = C_, F = F_, k = spec_.top_k, R = N * k;
   if (ctx.moe) ctx.moe->add(index_, r);  // once per microbatch (a recomputed forward runs twice)
   s.dy = dy;
-  s.dout = f32(ctx, R, C);
-  be.gather_rows(s.dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), R, C);
+  Tensor dout = f32(ctx, R, C);
+  be.gather_rows(dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), R, C);
   Tensor dweight = Tensor::empty(*ctx.pool, {static_cast<int64_t>(R)});
   be.row_dots(dweight.f32(), dy.f32(), s.o.f32(), s.rows.i32(), N, k, C);
-  // Each expert: dh = dout Down_e, then the SwiGLU and its two products into the rows' dxp.
-  s.dg = f32(ctx, R, F), s.du = f32(ctx, R, F);
-  Tensor dxp = f32(ctx, R, C);
-  each_expert(r, C, F, [&](const ExpertRows& x) {
+  s.o = {};
+  // Each expert (ep > 1: on its rank): dh = dout Down_e, then the SwiGLU and its two
+  // products into the rows' dxp, which return to their tokens' ranks.
+  const ExpertSpans& local = s.exchange->local();
+  s.dout = s.exchange->dispatch(dout);
+  dout = {};
+  s.dg = f32(ctx, local.rows, F), s.du = f32(ctx, local.rows, F);
+  Tensor dxp = f32(ctx, local.rows, C);
+  each_expert(local, C, F, [&](const ExpertRows& x) {
     be.gemm(false, false, x.rows, F, C, 1.0f, s.dout.f32() + x.rc, C, weight_of(downw_) + x.w, F, 0.0f,
             s.dg.f32() + x.rf, F);
     swiglu_rows_backward(be, x.rows, F, C, s.g.f32() + x.rf, s.u.f32() + x.rf, weight_of(gatew_) + x.w,
                          weight_of(upw_) + x.w, s.dg.f32() + x.rf, s.du.f32() + x.rf, 0.0f, dxp.f32() + x.rc);
   });
   s.g = {}, s.u = {};
+  dxp = s.exchange->combine(dxp);
   s.dn = f32(ctx, N, C);
   be.fill(s.dn.f32(), 0.0f, static_cast<size_t>(N) * C);
   be.combine_rows(s.dn.f32(), dxp.f32(), s.rows.i32(), nullptr, N, k, C);
@@ -201,7 +234,7 @@ void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
   const int N = ctx.B * ctx.T, C = C_, F = F_;
-  each_expert(s.routing, C, F, [&](const ExpertRows& x) {
+  each_expert(s.exchange->local(), C, F, [&](const ExpertRows& x) {
     be.gemm(true, false, C, F, x.rows, 1.0f, s.dout.f32() + x.rc, C, s.a.f32() + x.rf, F, 1.0f, downw_.grad.f32() + x.w,
             F);
     be.gemm(true, false, F, C, x.rows, 1.0f, s.dg.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, gatew_.grad.f32() + x.w,

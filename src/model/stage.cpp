@@ -20,8 +20,8 @@ std::unique_ptr<Layer> block_layer(const ModelConfig& cfg, int block, ParameterS
 }
 }  // namespace
 
-ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
-                     TensorParallel tp, bool vocab_parallel)
+ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params, TensorParallel tp,
+                       bool vocab_parallel, ExpertParallel ep)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
   if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
   if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
@@ -36,14 +36,17 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
           layers_.push_back(std::make_unique<Positions>(cfg, params_));
         break;
       case PieceKind::Block:
-        layers_.push_back(block_layer<Block, LlamaBlock>(cfg, p.block, params_, tp));
+        if (cfg.arch == "llama")
+          layers_.push_back(std::make_unique<LlamaBlock>(cfg, p.block, params_, tp, ep));
+        else
+          layers_.push_back(std::make_unique<Block>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Attention:
         layers_.push_back(block_layer<GptAttention, LlamaAttention>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Mlp:
         if (cfg.arch == "llama")
-          layers_.push_back(make_llama_mlp(cfg, p.block, params_, tp));
+          layers_.push_back(make_llama_mlp(cfg, p.block, params_, tp, ep));
         else
           layers_.push_back(std::make_unique<GptMlp>(cfg, p.block, params_, tp));
         break;

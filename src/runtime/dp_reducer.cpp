@@ -16,6 +16,7 @@ DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<
       bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(options.bucket_bytes / sizeof(float)))),
       shard_elems_(options.shard_elems),
       late_(options.late),
+      expert_dp_(options.expert_dp),
       at_end_(options.at_end),
       progress_(options.progress) {
   if (shard_elems_ > 0 && shard_elems_ * dp.size() != params.numel())
@@ -56,11 +57,15 @@ void DataParallelReducer::begin_step() {
   buckets_ = 0;
 }
 
-void DataParallelReducer::launch(int64_t lo, int64_t hi) {
+void DataParallelReducer::hold_progress() {
   if (progress_ && !held_) {  // the first bucket of the step: keep MPI's engine turning until finish()
     progress_->hold();
     held_ = true;
   }
+}
+
+void DataParallelReducer::launch(int64_t lo, int64_t hi) {
+  hold_progress();
   for (int64_t a = lo; a < hi; a += bucket_elems_) {  // a parameter larger than a bucket goes in pieces
     const int64_t b = std::min(hi, a + bucket_elems_);
     if (shard_elems_ == 0) {
@@ -86,6 +91,14 @@ void DataParallelReducer::launch_open() {
 // where the open bucket begins (up to the 16-float padding between parameters).
 void DataParallelReducer::add_ready(const Parameter& p) {
   const int64_t lo = p.offset, hi = p.offset + p.numel();
+  if (p.expert_parallel) {  // another group's reduction: never in a bucket with the rest
+    if (shard_elems_ > 0) fail("ZeRO-1 does not shard expert-parallel parameters ({})", p.name);
+    if (expert_dp_ && expert_dp_->size() > 1) {
+      hold_progress();
+      inflight_.push_back(expert_dp_->allreduce_sum(params_.grads().view(lo, {hi - lo}), backend_.stream()));
+    }
+    return;
+  }
   const auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };
   if (open_lo_ >= 0 && padded(hi) == open_lo_) {
     open_lo_ = lo;

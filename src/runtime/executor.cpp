@@ -231,6 +231,7 @@ struct PipelineExecutor::Impl {
   MicrobatchContext make_context(int m, int stage, const ModelStage& st) {
     MicrobatchContext ctx = run_context();
     ctx.tp = ex.tp_;
+    ctx.ep = ex.ep_;
     if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
     if (!vocab() && (st.has_embedding() || st.has_head())) {
       const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;

@@ -177,11 +177,12 @@ double Trainer::peak_memory_bytes() const {
 std::map<int, ModelStage*> Trainer::build_stages() {
   const int me = grid_.coords().pp;
   const TensorParallel tp{grid_.coords().tp, grid_.tp()};
+  const ExpertParallel ep{grid_.coords().dp % grid_.ep(), grid_.ep()};
   std::map<int, ModelStage*> mine;
   for (int s = 0; s < schedule_.num_stages; ++s) {
     if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
     const auto& u = units_[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp, vocab_parallel_);
+    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp, vocab_parallel_, ep);
     mine[s] = stages_[s].get();
   }
   // Every rank of the replica: its slice of the vocabulary, by its place in the replica.
@@ -219,6 +220,7 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
     o.progress = mpi_progress();
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
+    o.expert_dp = &grid_.expert_dp_comm();
     if (zero1) {
       o.shard_elems = shard_hi_ - shard_lo_;
       if (pair) o.late = params_.find("wte");  // after its copies' pair sum
@@ -240,8 +242,9 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
 int64_t Trainer::count_model_params() {
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
+  // (An expert-parallel parameter: its ep ranks hold a part each, of the same size.)
   for (const auto& p : params_.params())
-    if (counts_in_norm(p)) local += static_cast<double>(p.numel());
+    if (counts_in_norm(p)) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.ep() : 1);
   grid_.replica_comm().allreduce_sum(&local, 1);
   return static_cast<int64_t>(local);
 }
@@ -320,6 +323,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     v.sums_to_all = grid.tp() > 1;
     executor_->set_vocab(v);
   }
+  if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm());
   train_program_ =
       program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
@@ -400,7 +404,7 @@ double Trainer::local_grad_squares() {
       lo = -1;
     };
     for (const Parameter* p : order) {
-      if (!counts_in_norm(*p)) {
+      if (!counts_in_norm(*p) || p->expert_parallel) {
         close();
         continue;
       }
@@ -409,6 +413,13 @@ double Trainer::local_grad_squares() {
     }
     close();
   }
+  return sq;
+}
+
+double Trainer::local_expert_grad_squares() {
+  double sq = 0;
+  for (const auto& p : params_.params())
+    if (p.expert_parallel) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
   return sq;
 }
 
@@ -492,20 +503,21 @@ StepMetrics Trainer::train_step(int step) {
   // gradients are final early (a pipeline's last stage) reads them while the others still
   // compute, not after waiting for them. The norm sums over one replica (each value once);
   // under ZeRO-1 or with one replica that is the whole grid, and one reduction carries all.
-  double sums[3] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
+  // Expert-parallel gradients sum over the whole grid, where dp / ep ranks hold each.
+  double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
-                    local_grad_squares()};
+                    local_expert_grad_squares(), local_grad_squares()};
   if (grad_shard_.defined() || grid_.dp() == 1) {
-    grid_.world().allreduce_sum(sums, 3);
+    grid_.world().allreduce_sum(sums, 4);
   } else {
-    grid_.world().allreduce_sum(sums, 2);
-    grid_.replica_comm().allreduce_sum(&sums[2], 1);
+    grid_.world().allreduce_sum(sums, 3);
+    grid_.replica_comm().allreduce_sum(&sums[3], 1);
   }
   out.loss = sums[0] / static_cast<double>(step_tokens);
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
-  out.grad_norm = std::sqrt(sums[2]);
+  out.grad_norm = std::sqrt(sums[3] + sums[2] / (grid_.dp() / grid_.ep()));
   if (moe_stats_) {  // every rank's blocks and microbatches (tp = 1: each routing once)
     auto& flat = moe_stats_->flat();
     grid_.world().allreduce_sum(flat.data(), flat.size());

@@ -81,7 +81,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
         if (kind == 0 || !zero1) {
           const Tensor& src = kind == 0 ? p->value : kind == 1 ? p->m : p->v;
           t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
-          t.write = grid_.coords().dp == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
+          // The first replica writes; an expert-parallel part, the first rank holding it.
+          const int writer = p->expert_parallel ? grid_.coords().dp / grid_.ep() : grid_.coords().dp;
+          t.write = writer == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
           // ZeRO-1: this dp rank holds the moments of the flat range [shard_lo_, shard_hi_)
           // only, and writes / reads exactly that part of the tensor.

@@ -12,7 +12,8 @@ std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key, cons
 }
 }  // namespace
 
-Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : dp_(p.dp), pp_(p.pp), tp_(p.tp) {
+Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src)
+    : dp_(p.dp), pp_(p.pp), tp_(p.tp), ep_(p.ep) {
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Comm_dup(parent, &dup);
   world_ = std::make_unique<MpiCommunicator>(dup, "world");
@@ -21,6 +22,9 @@ Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : d
     fail("{}{}parallel.dp * parallel.pp * parallel.tp = {} * {} * {} = {} does not match the {} "
          "MPI ranks of this job",
          src, src.empty() ? "" : ": ", dp_, pp_, tp_, dp_ * pp_ * tp_, size);
+  if (ep_ < 1 || dp_ % ep_)
+    fail("{}{}parallel.ep ({}) must divide parallel.dp ({}): the experts are split over dp ranks", src,
+         src.empty() ? "" : ": ", ep_, dp_);
   const int r = world_->rank();
   me_.tp = r % tp_;
   me_.dp = (r / tp_) % dp_;
@@ -29,6 +33,11 @@ Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src) : d
   dp_comm_ = split(dup, me_.pp * tp_ + me_.tp, me_.dp, "dp");
   pp_comm_ = split(dup, me_.dp * tp_ + me_.tp, me_.pp, "pp");
   replica_comm_ = split(dup, me_.dp, me_.pp * tp_ + me_.tp, "replica");
+  // Expert groups: runs of ep consecutive dp ranks; the ranks holding the same experts are
+  // those at the same place in every run.
+  const int stage_key = me_.pp * tp_ + me_.tp;
+  ep_comm_ = split(dup, stage_key * dp_ + me_.dp / ep_, me_.dp % ep_, "ep");
+  expert_dp_comm_ = split(dup, stage_key * dp_ + me_.dp % ep_, me_.dp / ep_, "expert dp");
 }
 
 std::unique_ptr<MpiCommunicator> Grid::pair_comm(int first, int last, const std::string& name) {

@@ -134,6 +134,21 @@ for grid in "2 parallel.pp=2" "1 parallel.tp=1"; do
   same_losses lfull.jsonl g.jsonl 1e-5 "Llama resumed on $2"
 done
 
+echo "== Mixture of experts: save on dp=2 with ep=2 (each rank writes its experts' rows), resume on ep=1, one rank"
+# One rank runs both replicas' microbatches (the load-balancing loss is a microbatch's).
+moe=(train "$SRC/inputs/moe-demo.toml" --set data.train=corpus.h5 --set train.steps=6 --set model.n_layer=2
+     --set model.d_model=64 --set model.expert_ffn_hidden=32 --set train.seq_len=32 --set model.max_seq_len=32
+     --set train.global_batch=8 --set log.every=100 --set log.progress=false)
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
+  --set train.microbatches=2 --set checkpoint.dir=mep --set checkpoint.every=3 --metrics mep.jsonl >/dev/null
+for grid in "2 parallel.ep=1 parallel.dp=2 2" "1 parallel.ep=1 parallel.dp=1 4"; do
+  read -r -a args <<<"$grid"; set -- "${args[@]}"
+  rm -f g.jsonl
+  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${moe[@]}" --set "$2" --set "$3" --set train.microbatches="$4" \
+    --set checkpoint.dir=mep --resume mep/step_00000003.h5 --metrics g.jsonl >/dev/null
+  same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts resumed on $3, $2"
+done
+
 echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moments"
 z1=(--set parallel.dp=2 --set parallel.zero1=true)
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1 --set checkpoint.every=3 \

@@ -121,12 +121,13 @@ TEST(GridMatchesSingleRank, LlamaOnEveryGridUntiedAndTied) {
 
 // Mixture of experts (model.n_experts): Llama with a dense first block, then MoE blocks of
 // 4 experts, top 2, one shared expert, both auxiliary losses on; on every grid without tp,
-// each schedule kind (dualpipev's V where the pipeline has two ranks), ZeRO-1. The
-// load-balancing loss is a microbatch's (not linear in its tokens), so the reference has
-// the same microbatches: dp x as many, each as large as a replica's.
+// each schedule kind (dualpipev's V where the pipeline has two ranks), ZeRO-1, expert
+// parallelism over 2 and 4 dp ranks. The load-balancing loss is a microbatch's (not linear
+// in its tokens), so the reference has the same microbatches: dp x as many, each as large
+// as a replica's.
 TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism) {
   std::vector<GridCase> grids;
-  for (GridCase g : std::vector<GridCase>{{1, 2, 1}, {2, 1, 1}, {1, 4, 1}, {2, 2, 1}})
+  for (GridCase g : std::vector<GridCase>{{1, 2, 1}, {2, 1, 1}, {1, 4, 1}, {2, 2, 1}, {4, 1, 1}})
     if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
   if (grids.empty()) GTEST_SKIP() << "no grid of the list without tp has " << world_size() << " ranks";
   auto config = [](GridCase g, const std::string& sched, bool zero1, int v) {
@@ -138,23 +139,25 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
     c.model.first_dense = 1;
     c.model.aux_loss_coeff = 0.01;
     c.model.z_loss_coeff = 0.001;
-    c.train.microbatches = 4;  // dualpipev: at least 2 per rank
+    c.train.microbatches = g.dp == 4 ? 2 : 4;  // dualpipev: at least 2 per rank
     return c;
   };
   for (GridCase g : grids) {
     Config single = config({1, 1, 1}, "1f1b", false, 1);
-    single.train.microbatches *= g.dp;
+    single.train.microbatches = config(g, "1f1b", false, 1).train.microbatches * g.dp;
     const RunResult ref = run(single, MPI_COMM_SELF);
     std::vector<std::pair<const char*, int>> scheds = {{"1f1b", 1}, {"zb-h1", 1}};
     if (g.pp == 2) scheds.push_back({"dualpipev", 2});
     for (const auto& [sched, v] : scheds)
-      for (bool zero1 : {false, true}) {
-        if (zero1 && g.dp == 1) continue;
-        SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp " << g.pp << ", " << sched
-                                          << ", zero1 " << zero1);
-        const Config cfg = config(g, sched, zero1, v);
-        expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
-      }
+      for (int ep : {1, 2, 4})
+        for (bool zero1 : {false, true}) {
+          if ((zero1 && (g.dp == 1 || ep > 1)) || g.dp % ep) continue;
+          SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp " << g.pp << ", " << sched
+                                            << ", ep " << ep << ", zero1 " << zero1);
+          Config cfg = config(g, sched, zero1, v);
+          cfg.parallel.ep = ep;
+          expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+        }
     if (g.pp != 2) continue;
     // A stage that begins with block 1's experts, its attention on the stage before.
     SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp 2, split 1.5,2.5");

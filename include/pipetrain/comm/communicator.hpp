@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pipetrain/core/stream.hpp"
 #include "pipetrain/core/tensor.hpp"
@@ -27,6 +28,11 @@ class CommRequest {
   // Orders the work enqueued on `stream` from now on after this operation.
   virtual void wait_on(Stream& stream) = 0;
 };
+
+// Throws unless there is one count per rank each way and the tensors hold them.
+void check_all_to_all_counts(const std::string& comm, int size, const Tensor& send,
+                             const std::vector<int64_t>& send_counts, const Tensor& recv,
+                             const std::vector<int64_t>& recv_counts);
 
 class Communicator {
  public:
@@ -61,6 +67,13 @@ class Communicator {
   // of -inf is an empty partial); combined in rank order, so every run gets the same bits.
   // Where the transport has no user-defined reductions (NCCL), it throws.
   virtual std::unique_ptr<CommRequest> reduce_softmax_partials(const Tensor& data, int root, Stream& stream);
+  // All-to-all with per-peer counts (in elements, every side knowing both lists): the
+  // send_counts[p] elements at send's running offset go to rank p, and rank p's block lands
+  // at recv's running offset, recv_counts[p] long. The default pairs a send and a receive
+  // per peer in one group (NCCL's way); MPI uses its own all-to-all.
+  virtual std::unique_ptr<CommRequest> all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                                    const Tensor& recv, const std::vector<int64_t>& recv_counts,
+                                                    Stream& stream);
   virtual std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) = 0;
   virtual std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) = 0;
 

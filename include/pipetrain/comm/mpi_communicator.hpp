@@ -28,6 +28,9 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<CommRequest> all_gather(const Tensor& send, const Tensor& recv, Stream& stream) override;
   std::unique_ptr<CommRequest> broadcast(const Tensor& data, int root, Stream& stream) override;
   std::unique_ptr<CommRequest> reduce_softmax_partials(const Tensor& data, int root, Stream& stream) override;
+  std::unique_ptr<CommRequest> all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                            const Tensor& recv, const std::vector<int64_t>& recv_counts,
+                                            Stream& stream) override;
   std::unique_ptr<CommRequest> send(const Tensor& data, int peer, int tag, Stream& stream) override;
   std::unique_ptr<CommRequest> recv(const Tensor& data, int peer, int tag, Stream& stream) override;
   void allreduce_sum(double* data, size_t n) override;

@@ -69,6 +69,9 @@ struct ParallelConfig {
   // the embedding and the output layer (schedule/vocab_pieces.hpp); "auto" turns it on
   // where the output layer outweighs a stage's share of the model (plan/vocab_choice.hpp).
   Toggle vocab_parallel = Toggle::Auto;
+  // Expert parallelism: each MoE layer's experts are split over `ep` consecutive dp ranks
+  // of a stage (ep divides dp and model.n_experts); tokens reach their experts by all-to-all.
+  int ep = 1;
 };
 
 struct ScheduleConfig {

@@ -27,6 +27,12 @@ struct TensorParallel {
   int rank = 0, size = 1;
 };
 
+// This rank's place among the expert-parallel ranks of its stage (parallel.ep): it holds
+// experts [rank E / size, (rank + 1) E / size) of each mixture-of-experts layer.
+struct ExpertParallel {
+  int rank = 0, size = 1;
+};
+
 // Activation recomputation (train.recompute), trading backward compute for stash memory.
 // Selective: blocks drop attention's probabilities and output and the GELU output after
 // forward and recompute them at backward_input (kept for backward_weight). Full: the
@@ -43,6 +49,7 @@ struct MicrobatchContext {
   Backend* backend = nullptr;
   MemoryPool* pool = nullptr;
   Communicator* tp = nullptr;  // tensor-parallel peers (null or size 1: none)
+  Communicator* ep = nullptr;  // expert-parallel peers (null or size 1: every expert here)
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage)

@@ -48,11 +48,12 @@ class LlamaMlp : public Layer {
 
 // Block `index`'s MLP half: LlamaMlp, or a mixture of experts where ModelConfig::moe(index)
 // (moe_mlp.hpp). Every builder of a Llama MLP half asks here.
-std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp);
+std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp,
+                                      ExpertParallel ep = {});
 
 class LlamaBlock : public BlockPair {
  public:
-  LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp = {});
+  LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp = {}, ExpertParallel ep = {});
 };
 
 }  // namespace pipetrain

@@ -10,6 +10,10 @@
 // Parameters h.<i>.mlp_norm.w, moe.router.w (E, C), moe.gate.w and moe.up.w (E F, C: expert
 // e's rows [e F, (e + 1) F)), moe.down.w (E C, F), and, with shared experts,
 // moe.shared_gate.w, moe.shared_up.w (S F, C), moe.shared_down.w (C, S F).
+// Expert parallelism (ExpertParallel, ctx.ep): a rank holds the rows of its E / ep experts
+// of the three expert matrices (shards of the global tensors, `expert_parallel`); the
+// routed rows travel to their experts' ranks and back (moe_exchange.hpp). The router and the
+// shared experts are whole on every rank.
 // Exports: MoeMlp, MoeForwardStats.
 #pragma once
 #include "pipetrain/core/config.hpp"
@@ -26,7 +30,7 @@ struct MoeForwardStats {
 
 class MoeMlp : public Layer {
  public:
-  MoeMlp(const ModelConfig& cfg, int index, ParameterStore& params);
+  MoeMlp(const ModelConfig& cfg, int index, ParameterStore& params, ExpertParallel ep = {});
   std::string name() const override { return "llama block " + std::to_string(index_) + " experts"; }
   std::vector<Parameter*> parameters() override;
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
@@ -37,6 +41,7 @@ class MoeMlp : public Layer {
 
  private:
   int index_, C_, F_, E_, SF_;  // width, expert width, experts, shared width (0: none)
+  int ep_;                      // the expert-parallel ranks (each holds E / ep_ experts)
   float eps_;
   RouterSpec spec_;
   Parameter &normw_, &routerw_, &gatew_, &upw_, &downw_;

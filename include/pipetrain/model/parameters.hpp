@@ -29,6 +29,9 @@ struct Parameter {
   // false: another rank's copy is the one AdamW updates (the first stage's tied table), so
   // this rank keeps no moments for it; set before allocate().
   bool updated = true;
+  // Split over the expert-parallel ranks (parallel.ep > 1): its gradient is reduced over the
+  // ranks holding the same experts, and the norm and the checkpoint count every rank's part.
+  bool expert_parallel = false;
   int64_t moment_offset = 0;  // into the moment buffers (updated parameters only)
   Tensor value, grad, m, v;  // m, v: undefined when !updated
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`

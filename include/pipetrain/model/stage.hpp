@@ -22,9 +22,9 @@ class ModelStage {
   // parameters in `params` (shared by all stages of one rank, so a rank holding both ends
   // keeps one tied embedding). vocab_parallel: the embedding unit is only its positions
   // and the head unit only its final norm (vocab_ends.hpp); every rank's VocabSlice holds
-  // the rest.
-  ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params,
-            TensorParallel tp = {}, bool vocab_parallel = false);
+  // the rest. ep: the experts of mixture-of-experts layers this rank holds.
+  ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params, TensorParallel tp = {},
+             bool vocab_parallel = false, ExpertParallel ep = {});
 
   ParameterStore& params() { return params_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }

@@ -21,6 +21,10 @@
 // back (`late`): its copies' pair sum must come first, and finish() reduces it last.
 // The embedding's rows are added after the table's reduce, as without ZeRO-1: on every
 // replica, into the whole table, so each owner's range ends right.
+//
+// Expert parallelism (parallel.ep): a parameter split over the ep ranks (expert_parallel)
+// differs between them; its gradient, final like any other, goes out on its own as an
+// all-reduce over the ranks holding the same experts (none when ep = dp).
 #pragma once
 #include <map>
 #include <memory>
@@ -44,6 +48,7 @@ class DataParallelReducer {
     int64_t shard_elems = 0;             // ZeRO-1: > 0, the elements each dp rank owns (reduce, not all-reduce)
     Parameter* late = nullptr;           // reduced only by finish() (ZeRO-1's tied embedding)
     std::vector<Parameter*> at_end;      // held by no stage's layer (the vocabulary slice's): reduced by finish()
+    Communicator* expert_dp = nullptr;   // the ranks holding this rank's experts (expert_parallel parameters)
   };
   // stages: this rank's stages (their layers name the parameters of each bucket).
   // Reductions are enqueued on the backend's stream (after the gradients they reduce).
@@ -64,6 +69,7 @@ class DataParallelReducer {
   void add_ready(const Parameter& p);
   void launch_open();
   void launch(int64_t lo, int64_t hi);
+  void hold_progress();
   void release_progress();
 
   ParameterStore& params_;
@@ -73,6 +79,7 @@ class DataParallelReducer {
   int64_t bucket_elems_;
   int64_t shard_elems_;
   Parameter* late_;
+  Communicator* expert_dp_;
   std::vector<Parameter*> at_end_;
   std::map<std::pair<int, int>, std::vector<Parameter*>> layer_params_;  // (stage, layer) -> params
   std::map<Parameter*, int> users_;    // layers that accumulate into each parameter's dense gradient

@@ -85,6 +85,8 @@ class PipelineExecutor {
                     float loss_scale, bool trace, const ExecutorHooks& hooks = {});
   // Vocabulary parallelism: the slice and group the program's VOCAB and COLL use.
   void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
+  // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows with.
+  void set_experts(Communicator* ep) { ep_ = ep; }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -95,6 +97,7 @@ class PipelineExecutor {
   std::map<int, ModelStage*> stages_;
   Communicator& pp_;
   Communicator* tp_;
+  Communicator* ep_ = nullptr;
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;

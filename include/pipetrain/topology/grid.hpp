@@ -24,6 +24,7 @@ class Grid {
   int dp() const { return dp_; }
   int pp() const { return pp_; }
   int tp() const { return tp_; }
+  int ep() const { return ep_; }
   const GridCoords& coords() const { return me_; }
   int world_rank() const { return world_->rank(); }
   int world_size() const { return world_->size(); }
@@ -34,14 +35,18 @@ class Grid {
   MpiCommunicator& dp_comm() { return *dp_comm_; }  // same (pp, tp): data-parallel replicas
   MpiCommunicator& pp_comm() { return *pp_comm_; }  // same (dp, tp): the pipeline; rank = pp index
   MpiCommunicator& replica_comm() { return *replica_comm_; }  // same dp: one model replica (pp x tp)
+  // Expert parallelism (parallel.ep): the ep consecutive dp ranks that split each MoE layer's
+  // experts (rank = dp % ep), and the dp / ep ranks that hold the same experts (rank = dp / ep).
+  MpiCommunicator& ep_comm() { return *ep_comm_; }
+  MpiCommunicator& expert_dp_comm() { return *expert_dp_comm_; }
   // Collective over pp_comm(): the pipeline ranks `first` and `last` (which hold the two
   // copies of a tied embedding), or null on the other ranks and when first == last.
   std::unique_ptr<MpiCommunicator> pair_comm(int first, int last, const std::string& name);
 
  private:
-  int dp_, pp_, tp_;
+  int dp_, pp_, tp_, ep_;
   GridCoords me_;
-  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_, replica_comm_;
+  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_, replica_comm_, ep_comm_, expert_dp_comm_;
 };
 
 }  // namespace pipetrain

@@ -1,0 +1,51 @@
+// Expert parallelism's token exchange (parallel.ep) for one microbatch of one MoE layer.
+// Rank d of the ep group holds experts [d El, (d + 1) El), El = E / ep. This rank's routed
+// rows are sorted by expert (moe_routing.hpp), so each destination's are contiguous. The
+// per-expert row counts travel first (El per peer), then the rows, by all-to-all. What
+// arrives is ordered by source rank, then expert; dispatch permutes it to expert, then
+// source rank, so each local expert's rows are contiguous for its product, and combine
+// runs the inverse: the permutation back, then the reverse all-to-all. Without a group
+// (or a group of one) both return their input: every expert is here.
+// Exports: ExpertSpans, ExpertExchange.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "pipetrain/core/tensor.hpp"
+#include "pipetrain/model/moe_routing.hpp"
+
+namespace pipetrain {
+
+class Backend;
+class Communicator;
+
+// Each local expert's rows: how many, and where its first one is.
+struct ExpertSpans {
+  std::vector<int> count, offset;
+  int rows = 0;
+};
+
+class ExpertExchange {
+ public:
+  // Exchanges the counts now (blocking): every rank of `group` constructs its own at the
+  // same point of the same program.
+  ExpertExchange(const Routing& routing, Communicator* group, Backend& backend, MemoryPool& pool);
+  const ExpertSpans& local() const { return local_; }
+  // (routed rows, W) in this rank's sorted order -> (local().rows, W) by local expert.
+  Tensor dispatch(const Tensor& rows) const;
+  // The inverse: (local().rows, W) -> (routed rows, W) back in this rank's sorted order.
+  Tensor combine(const Tensor& rows) const;
+
+ private:
+  bool exchanges() const { return group_ != nullptr; }
+  Tensor exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const std::vector<int64_t>& in_rows) const;
+
+  Communicator* group_;  // null: every expert here
+  Backend& backend_;
+  MemoryPool& pool_;
+  std::vector<int64_t> send_rows_, recv_rows_;  // per peer
+  Tensor to_expert_order_, to_source_order_;    // int32 row permutations of what arrived
+  ExpertSpans local_;
+};
+
+}  // namespace pipetrain

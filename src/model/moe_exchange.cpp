@@ -1,0 +1,102 @@
+// ExpertExchange (pipetrain/model/moe_exchange.hpp): the counts, the two permutations and
+// the all-to-alls that move the routed rows to their experts' ranks and back.
+#include "pipetrain/model/moe_exchange.hpp"
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/communicator.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+namespace {
+
+Tensor rows_of(MemoryPool& pool, int64_t rows, int64_t width, DType type) {
+  return Tensor::empty(pool, {rows, width}, type);
+}
+
+}  // namespace
+
+ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& backend, MemoryPool& pool)
+    : group_(group && group->size() > 1 ? group : nullptr), backend_(backend), pool_(pool) {
+  if (!exchanges()) {
+    local_.count.resize(static_cast<size_t>(r.experts));
+    local_.offset.assign(r.offset.begin(), r.offset.end() - 1);
+    for (int e = 0; e < r.experts; ++e) local_.count[static_cast<size_t>(e)] = r.count(e);
+    local_.rows = r.offset.back();
+    return;
+  }
+  const int ep = group_->size(), El = r.experts / ep;
+  if (El * ep != r.experts) fail("parallel.ep ({}) must divide model.n_experts ({})", ep, r.experts);
+  // Each peer's El experts' counts out, and in: c[s El + l] = rows source s sends local expert l.
+  std::vector<int32_t> out(static_cast<size_t>(r.experts)), in(out.size());
+  for (int e = 0; e < r.experts; ++e) out[static_cast<size_t>(e)] = r.count(e);
+  Tensor out_t = Tensor::empty(pool_, {r.experts}, DType::I32), in_t = Tensor::empty(pool_, {r.experts}, DType::I32);
+  backend_.to_device(out_t.raw(), out.data(), out.size() * sizeof(int32_t));
+  const std::vector<int64_t> El_each(static_cast<size_t>(ep), El);
+  group_->all_to_all_v(out_t, El_each, in_t, El_each, backend_.stream())->wait();
+  backend_.to_host(in.data(), in_t.raw(), in.size() * sizeof(int32_t));
+  send_rows_.assign(static_cast<size_t>(ep), 0);
+  recv_rows_.assign(static_cast<size_t>(ep), 0);
+  local_.count.assign(static_cast<size_t>(El), 0);
+  for (int s = 0; s < ep; ++s)
+    for (int l = 0; l < El; ++l) {
+      const auto i = static_cast<size_t>(s * El + l);
+      send_rows_[static_cast<size_t>(s)] += out[i];
+      recv_rows_[static_cast<size_t>(s)] += in[i];
+      local_.count[static_cast<size_t>(l)] += in[i];
+    }
+  local_.offset.assign(static_cast<size_t>(El), 0);
+  for (int l = 1; l < El; ++l)
+    local_.offset[static_cast<size_t>(l)] =
+        local_.offset[static_cast<size_t>(l - 1)] + local_.count[static_cast<size_t>(l - 1)];
+  local_.rows = local_.offset.back() + local_.count.back();
+  // Block (s, l) arrives at `arrived` (source-major) and goes to `at` (expert-major).
+  std::vector<int32_t> to_expert(static_cast<size_t>(local_.rows)), to_source(to_expert.size());
+  std::vector<int> at = local_.offset;
+  int arrived = 0;
+  for (int s = 0; s < ep; ++s)
+    for (int l = 0; l < El; ++l)
+      for (int i = 0; i < in[static_cast<size_t>(s * El + l)]; ++i, ++arrived) {
+        const auto j = static_cast<size_t>(at[static_cast<size_t>(l)]++);
+        to_expert[j] = arrived;
+        to_source[static_cast<size_t>(arrived)] = static_cast<int32_t>(j);
+      }
+  to_expert_order_ = Tensor::empty(pool_, {local_.rows}, DType::I32);
+  to_source_order_ = Tensor::empty(pool_, {local_.rows}, DType::I32);
+  backend_.to_device(to_expert_order_.raw(), to_expert.data(), to_expert.size() * sizeof(int32_t));
+  backend_.to_device(to_source_order_.raw(), to_source.data(), to_source.size() * sizeof(int32_t));
+}
+
+Tensor ExpertExchange::exchange(const Tensor& in, const std::vector<int64_t>& out_rows,
+                                const std::vector<int64_t>& in_rows) const {
+  const int64_t W = in.shape()[1];
+  int64_t total = 0;
+  std::vector<int64_t> out_n, in_n;
+  for (size_t p = 0; p < out_rows.size(); ++p) {
+    out_n.push_back(out_rows[p] * W);
+    in_n.push_back(in_rows[p] * W);
+    total += in_rows[p];
+  }
+  Tensor got = rows_of(pool_, total, W, in.dtype());
+  group_->all_to_all_v(in, out_n, got, in_n, backend_.stream())->wait();
+  return got;
+}
+
+Tensor ExpertExchange::dispatch(const Tensor& rows) const {
+  if (!exchanges()) return rows;
+  const Tensor got = exchange(rows, send_rows_, recv_rows_);
+  const int64_t W = rows.shape()[1];
+  Tensor out = rows_of(pool_, local_.rows, W, DType::F32);
+  backend_.gather_rows(out.f32(), got.f32(), to_expert_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
+  return out;
+}
+
+Tensor ExpertExchange::combine(const Tensor& rows) const {
+  if (!exchanges()) return rows;
+  const int64_t W = rows.shape()[1];
+  Tensor by_source = rows_of(pool_, local_.rows, W, DType::F32);
+  backend_.gather_rows(by_source.f32(), rows.f32(), to_source_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
+  return exchange(by_source, recv_rows_, send_rows_);
+}
+
+}  // namespace pipetrain
