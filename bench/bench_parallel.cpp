@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
       if (flag == "ep") c.parallel.ep = size;
+
       const bool alone = kind == "dp, no communication";
       if (alone) {  // one replica's share of the batch, on its own
         c.parallel.dp = 1;

@@ -2,22 +2,16 @@
 // the all-to-alls that move the routed rows to their experts' ranks and back.
 #include "pipetrain/model/moe_exchange.hpp"
 
+#include <algorithm>
+
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
 
-namespace {
-
-Tensor rows_of(MemoryPool& pool, int64_t rows, int64_t width, DType type) {
-  return Tensor::empty(pool, {rows, width}, type);
-}
-
-}  // namespace
-
 ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& backend, MemoryPool& pool)
-    : group_(group && group->size() > 1 ? group : nullptr), backend_(backend), pool_(pool) {
+    : group_(group && group->size() > 1 ? group : nullptr), backend_(backend), pool_(pool), routed_(r.offset.back()) {
   if (!exchanges()) {
     local_.count.resize(static_cast<size_t>(r.experts));
     local_.offset.assign(r.offset.begin(), r.offset.end() - 1);
@@ -61,32 +55,36 @@ ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& b
         to_expert[j] = arrived;
         to_source[static_cast<size_t>(arrived)] = static_cast<int32_t>(j);
       }
-  to_expert_order_ = Tensor::empty(pool_, {local_.rows}, DType::I32);
-  to_source_order_ = Tensor::empty(pool_, {local_.rows}, DType::I32);
+  to_expert_order_ = local_tensor(1, DType::I32);
+  to_source_order_ = local_tensor(1, DType::I32);
   backend_.to_device(to_expert_order_.raw(), to_expert.data(), to_expert.size() * sizeof(int32_t));
   backend_.to_device(to_source_order_.raw(), to_source.data(), to_source.size() * sizeof(int32_t));
 }
 
-Tensor ExpertExchange::exchange(const Tensor& in, const std::vector<int64_t>& out_rows,
-                                const std::vector<int64_t>& in_rows) const {
+Tensor ExpertExchange::local_tensor(int64_t width, DType type) const {
+  if (!exchanges()) return Tensor::empty(pool_, {local_.rows, width}, type);
+  const int64_t granule = std::max(1, routed_ / 8);
+  const int64_t capacity = std::max<int64_t>(1, (local_.rows + granule - 1) / granule) * granule;
+  return Tensor::empty(pool_, {capacity, width}, type).view(0, {local_.rows, width});
+}
+
+void ExpertExchange::exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const Tensor& got,
+                              const std::vector<int64_t>& in_rows) const {
   const int64_t W = in.shape()[1];
-  int64_t total = 0;
   std::vector<int64_t> out_n, in_n;
   for (size_t p = 0; p < out_rows.size(); ++p) {
     out_n.push_back(out_rows[p] * W);
     in_n.push_back(in_rows[p] * W);
-    total += in_rows[p];
   }
-  Tensor got = rows_of(pool_, total, W, in.dtype());
   group_->all_to_all_v(in, out_n, got, in_n, backend_.stream())->wait();
-  return got;
 }
 
 Tensor ExpertExchange::dispatch(const Tensor& rows) const {
   if (!exchanges()) return rows;
-  const Tensor got = exchange(rows, send_rows_, recv_rows_);
   const int64_t W = rows.shape()[1];
-  Tensor out = rows_of(pool_, local_.rows, W, DType::F32);
+  const Tensor got = local_tensor(W);
+  exchange(rows, send_rows_, got, recv_rows_);
+  Tensor out = local_tensor(W);
   backend_.gather_rows(out.f32(), got.f32(), to_expert_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
   return out;
 }
@@ -94,9 +92,11 @@ Tensor ExpertExchange::dispatch(const Tensor& rows) const {
 Tensor ExpertExchange::combine(const Tensor& rows) const {
   if (!exchanges()) return rows;
   const int64_t W = rows.shape()[1];
-  Tensor by_source = rows_of(pool_, local_.rows, W, DType::F32);
+  const Tensor by_source = local_tensor(W);
   backend_.gather_rows(by_source.f32(), rows.f32(), to_source_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
-  return exchange(by_source, recv_rows_, send_rows_);
+  Tensor back = Tensor::empty(pool_, {routed_, W});
+  exchange(by_source, recv_rows_, back, send_rows_);
+  return back;
 }
 
 }  // namespace pipetrain

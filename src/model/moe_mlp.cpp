@@ -153,9 +153,9 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   const ExpertSpans& local = s->exchange->local();
   s->xp = s->exchange->dispatch(routed);
   routed = {};
-  const int Rl = local.rows;
-  s->g = f32(ctx, Rl, F), s->u = f32(ctx, Rl, F), s->a = f32(ctx, Rl, F);
-  Tensor o = f32(ctx, Rl, C);
+  const ExpertExchange& ex = *s->exchange;
+  s->g = ex.local_tensor(F), s->u = ex.local_tensor(F), s->a = ex.local_tensor(F);
+  Tensor o = ex.local_tensor(C);
   each_expert(local, C, F, [&](const ExpertRows& x) {
     swiglu_rows(be, x.rows, F, C, s->xp.f32() + x.rc, weight_of(gatew_) + x.w, weight_of(upw_) + x.w, s->g.f32() + x.rf,
                 s->u.f32() + x.rf, s->a.f32() + x.rf);
@@ -195,8 +195,8 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   const ExpertSpans& local = s.exchange->local();
   s.dout = s.exchange->dispatch(dout);
   dout = {};
-  s.dg = f32(ctx, local.rows, F), s.du = f32(ctx, local.rows, F);
-  Tensor dxp = f32(ctx, local.rows, C);
+  s.dg = s.exchange->local_tensor(F), s.du = s.exchange->local_tensor(F);
+  Tensor dxp = s.exchange->local_tensor(C);
   each_expert(local, C, F, [&](const ExpertRows& x) {
     be.gemm(false, false, x.rows, F, C, 1.0f, s.dout.f32() + x.rc, C, weight_of(downw_) + x.w, F, 0.0f,
             s.dg.f32() + x.rf, F);

@@ -31,6 +31,11 @@ class ExpertExchange {
   // same point of the same program.
   ExpertExchange(const Routing& routing, Communicator* group, Backend& backend, MemoryPool& pool);
   const ExpertSpans& local() const { return local_; }
+  // A tensor of this rank's expert rows (local().rows, width). Under ep their count changes
+  // every microbatch and the pool caches blocks by exact size, so the block's rows are
+  // rounded up to a multiple of 1/8 of this rank's routed rows: a bounded set of sizes, and
+  // the pool stops growing once each has been seen.
+  Tensor local_tensor(int64_t width, DType type = DType::F32) const;
   // (routed rows, W) in this rank's sorted order -> (local().rows, W) by local expert.
   Tensor dispatch(const Tensor& rows) const;
   // The inverse: (local().rows, W) -> (routed rows, W) back in this rank's sorted order.
@@ -38,7 +43,8 @@ class ExpertExchange {
 
  private:
   bool exchanges() const { return group_ != nullptr; }
-  Tensor exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const std::vector<int64_t>& in_rows) const;
+  void exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const Tensor& got,
+                const std::vector<int64_t>& in_rows) const;
 
   Communicator* group_;  // null: every expert here
   Backend& backend_;
@@ -46,6 +52,7 @@ class ExpertExchange {
   std::vector<int64_t> send_rows_, recv_rows_;  // per peer
   Tensor to_expert_order_, to_source_order_;    // int32 row permutations of what arrived
   ExpertSpans local_;
+  int routed_ = 0;  // this rank's routed rows (tokens x top_k)
 };
 
 }  // namespace pipetrain
