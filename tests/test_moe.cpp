@@ -79,6 +79,36 @@ void check_router_backward(RouterKind kind, bool renormalize) {
       << "router " << (kind == RouterKind::Softmax ? "softmax" : "sigmoid") << (renormalize ? ", renormalised" : "");
 }
 
+// DeepSeek-V3's balancing: the bias moves each expert by the rate towards the mean load;
+// applied step after step to a router that sends every token to expert 0 first, it
+// spreads the load until the busiest expert is within 1.3 of the mean (tokens' preferences
+// differ by up to 0.8: a bias can sort them).
+TEST(MoeRouting, SelectionBiasMovesTowardsEqualLoad) {
+  std::vector<float> bias(4, 0.0f);
+  const std::vector<double> loads{3, 1, 2, 2};
+  update_selection_bias(bias.data(), loads.data(), 4, 0.01);
+  EXPECT_EQ(bias, (std::vector<float>{-0.01f, 0.01f, 0.0f, 0.0f}));
+
+  const int N = 64, E = 4;
+  const RouterSpec spec{E, 2, RouterKind::Sigmoid, true, 0, 0};
+  std::vector<float> logits(static_cast<size_t>(N) * E);
+  for (int t = 0; t < N; ++t)
+    for (int e = 0; e < E; ++e)
+      logits[static_cast<size_t>(t * E + e)] = 1.0f - 0.4f * e + 0.05f * ((t * 37 + e * 11) % 17);
+  std::fill(bias.begin(), bias.end(), 0.0f);
+  const double first = route_tokens(logits.data(), bias.data(), N, spec).max_over_mean_load();
+  double load = first;
+  for (int step = 0; step < 200; ++step) {
+    const Routing r = route_tokens(logits.data(), bias.data(), N, spec);
+    std::vector<double> rows(E);
+    for (int e = 0; e < E; ++e) rows[static_cast<size_t>(e)] = r.count(e);
+    update_selection_bias(bias.data(), rows.data(), E, 0.005);
+    load = r.max_over_mean_load();
+  }
+  EXPECT_EQ(first, 2.0);  // experts 0 and 1 take every token
+  EXPECT_LT(load, 1.3);
+}
+
 TEST(MoeRouting, BackwardMatchesFiniteDifferences) {
   for (RouterKind kind : {RouterKind::Softmax, RouterKind::Sigmoid})
     for (bool renormalize : {true, false}) check_router_backward(kind, renormalize);

@@ -110,6 +110,10 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
       downw_(declare_experts(p, key(index, "moe.down.w"), E_, C_, F_, ep, 0.02 / std::sqrt(2.0 * cfg.n_layer))) {
   if (ep.size < 1 || E_ % ep.size)
     fail("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", ep.size, E_);
+  if (cfg.router_bias_rate > 0) {
+    bias_ = &p.declare(selection_bias_name(index), {E_}, Init::Zeros);
+    bias_->trained = bias_->updated = false;
+  }
   if (SF_ > 0) {
     sgatew_ = &p.declare(key(index, "moe.shared_gate.w"), {SF_, C_}, Init::Normal, 0.02);
     supw_ = &p.declare(key(index, "moe.shared_up.w"), {SF_, C_}, Init::Normal, 0.02);
@@ -139,7 +143,12 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   be.gemm(false, true, N, E_, C, 1.0f, s->n.f32(), C, weight_of(routerw_), C, 0.0f, logits.f32(), E_);
   s->host_logits.resize(static_cast<size_t>(N) * E_);
   be.to_host(s->host_logits.data(), logits.raw(), s->host_logits.size() * sizeof(float));
-  s->routing = route_tokens(s->host_logits.data(), nullptr, N, spec_);
+  std::vector<float> bias;
+  if (bias_) {
+    bias.resize(static_cast<size_t>(E_));
+    be.to_host(bias.data(), bias_->value.raw(), bias.size() * sizeof(float));
+  }
+  s->routing = route_tokens(s->host_logits.data(), bias_ ? bias.data() : nullptr, N, spec_);
   const Routing& r = s->routing;
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
   s->rows = upload(ctx, r.row, DType::I32);

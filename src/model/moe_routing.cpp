@@ -159,4 +159,12 @@ void router_backward(const Routing& r, const float* logits, const float* dweight
   }
 }
 
+void update_selection_bias(float* bias, const double* loads, int experts, double rate) {
+  double total = 0;
+  for (int e = 0; e < experts; ++e) total += loads[e];
+  const double mean = total / experts;
+  for (int e = 0; e < experts; ++e)
+    if (loads[e] != mean) bias[e] += static_cast<float>(loads[e] < mean ? rate : -rate);
+}
+
 }  // namespace pipetrain

@@ -39,7 +39,7 @@ void AdamW::update(Parameter& p, Backend& backend, int step_count, double lr, fl
 void AdamW::step(ParameterStore& params, Backend& backend, int step_count, double lr, float grad_scale,
                  const Parameter* skip) {
   for (auto& p : params.params())
-    if (&p != skip) update(p, backend, step_count, lr, grad_scale);
+    if (&p != skip && p.trained) update(p, backend, step_count, lr, grad_scale);
 }
 
 }  // namespace pipetrain

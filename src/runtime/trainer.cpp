@@ -16,6 +16,8 @@
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
+#include "pipetrain/model/moe_mlp.hpp"
+#include "pipetrain/model/moe_routing.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
@@ -244,7 +246,7 @@ int64_t Trainer::count_model_params() {
   double local = 0;
   // (An expert-parallel parameter: its ep ranks hold a part each, of the same size.)
   for (const auto& p : params_.params())
-    if (counts_in_norm(p)) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.ep() : 1);
+    if (counts_in_norm(p) && p.trained) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.ep() : 1);
   grid_.replica_comm().allreduce_sum(&local, 1);
   return static_cast<int64_t>(local);
 }
@@ -416,6 +418,20 @@ double Trainer::local_grad_squares() {
   return sq;
 }
 
+// DeepSeek-V3's balancing: each MoE block's selection bias on this rank moves by the step's
+// loads, summed over every rank: the same on every replica, so their copies stay equal.
+void Trainer::update_selection_biases() {
+  const int E = cfg_.model.n_experts;
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (int b = 0; b < cfg_.model.n_layer; ++b) {
+    Parameter* p = cfg_.model.moe(b) ? params_.find(MoeMlp::selection_bias_name(b)) : nullptr;
+    if (!p) continue;
+    backend_.to_host(bias.data(), p->value.raw(), bias.size() * sizeof(float));
+    update_selection_bias(bias.data(), moe_stats_->loads(b), E, cfg_.model.router_bias_rate);
+    backend_.to_device(p->value.raw(), bias.data(), bias.size() * sizeof(float));
+  }
+}
+
 double Trainer::local_expert_grad_squares() {
   double sq = 0;
   for (const auto& p : params_.params())
@@ -440,7 +456,7 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   }
   // ZeRO-1: update this rank's shard, then gather every shard's new values.
   for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
-    if (&p == wte && !tied_->updates_table()) return;
+    if ((&p == wte && !tied_->updates_table()) || !p.trained) return;
     const int64_t o = lo - shard_lo_;
     const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
     backend_.adamw(params_.values().f32() + lo, grad_shard_.f32() + o, m_shard_.f32() + o, v_shard_.f32() + o,
@@ -537,6 +553,7 @@ StepMetrics Trainer::train_step(int step) {
   } else {
     watchdog::set_position(fmt::format("step {}, optimizer", step));
     optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+    if (moe_stats_ && cfg_.model.router_bias_rate > 0) update_selection_biases();
   }
   out.phases.optimizer_s = since();
   out.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -73,6 +73,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
               : std::vector<std::pair<std::string, int>>{{"params/", 0}};
   for (const auto& [prefix, kind] : kinds)
     for (const auto& g : all.params()) {
+      if (kind != 0 && !g.trained) continue;  // no moments
       CheckpointTensor t;
       t.name = prefix + g.name;
       t.global_shape = g.global_shape;

@@ -135,12 +135,20 @@ for grid in "2 parallel.pp=2" "1 parallel.tp=1"; do
 done
 
 echo "== Mixture of experts: save on dp=2 with ep=2 (each rank writes its experts' rows), resume on ep=1, one rank"
+# With the selection bias (router_bias_rate): state no optimizer touches, saved with the weights.
 # One rank runs both replicas' microbatches (the load-balancing loss is a microbatch's).
 moe=(train "$SRC/inputs/moe-demo.toml" --set data.train=corpus.h5 --set train.steps=6 --set model.n_layer=2
      --set model.d_model=64 --set model.expert_ffn_hidden=32 --set train.seq_len=32 --set model.max_seq_len=32
-     --set train.global_batch=8 --set log.every=100 --set log.progress=false)
+     --set train.global_batch=8 --set log.every=100 --set log.progress=false --set model.router_bias_rate=0.05)
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
   --set train.microbatches=2 --set checkpoint.dir=mep --set checkpoint.every=3 --metrics mep.jsonl >/dev/null
+mkdir mres
+cp mep/step_00000003.h5 mres/
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
+  --set train.microbatches=2 --set checkpoint.dir=mres --set checkpoint.every=3 --resume mres/step_00000003.h5 \
+  --metrics mres.jsonl >/dev/null
+same_losses mep.jsonl mres.jsonl 0 "mixture of experts resumed on the same grid"
+h5diff mep/step_00000006.h5 mres/step_00000006.h5 /params /params  # the selection bias too, bitwise
 for grid in "2 parallel.ep=1 parallel.dp=2 2" "1 parallel.ep=1 parallel.dp=1 4"; do
   read -r -a args <<<"$grid"; set -- "${args[@]}"
   rm -f g.jsonl

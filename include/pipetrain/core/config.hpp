@@ -40,6 +40,10 @@ struct ModelConfig {
   bool router_renormalize = true;  // the top_k weights divided by their sum
   double aux_loss_coeff = 0.01;    // Switch/GShard load-balancing loss
   double z_loss_coeff = 0.0;       // router z-loss
+  // DeepSeek-V3's auxiliary-loss-free balancing: each MoE layer's per-expert selection bias
+  // moves by this much after every step, up for the experts below the mean load, down for
+  // those above (0.001 in DeepSeek-V3); 0 = no bias.
+  double router_bias_rate = 0.0;
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // Llama's MLP width: 2/3 of 4 d_model, rounded up to multiple_of, unless ffn_hidden is set.

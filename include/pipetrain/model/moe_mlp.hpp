@@ -14,6 +14,9 @@
 // of the three expert matrices (shards of the global tensors, `expert_parallel`); the
 // routed rows travel to their experts' ranks and back (moe_exchange.hpp). The router and the
 // shared experts are whole on every rank.
+// With model.router_bias_rate > 0, h.<i>.moe.router.bias (E) is the selection bias
+// (moe_routing.hpp): not trained (Parameter::trained), moved after each step by
+// update_selection_bias from the step's loads, checkpointed with the weights.
 // Exports: MoeMlp, MoeForwardStats.
 #pragma once
 #include "pipetrain/core/config.hpp"
@@ -38,6 +41,7 @@ class MoeMlp : public Layer {
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
   const MoeForwardStats& last_forward() const { return last_; }
+  static std::string selection_bias_name(int block) { return "h." + std::to_string(block) + ".moe.router.bias"; }
 
  private:
   int index_, C_, F_, E_, SF_;  // width, expert width, experts, shared width (0: none)
@@ -46,6 +50,7 @@ class MoeMlp : public Layer {
   RouterSpec spec_;
   Parameter &normw_, &routerw_, &gatew_, &upw_, &downw_;
   Parameter *sgatew_ = nullptr, *supw_ = nullptr, *sdownw_ = nullptr;
+  Parameter* bias_ = nullptr;  // the selection bias (router_bias_rate > 0)
   MoeForwardStats last_;
 };
 

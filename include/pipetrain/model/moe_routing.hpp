@@ -9,7 +9,9 @@
 // Two auxiliary losses per microbatch: the Switch/GShard load-balancing loss
 // E · Σ_e f_e P_e (f_e the share of routed rows on e, P_e the mean probability of e;
 // sigmoid scores normalised per token first) and the router z-loss mean_t lse(logits_t)².
-// Exports: RouterKind, RouterSpec, Routing, route_tokens, router_backward.
+// The selection bias of DeepSeek-V3's auxiliary-loss-free balancing moves after each step by
+// `rate` towards equal load: up for the experts below the mean, down for those above.
+// Exports: RouterKind, RouterSpec, Routing, route_tokens, router_backward, update_selection_bias.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,5 +50,8 @@ Routing route_tokens(const float* logits, const float* bias, int N, const Router
 // coefficients' sum of the auxiliary losses (scale: d(objective)/d(this microbatch's loss)).
 void router_backward(const Routing& r, const float* logits, const float* dweight, const RouterSpec& spec, double scale,
                      float* dlogits);
+
+// bias[e] += rate · sign(mean load − loads[e]) for each of the `experts`.
+void update_selection_bias(float* bias, const double* loads, int experts, double rate);
 
 }  // namespace pipetrain

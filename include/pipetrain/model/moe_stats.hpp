@@ -22,6 +22,7 @@ class MoeStepStats {
   double load_balance() const;  // mean over the MoE blocks and microbatches
   double z() const;
   std::vector<double> max_over_mean_load() const;  // per MoE block, in block order
+  const double* loads(int block) const { return row(block); }  // block's routed rows per expert
 
  private:
   double* row(int block) { return sums_.data() + static_cast<size_t>(block) * width_; }

@@ -32,6 +32,10 @@ struct Parameter {
   // Split over the expert-parallel ranks (parallel.ep > 1): its gradient is reduced over the
   // ranks holding the same experts, and the norm and the checkpoint count every rank's part.
   bool expert_parallel = false;
+  // false: state the optimizer never touches and no gradient reaches (a router's selection
+  // bias, moved by the trainer from the step's loads); checkpointed with the weights, no
+  // moments (declare it with updated = false too).
+  bool trained = true;
   int64_t moment_offset = 0;  // into the moment buffers (updated parameters only)
   Tensor value, grad, m, v;  // m, v: undefined when !updated
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
