@@ -7,6 +7,8 @@
 // it the test is skipped, saying why. PIPETRAIN_TORCH_PYTHON names the interpreter.
 // The same weights exported to Hugging Face (`pipetrain ckpt export-hf`) give the same
 // loss under Hugging Face's own rotate-half convention, and import back bit for bit.
+// A Mixtral-shaped model (every block 4 experts, top 2, softmax renormalised) runs the same
+// way against Hugging Face's MixtralSparseMoeBlock conventions, and through Mixtral's files.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +42,16 @@ ModelConfig reference_llama(bool tied) {
   return m;
 }
 
+// Every block a Mixtral mixture of experts; no auxiliary losses (the oracle has the tokens' loss).
+ModelConfig reference_mixtral() {
+  ModelConfig m = reference_llama(false);
+  m.n_experts = 4;
+  m.top_k = 2;
+  m.ffn_hidden = m.expert_ffn_hidden = 24;
+  m.aux_loss_coeff = 0;
+  return m;
+}
+
 struct Result {
   double loss = 0;
   std::map<std::string, std::vector<float>> grads;
@@ -49,9 +61,11 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
   const char* python = std::getenv("PIPETRAIN_TORCH_PYTHON");
   if (!python || !*python)
     GTEST_SKIP() << "needs python3 with torch: run tests/cli/llama_reference.sh (it installs python3-torch)";
-  for (bool tied : {false, true}) {
-    SCOPED_TRACE(tied ? "tied head" : "untied head");
-    const ModelConfig cfg = reference_llama(tied);
+  const std::vector<std::pair<std::string, ModelConfig>> cases = {
+      {"untied", reference_llama(false)}, {"tied", reference_llama(true)}, {"Mixtral", reference_mixtral()}};
+  for (const auto& [what, cfg] : cases) {
+    SCOPED_TRACE(what);
+    const bool tied = cfg.tie_embeddings;
     auto be = make_cpu_backend();
     auto pool = MemoryPool::create(*be);
     ParameterStore store;
@@ -59,6 +73,8 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
     store.allocate(*pool, *be);
     store.initialize(7, *be);
     for (auto& p : store.params()) {  // norms away from 1: their gradients become generic
+      if (p.name.find("router") != std::string::npos)  // logits of order 1: clear choices, generic weights
+        for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] *= 25.0f;
       if (p.name.find("norm") == std::string::npos) continue;
       Rng rng = Rng::for_stream(3, p.name);
       for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] += static_cast<float>(0.2 * rng.normal());
@@ -83,9 +99,11 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
     for (size_t i = model.layers().size(); i-- > 0;) dy = model.layers()[i]->backward(ctx, dy, *stashes[i]);
 
     nlohmann::json in;
-    in["config"] = {{"d_model", cfg.d_model}, {"n_head", cfg.n_head}, {"n_kv_head", cfg.kv_heads()},
-                    {"n_layer", cfg.n_layer}, {"vocab_size", cfg.vocab_size}, {"norm_eps", cfg.norm_eps},
-                    {"rope_theta", cfg.rope_theta}, {"tie_embeddings", tied}};
+    in["config"] = {{"d_model", cfg.d_model},       {"n_head", cfg.n_head},
+                    {"n_kv_head", cfg.kv_heads()},  {"n_layer", cfg.n_layer},
+                    {"vocab_size", cfg.vocab_size}, {"norm_eps", cfg.norm_eps},
+                    {"rope_theta", cfg.rope_theta}, {"tie_embeddings", tied},
+                    {"n_experts", cfg.n_experts},   {"top_k", cfg.top_k}};
     in["B"] = ctx.B;
     in["T"] = ctx.T;
     in["tokens"] = std::vector<int32_t>(ctx.tokens.i32(), ctx.tokens.i32() + N);
@@ -102,7 +120,7 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
 
     const double ref_loss = out["loss"].get<double>();
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
-    std::printf("  %s: loss %.8f (PyTorch float64 %.8f)\n", tied ? "tied" : "untied", loss, ref_loss);
+    std::printf("  %s: loss %.8f (PyTorch float64 %.8f)\n", what.c_str(), loss, ref_loss);
     for (const auto& p : store.params()) {
       const std::vector<double> r = out["grads"].at(p.name).get<std::vector<double>>();
       ASSERT_EQ(r.size(), static_cast<size_t>(p.numel())) << p.name;
@@ -138,11 +156,12 @@ TEST(LlamaTorchReference, LossAndEveryGradient) {
     ASSERT_EQ(std::system(hf_cmd.c_str()), 0) << hf_cmd;
     const double hf_loss = nlohmann::json::parse(std::ifstream(out_path))["loss"].get<double>();
     EXPECT_NEAR(loss, hf_loss, 1e-5 * std::abs(hf_loss)) << "Hugging Face's convention on the exported weights";
-    std::printf("  %s: Hugging Face export, rotate-half RoPE in PyTorch: loss %.8f\n", tied ? "tied" : "untied",
-                hf_loss);
+    std::printf("  %s: Hugging Face export, rotate-half RoPE in PyTorch: loss %.8f\n", what.c_str(), hf_loss);
     const ModelConfig imported = import_hf(hf_dir, back);
     EXPECT_EQ(imported.kv_heads(), cfg.kv_heads());
     EXPECT_EQ(imported.tie_embeddings, tied);
+    EXPECT_EQ(imported.n_experts, cfg.n_experts);
+    EXPECT_EQ(imported.top_k, cfg.top_k);
     std::vector<std::vector<float>> read(store.params().size());
     std::vector<CheckpointTensor> again;
     for (size_t k = 0; k < store.params().size(); ++k) {

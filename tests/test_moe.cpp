@@ -300,6 +300,12 @@ TEST(MoeModel, CostModelCountsEveryExpertAndFlopsOnlyTheActiveOnes) {
   const double C = m.d_model, idle = 2 * 3.0 * C * m.expert_ffn() * (m.n_experts - m.top_k), T = 8;
   EXPECT_DOUBLE_EQ(model_flops_per_token(m, static_cast<int64_t>(declared), static_cast<int>(T)),
                    6.0 * (declared - m.padded_vocab() * C - idle) + 6.0 * m.n_layer * C * T);
+  // Under ep = 2 a rank holds half of each routed expert matrix: what the layer declares there.
+  ParameterStore half;
+  MoeMlp layer(m, 1, half, ExpertParallel{1, 2});
+  double on_rank = 0;
+  for (const auto& p : half.params()) on_rank += static_cast<double>(p.numel());
+  EXPECT_DOUBLE_EQ(unit_params(m, UnitKind::Mlp, 1).on_rank(1, 2), on_rank);
 }
 
 }  // namespace

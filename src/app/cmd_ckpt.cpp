@@ -112,22 +112,28 @@ void add_ckpt_command(CLI::App& app, CommandRunner& runner) {
                llmc_num_params(m));
   });
 
-  auto* imh = ckpt->add_subcommand("import-hf", "Convert a Hugging Face Llama (config.json + safetensors) to a checkpoint");
+  auto* imh = ckpt->add_subcommand(
+      "import-hf", "Convert a Hugging Face Llama or Mixtral (config.json + safetensors) to a checkpoint");
   imh->add_option("dir", o->input, "Hugging Face model directory")->required();
   imh->add_option("-o,--output", o->out, "Checkpoint to write (.h5); train from it with --init")->required();
   run_on_rank0(imh, runner, [o] {
     const ModelConfig m = import_hf(o->input, o->out);
-    fmt::print("wrote {}: Llama {} layers, {} heads ({} key/value), d_model {}, MLP {}, vocab {}, {} head\n", o->out,
-               m.n_layer, m.n_head, m.kv_heads(), m.d_model, m.ffn(), m.vocab_size,
+    const std::string mlp = m.n_experts > 0
+                                ? fmt::format("{} experts of width {} (top {})", m.n_experts, m.expert_ffn(), m.top_k)
+                                : fmt::format("MLP {}", m.ffn());
+    fmt::print("wrote {}: {} {} layers, {} heads ({} key/value), d_model {}, {}, vocab {}, {} head\n", o->out,
+               m.n_experts > 0 ? "Mixtral" : "Llama", m.n_layer, m.n_head, m.kv_heads(), m.d_model, mlp, m.vocab_size,
                m.tie_embeddings ? "tied" : "untied");
   });
 
-  auto* exh = ckpt->add_subcommand("export-hf", "Write a Llama checkpoint's weights as a Hugging Face directory");
+  auto* exh = ckpt->add_subcommand(
+      "export-hf", "Write a Llama checkpoint's weights as a Hugging Face directory (Mixtral with experts)");
   exh->add_option("checkpoint", o->input, "Checkpoint file (.h5)")->required();
   exh->add_option("-o,--output", o->out, "Directory to write (config.json, model.safetensors)")->required();
   run_on_rank0(exh, runner, [o] {
     const ModelConfig m = export_hf(o->input, o->out);
-    fmt::print("wrote {}: config.json and model.safetensors (F32), Llama {} layers\n", o->out, m.n_layer);
+    fmt::print("wrote {}: config.json and model.safetensors (F32), {} {} layers\n", o->out,
+               m.n_experts > 0 ? "Mixtral" : "Llama", m.n_layer);
   });
 }
 

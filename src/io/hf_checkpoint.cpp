@@ -28,7 +28,10 @@ struct Mapping {
 };
 
 std::string layer(int l, const char* leaf) { return "h." + std::to_string(l) + "." + leaf; }
-std::string hf_layer(int l, const char* leaf) { return "model.layers." + std::to_string(l) + "." + leaf; }
+std::string hf_layer(int l, const std::string& leaf) { return "model.layers." + std::to_string(l) + "." + leaf; }
+std::string hf_expert(int l, int e, const char* w) {
+  return hf_layer(l, "block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight");
+}
 
 // HF rotate-half row order -> Meta's pairs, for `heads` heads of `hs` rows each (in place
 // on a rows x cols block): Meta row 2i + j of a head is HF row j * hs/2 + i.
@@ -62,9 +65,36 @@ T key_or(const nlohmann::json& c, const std::string& path, const char* k, T fall
   return key<T>(c, path, k);
 }
 
+// Mixtral: every block's MLP a mixture of num_local_experts experts of width
+// intermediate_size, each token through num_experts_per_tok of them (softmax, renormalised).
+void experts_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig& m) {
+  if (c.contains("sliding_window") && !c["sliding_window"].is_null())
+    fail("{}: sliding_window {} is not supported (pipetrain's attention sees the whole context)", path,
+         c["sliding_window"].dump());
+  m.n_experts = key<int>(c, path, "num_local_experts");
+  m.top_k = key<int>(c, path, "num_experts_per_tok");
+  m.expert_ffn_hidden = m.ffn_hidden;
+  m.aux_loss_coeff = key_or<double>(c, path, "router_aux_loss_coef", 0.001);  // MixtralConfig's default
+  m.z_loss_coeff = 0;
+  m.router = "softmax";
+  m.router_renormalize = true;
+}
+
+// What a Mixtral config.json cannot say about a mixture of experts: a one-line refusal.
+void check_mixtral_expressible(const ModelConfig& m, const std::string& path) {
+  const auto refuse = [&](const char* key, const char* why) { fail("{}: {}: {}; no Mixtral export", path, key, why); };
+  if (m.first_dense != 0 || m.moe_every != 1)
+    refuse("model.first_dense, moe_every", "Mixtral has experts in every block");
+  if (m.n_shared_experts > 0) refuse("model.n_shared_experts", "Mixtral has no shared experts");
+  if (m.router != "softmax" || !m.router_renormalize)
+    refuse("model.router, router_renormalize", "Mixtral's router is a softmax whose top k weights are renormalised");
+  if (m.router_bias_rate > 0) refuse("model.router_bias_rate", "Mixtral's router has no selection bias");
+}
+
 ModelConfig model_from_hf(const nlohmann::json& c, const std::string& path) {
-  if (c.contains("model_type") && c["model_type"] != "llama")
-    fail("{}: model_type {} is not supported (expected \"llama\")", path, c["model_type"].dump());
+  const std::string type = c.contains("model_type") && c["model_type"].is_string() ? c["model_type"] : "llama";
+  if (type != "llama" && type != "mixtral")
+    fail("{}: model_type {} is not supported (expected \"llama\" or \"mixtral\")", path, c["model_type"].dump());
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
     fail("{}: rope_scaling {} is not supported (pipetrain's RoPE has no frequency scaling)", path,
          c["rope_scaling"].dump());
@@ -87,6 +117,7 @@ ModelConfig model_from_hf(const nlohmann::json& c, const std::string& path) {
          key<int>(c, path, "head_dim"), m.d_model / m.n_head);
   if (m.n_kv_head <= 0 || m.n_head % m.n_kv_head != 0)
     fail("{}: num_key_value_heads {} does not divide num_attention_heads {}", path, m.n_kv_head, m.n_head);
+  if (type == "mixtral") experts_from_hf(c, path, m);
   return m;
 }
 
@@ -111,7 +142,7 @@ class HfTensors {
   // The tensor's values, checked against the shape the config gives.
   std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape, const char* config_key) {
     SafetensorsFile& f = file_of(name);
-    if (!f.has(name)) fail("{}: missing tensor {}", dir_, name);
+    if (!f.has(name)) fail("{}: missing tensor {} (config.json: {})", dir_, name, config_key);
     if (f.shape(name) != shape)
       fail("{}: tensor {} has shape [{}], but config.json ({}) gives [{}]", dir_, name, join(f.shape(name)), config_key,
            join(shape));
@@ -153,6 +184,14 @@ std::vector<Mapping> llama_tensors(const ModelConfig& m) {
     out.push_back({layer(l, "attn.qkv.w"), {(m.n_head + 2 * m.kv_heads()) * hs, C}});
     out.push_back({layer(l, "attn.o.w"), {C, C}});
     out.push_back({layer(l, "mlp_norm.w"), {C}});
+    if (m.moe(l)) {  // Mixtral's: every expert's rows stacked (moe_mlp.hpp)
+      const int64_t E = m.n_experts, Fe = m.expert_ffn();
+      out.push_back({layer(l, "moe.router.w"), {E, C}});
+      out.push_back({layer(l, "moe.gate.w"), {E * Fe, C}});
+      out.push_back({layer(l, "moe.up.w"), {E * Fe, C}});
+      out.push_back({layer(l, "moe.down.w"), {E * C, Fe}});
+      continue;
+    }
     out.push_back({layer(l, "mlp.gate.w"), {F, C}});
     out.push_back({layer(l, "mlp.up.w"), {F, C}});
     out.push_back({layer(l, "mlp.down.w"), {C, F}});
@@ -166,6 +205,56 @@ int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;
   return n;
+}
+
+// Block l's MLP from Hugging Face: Llama's three projections, or Mixtral's router and experts
+// (w1: gate, w3: up, w2: down), each expert's rows stacked in expert order.
+void import_mlp(HfTensors& hf, const ModelConfig& m, int l, std::map<std::string, std::vector<float>>& values) {
+  const int64_t C = m.d_model;
+  if (!m.moe(l)) {
+    const int64_t F = m.ffn();
+    values[layer(l, "mlp.gate.w")] = hf.get(hf_layer(l, "mlp.gate_proj.weight"), {F, C}, "intermediate_size");
+    values[layer(l, "mlp.up.w")] = hf.get(hf_layer(l, "mlp.up_proj.weight"), {F, C}, "intermediate_size");
+    values[layer(l, "mlp.down.w")] = hf.get(hf_layer(l, "mlp.down_proj.weight"), {C, F}, "intermediate_size");
+    return;
+  }
+  const int64_t F = m.expert_ffn();
+  values[layer(l, "moe.router.w")] =
+      hf.get(hf_layer(l, "block_sparse_moe.gate.weight"), {m.n_experts, C}, "num_local_experts, hidden_size");
+  for (int e = 0; e < m.n_experts; ++e) {
+    const auto append = [&](const char* leaf, const char* w, std::vector<int64_t> shape) {
+      const std::vector<float> v = hf.get(hf_expert(l, e, w), shape, "num_local_experts, intermediate_size");
+      auto& all = values[layer(l, leaf)];
+      all.insert(all.end(), v.begin(), v.end());
+    };
+    append("moe.gate.w", "w1", {F, C});
+    append("moe.up.w", "w3", {F, C});
+    append("moe.down.w", "w2", {C, F});
+  }
+}
+
+// Block l's MLP to Hugging Face (import_mlp's inverse); `add` takes (name, shape, values).
+template <class Add>
+void export_mlp(const ModelConfig& m, int l, const std::map<std::string, std::vector<float>>& values, Add&& add) {
+  const int64_t C = m.d_model;
+  if (!m.moe(l)) {
+    const int64_t F = m.ffn();
+    add(hf_layer(l, "mlp.gate_proj.weight"), {F, C}, values.at(layer(l, "mlp.gate.w")));
+    add(hf_layer(l, "mlp.up_proj.weight"), {F, C}, values.at(layer(l, "mlp.up.w")));
+    add(hf_layer(l, "mlp.down_proj.weight"), {C, F}, values.at(layer(l, "mlp.down.w")));
+    return;
+  }
+  const int64_t F = m.expert_ffn(), block = F * C;  // one expert's matrix, either way round
+  add(hf_layer(l, "block_sparse_moe.gate.weight"), {m.n_experts, C}, values.at(layer(l, "moe.router.w")));
+  for (int e = 0; e < m.n_experts; ++e) {
+    const auto part = [&](const char* leaf) {
+      const auto& v = values.at(layer(l, leaf));
+      return std::vector<float>(v.begin() + e * block, v.begin() + (e + 1) * block);
+    };
+    add(hf_expert(l, e, "w1"), {F, C}, part("moe.gate.w"));
+    add(hf_expert(l, e, "w3"), {F, C}, part("moe.up.w"));
+    add(hf_expert(l, e, "w2"), {C, F}, part("moe.down.w"));
+  }
 }
 
 }  // namespace
@@ -189,7 +278,7 @@ ModelConfig import_hf(const std::string& dir, const std::string& out_h5) {
   validate_config(cfg);
   cfg.source.clear();
   const ModelConfig& m = cfg.model;
-  const int64_t C = m.d_model, hs = C / m.n_head, V = m.vocab_size, F = m.ffn();
+  const int64_t C = m.d_model, hs = C / m.n_head, V = m.vocab_size;
   const int64_t Q = int64_t{m.n_head} * hs, KV = int64_t{m.kv_heads()} * hs;
   HfTensors hf(dir);
   std::map<std::string, std::vector<float>> values;
@@ -212,9 +301,7 @@ ModelConfig import_hf(const std::string& dir, const std::string& out_h5) {
     qkv.insert(qkv.end(), v.begin(), v.end());
     values[layer(l, "attn.o.w")] = hf.get(hf_layer(l, "self_attn.o_proj.weight"), {C, Q}, "hidden_size");
     values[layer(l, "mlp_norm.w")] = hf.get(hf_layer(l, "post_attention_layernorm.weight"), {C}, "hidden_size");
-    values[layer(l, "mlp.gate.w")] = hf.get(hf_layer(l, "mlp.gate_proj.weight"), {F, C}, "intermediate_size");
-    values[layer(l, "mlp.up.w")] = hf.get(hf_layer(l, "mlp.up_proj.weight"), {F, C}, "intermediate_size");
-    values[layer(l, "mlp.down.w")] = hf.get(hf_layer(l, "mlp.down_proj.weight"), {C, F}, "intermediate_size");
+    import_mlp(hf, m, l, values);
   }
   values["norm.w"] = hf.get("model.norm.weight", {C}, "hidden_size");
   if (!m.tied()) values["lm_head.w"] = padded("lm_head.weight");
@@ -240,6 +327,7 @@ ModelConfig export_hf(const std::string& h5, const std::string& out_dir) {
   const CheckpointMeta meta = read_checkpoint_meta(h5);
   const ModelConfig m = parse_config(meta.config_toml, h5).model;
   if (m.arch != "llama") fail("{}: model.arch = \"{}\": only Llama checkpoints export to Hugging Face", h5, m.arch);
+  if (m.n_experts > 0) check_mixtral_expressible(m, h5);
   std::map<std::string, std::vector<float>> values;
   std::vector<CheckpointTensor> tensors;
   const auto layout = llama_tensors(m);
@@ -252,7 +340,7 @@ ModelConfig export_hf(const std::string& h5, const std::string& out_dir) {
     tensors.push_back(std::move(ct));
   }
   read_checkpoint_tensors(h5, MPI_COMM_SELF, tensors);
-  const int64_t C = m.d_model, hs = C / m.n_head, V = m.vocab_size, F = m.ffn();
+  const int64_t C = m.d_model, hs = C / m.n_head, V = m.vocab_size;
   const int64_t Q = int64_t{m.n_head} * hs, KV = int64_t{m.kv_heads()} * hs;
   std::map<std::string, std::vector<float>> hf;  // owned HF tensors
   std::vector<SafetensorsTensor> out;
@@ -276,19 +364,25 @@ ModelConfig export_hf(const std::string& h5, const std::string& out_dir) {
     add(hf_layer(l, "self_attn.v_proj.weight"), {KV, C}, rows(layer(l, "attn.qkv.w"), Q + KV, KV));
     add(hf_layer(l, "self_attn.o_proj.weight"), {C, Q}, values.at(layer(l, "attn.o.w")));
     add(hf_layer(l, "post_attention_layernorm.weight"), {C}, values.at(layer(l, "mlp_norm.w")));
-    add(hf_layer(l, "mlp.gate_proj.weight"), {F, C}, values.at(layer(l, "mlp.gate.w")));
-    add(hf_layer(l, "mlp.up_proj.weight"), {F, C}, values.at(layer(l, "mlp.up.w")));
-    add(hf_layer(l, "mlp.down_proj.weight"), {C, F}, values.at(layer(l, "mlp.down.w")));
+    export_mlp(m, l, values, add);
   }
   add("model.norm.weight", {C}, values.at("norm.w"));
   if (!m.tied()) add("lm_head.weight", {V, C}, rows("lm_head.w", 0, V));
 
   fs::create_directories(out_dir);
+  const bool mixtral = m.n_experts > 0;
   nlohmann::ordered_json c;
-  c["architectures"] = {"LlamaForCausalLM"};
-  c["model_type"] = "llama";
+  c["architectures"] = {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+  c["model_type"] = mixtral ? "mixtral" : "llama";
   c["hidden_size"] = m.d_model;
-  c["intermediate_size"] = m.ffn();
+  c["intermediate_size"] = mixtral ? m.expert_ffn() : m.ffn();
+  if (mixtral) {
+    c["num_local_experts"] = m.n_experts;
+    c["num_experts_per_tok"] = m.top_k;
+    c["router_aux_loss_coef"] = m.aux_loss_coeff;
+    c["output_router_logits"] = false;
+    c["sliding_window"] = nullptr;
+  }
   c["num_attention_heads"] = m.n_head;
   c["num_hidden_layers"] = m.n_layer;
   c["num_key_value_heads"] = m.kv_heads();

@@ -24,10 +24,11 @@ double mlp_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
   return m.arch == "llama" ? 3.0 * C * m.ffn() : 8.0 * C * C;
 }
-// A mixture of experts' MLP: the router, every routed and shared expert's three matrices.
-double moe_matmul_params(const ModelConfig& m) {
+// A mixture of experts' MLP: the router and the shared experts' matrices, and the routed
+// experts' (which parallel.ep splits).
+UnitParams moe_params(const ModelConfig& m) {
   const double C = m.d_model;
-  return C * m.n_experts + 3.0 * C * m.expert_ffn() * (m.n_experts + m.n_shared_experts);
+  return {C * m.n_experts + 3.0 * C * m.expert_ffn() * m.n_shared_experts, C, 3.0 * C * m.expert_ffn() * m.n_experts};
 }
 
 }  // namespace
@@ -89,14 +90,14 @@ UnitParams unit_params(const ModelConfig& model, UnitKind kind, int block) {
       return {V * C, llama ? 0.0 : static_cast<double>(model.max_seq_len) * C};
     case UnitKind::Block: {
       const UnitParams a = unit_params(model, UnitKind::Attention), m = unit_params(model, UnitKind::Mlp, block);
-      return {a.sharded + m.sharded, a.replicated + m.replicated};
+      return {a.sharded + m.sharded, a.replicated + m.replicated, m.experts};
     }
     // Shards: qkv or fc with its bias, the projection's weight; replicated: the LayerNorm,
     // the projection's bias (Llama: the matrices; the RMSNorm).
     case UnitKind::Attention:
       return llama ? UnitParams{attention_matmul_params(model), C} : UnitParams{4 * C * C + 3 * C, 3 * C};
     case UnitKind::Mlp:
-      if (block >= 0 && model.moe(block)) return {moe_matmul_params(model), C};
+      if (block >= 0 && model.moe(block)) return moe_params(model);
       return llama ? UnitParams{mlp_matmul_params(model), C} : UnitParams{8 * C * C + 4 * C, 3 * C};
     case UnitKind::Head:
       return {V * C, llama ? C : 2 * C};

@@ -62,7 +62,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
     for (const StagePiece& p : stage_pieces(model, u)) {
       const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
       const double params =
-          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind, p.block).on_rank(l.tp);
+          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind, p.block).on_rank(l.tp, l.ep);
       h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true, p.block) : params;
       pieces.push_back(p);
       h.params += params;

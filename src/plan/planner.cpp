@@ -162,8 +162,9 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  return fmt::format("dp {} x pp {} x tp {}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}", l.dp, l.pp, l.tp, sched,
-                     l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off", l.precision,
+  return fmt::format("dp {} x pp {} x tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}", l.dp, l.pp, l.tp,
+                     l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "", sched, l.microbatches, l.microbatch_size,
+                     to_string(l.recompute), l.zero1 ? "on" : "off", l.precision,
                      l.vocab_parallel ? ", vocabulary parallel" : "");
 }
 
@@ -176,6 +177,7 @@ Layout layout_of(const Config& cfg) {
   l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
   l.recompute = parse_recompute(cfg.train.recompute);
   l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
+  l.ep = cfg.parallel.ep;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
   return l;

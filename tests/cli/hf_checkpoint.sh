@@ -5,6 +5,8 @@
 # the tensors do not match, an unsupported rope_scaling or a missing tensor is a one-line
 # error naming the key or tensor. (That Hugging Face's own rotate-half convention gives the
 # same loss on the export is checked against PyTorch in tests/cli/llama_reference.sh.)
+# A mixture of experts exports as Mixtral (block_sparse_moe) and imports back; what Mixtral
+# cannot say (shared experts, dense blocks) is refused by name.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}"
 tmp=$(mktemp -d)
@@ -78,5 +80,33 @@ pt train "$SRC/inputs/austen-char.toml" --set data.train=corpus.h5 --set model.n
   --set checkpoint.dir=g --set checkpoint.every=1 --set log.progress=false >/dev/null
 check_failure gpt2_export one "model.arch = \"gpt2\": only Llama checkpoints export" \
   -- "$PIPETRAIN" ckpt export-hf g/step_00000001.h5 -o y
+
+echo "== Mixtral: a trained mixture of experts exports as Mixtral, imports back bitwise; contradictions are errors"
+mix=("${small[@]}" --set model.n_experts=4 --set model.top_k=2 --set model.expert_ffn_hidden=48 --set train.steps=1
+     --set checkpoint.every=1)
+pt train "$SRC/inputs/moe-demo.toml" "${mix[@]}" --set model.n_shared_experts=0 --set model.first_dense=0 \
+  --set checkpoint.dir=mx >/dev/null
+pt ckpt export-hf mx/step_00000001.h5 -o hfM >/dev/null
+pt ckpt import-hf hfM -o mback.h5 >/dev/null
+h5diff mx/step_00000001.h5 mback.h5 /params /params || die "the imported experts differ from the checkpoint's"
+python3 - hfM/config.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["model_type"] == "mixtral" and c["num_local_experts"] == 4 and c["num_experts_per_tok"] == 2, c
+assert c["intermediate_size"] == 48 and c["architectures"] == ["MixtralForCausalLM"], c
+PY
+rm -rf hfA && cp -r hfM hfA  # edit() copies hfA
+edit experts 'c["num_local_experts"] = 8'
+check_failure mixtral_experts one "block_sparse_moe.gate.weight has shape [4, 64]" "num_local_experts" \
+  -- "$PIPETRAIN" ckpt import-hf experts -o x.h5
+edit topk 'c["num_experts_per_tok"] = 5'
+check_failure mixtral_top_k one "model.top_k (5) must be between 1 and model.n_experts (4)" \
+  -- "$PIPETRAIN" ckpt import-hf topk -o x.h5
+edit window 'c["sliding_window"] = 4096'
+check_failure mixtral_window one "config.json: sliding_window 4096 is not supported" \
+  -- "$PIPETRAIN" ckpt import-hf window -o x.h5
+pt train "$SRC/inputs/moe-demo.toml" "${mix[@]}" --set checkpoint.dir=shared >/dev/null
+check_failure mixtral_shared one "model.first_dense, moe_every: Mixtral has experts in every block" \
+  -- "$PIPETRAIN" ckpt export-hf shared/step_00000001.h5 -o y
 [ ! -e x.h5 ] || die "a failed import left x.h5 behind"
 exit_with_failures

@@ -8,6 +8,11 @@ OUT: {"loss": mean token loss, "grads": {name: flat gradient}}
 With --hf DIR the weights come instead from a Hugging Face directory (config.json and
 model.safetensors, as `pipetrain ckpt export-hf` writes it) and the model runs Hugging
 Face's convention (rotate-half RoPE on its row order): OUT has the loss only.
+With config n_experts > 0 every block's MLP is a mixture of experts as Hugging Face's
+Mixtral writes it (MixtralSparseMoeBlock): softmax over the router's logits, the top k,
+their weights renormalised, each expert w2(silu(w1 x) * w3 x); pipetrain's expert e is
+rows [e F, (e + 1) F) of moe.gate.w (w1) and moe.up.w (w3), rows [e C, (e + 1) C) of
+moe.down.w (w2). Only the tokens' loss: the auxiliary losses' coefficients must be 0.
 """
 import json
 import struct
@@ -59,6 +64,22 @@ def read_safetensors(path):
     return out
 
 
+def mixtral_moe(n, p, E, K):
+    """Hugging Face's MixtralSparseMoeBlock on n (B, T, C), pipetrain's parameter layout."""
+    C = n.shape[-1]
+    F = p("moe.gate.w").shape[0] // E
+    probs = torch.softmax(n @ p("moe.router.w").T, dim=-1)      # (B, T, E)
+    w, chosen = torch.topk(probs, K, dim=-1)
+    w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(n)
+    for e in range(E):
+        w1, w3 = p("moe.gate.w")[e * F:(e + 1) * F], p("moe.up.w")[e * F:(e + 1) * F]
+        w2 = p("moe.down.w")[e * C:(e + 1) * C]
+        weight = (w * (chosen == e)).sum(-1, keepdim=True)      # 0 where e is not chosen
+        out = out + weight * ((torch.nn.functional.silu(n @ w1.T) * (n @ w3.T)) @ w2.T)
+    return out
+
+
 def hf_params(d):
     """A Hugging Face directory's tensors under pipetrain's names (q and k rows kept in HF's order)."""
     cfg = json.load(open(d + "/config.json"))
@@ -73,6 +94,13 @@ def hf_params(d):
                                            hf("self_attn.v_proj.weight")])
         P[f"h.{l}.attn.o.w"] = hf("self_attn.o_proj.weight")
         P[f"h.{l}.mlp_norm.w"] = hf("post_attention_layernorm.weight")
+        if cfg.get("model_type") == "mixtral":
+            E = cfg["num_local_experts"]
+            ex = lambda w: [hf(f"block_sparse_moe.experts.{e}.{w}.weight") for e in range(E)]
+            P[f"h.{l}.moe.router.w"] = hf("block_sparse_moe.gate.weight")
+            P[f"h.{l}.moe.gate.w"], P[f"h.{l}.moe.up.w"] = torch.cat(ex("w1")), torch.cat(ex("w3"))
+            P[f"h.{l}.moe.down.w"] = torch.cat(ex("w2"))
+            continue
         P[f"h.{l}.mlp.gate.w"] = hf("mlp.gate_proj.weight")
         P[f"h.{l}.mlp.up.w"] = hf("mlp.up_proj.weight")
         P[f"h.{l}.mlp.down.w"] = hf("mlp.down_proj.weight")
@@ -116,6 +144,9 @@ def main():
         a = a.transpose(1, 2).reshape(B, T, NH * hs)
         h = x + a @ p("attn.o.w").T
         n2 = rms_norm(h, p("mlp_norm.w"), eps)
+        if cfg.get("n_experts", 0) > 0:
+            x = h + mixtral_moe(n2, p, cfg["n_experts"], cfg["top_k"])
+            continue
         g, u = n2 @ p("mlp.gate.w").T, n2 @ p("mlp.up.w").T
         x = h + (torch.nn.functional.silu(g) * u) @ p("mlp.down.w").T
     x = rms_norm(x, P["norm.w"], eps)

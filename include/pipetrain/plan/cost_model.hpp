@@ -34,10 +34,11 @@ struct UnitWork {
 // storage_bytes: an activation element (4 in fp32, 2 in bf16).
 UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4);
 
-// Parameters of one unit: `sharded` divides over tp ranks, `replicated` does not.
+// Parameters of one unit: `sharded` divides over tp ranks, `replicated` does not, `experts`
+// (a mixture of experts' routed experts) over the ep ranks.
 struct UnitParams {
-  double sharded = 0, replicated = 0;
-  double on_rank(int tp) const { return sharded / tp + replicated; }
+  double sharded = 0, replicated = 0, experts = 0;
+  double on_rank(int tp, int ep = 1) const { return sharded / tp + replicated + experts / ep; }
 };
 // The head's count includes its weight (a tied head holds a copy of the embedding's).
 // `block`: the block a Block or Mlp unit is (a mixture of experts' MLP where

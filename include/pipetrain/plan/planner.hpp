@@ -34,6 +34,7 @@ struct PlanOptions {
 
 struct Layout {
   int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
+  int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (taken from the config, not enumerated)
   std::string schedule = "1f1b";
   int microbatches = 1;      // per replica
   int microbatch_size = 1;   // sequences
