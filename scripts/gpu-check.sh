@@ -2,7 +2,8 @@
 # The one script a GPU machine runs (within ~8 minutes on one GPU): builds with CUDA and
 # NCCL, then runs each GPU check and prints one summary line per check:
 #   gpu-check: NAME: PASS|FAIL|SKIP — detail
-# Checks: every CUDA kernel test against the CPU backend (fp32 and the bf16 casts);
+# Checks: every CUDA kernel test against the CPU backend (fp32 and the bf16 casts; the
+# mixture-of-experts row kernels: gather, combine, dots — CudaVsCpu.MixtureOfExpertsRows);
 # compute-sanitizer memcheck on a 3-step GPU run; 20 demo steps on the GPU against the
 # CPU (fp32 within 1e-4 relative per step, bf16 within its bound); 2 ranks on one GPU
 # with pp = 2 and comm.p2p = "mpi"; GPT-2 124M at T = 1024 in bf16 (tokens/s, MFU against

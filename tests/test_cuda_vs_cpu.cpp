@@ -3,7 +3,8 @@
 // (B > NH) and with the larger query blocks of long sequences, GPT-2-sized rows
 // (C = 768, V = 50257), a skewed token batch for the deterministic embedding
 // scatter (bit-identical to the CPU, and run to run), and the explicit
-// to_device/to_host transfers. Skips with "no GPU: <reason>" without a usable GPU.
+// to_device/to_host transfers, and the mixture-of-experts row kernels. Skips with
+// "no GPU: <reason>" without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,6 +165,35 @@ TEST_F(CudaVsCpu, ReductionsAreDeterministic) {
   EXPECT_EQ(a, gpu_->sum_squares(d.get(), x.size()));
   Buf<float> c(*cpu_, x);
   EXPECT_NEAR(a, cpu_->sum_squares(c.get(), x.size()), 1e-12 * a);
+}
+
+// The mixture-of-experts row kernels (backend/cuda/moe_rows.cu, as model/moe_mlp.cpp calls
+// them: 300 tokens, top 2, GPT-2's width) against the CPU's. The gather is one product per
+// element (exact); the combine adds k weighted rows in choice order (within 4 eps of the
+// largest partial sum: k products and k sums, each rounded once); a dot sums C products in
+// whatever order the GPU takes (C eps of the sum of |terms| bounds it; 1e-4 relative to the
+// largest dot covers C = 768).
+TEST_F(CudaVsCpu, MixtureOfExpertsRows) {
+  const int N = 300, k = 2, C = 768, R = N * k;
+  const Vec x = random_vec(size_t(N) * C, 240), rows_in = random_vec(size_t(R) * C, 241), w = random_vec(R, 242);
+  std::vector<int32_t> source(R), row(R);
+  for (int i = 0; i < R; ++i) source[size_t(i)] = (i * 7919) % N;  // each routed row reads a token
+  for (int i = 0; i < R; ++i) row[size_t(i)] = (i * 104729) % R;   // a permutation (104729 is prime to 600)
+  struct Out {
+    Vec gathered, combined, dots;
+  };
+  const auto run = [&](Backend& be) {
+    Buf<float> bx(be, x), bin(be, rows_in), bw(be, w), g(be, Vec(rows_in.size(), NAN)), y(be, x), d(be, Vec(R, NAN));
+    Buf<int32_t> bs(be, source), br(be, row);
+    be.gather_rows(g.get(), bx.get(), bs.get(), bw.get(), R, C);
+    be.combine_rows(y.get(), bin.get(), br.get(), bw.get(), N, k, C);
+    be.row_dots(d.get(), bx.get(), bin.get(), br.get(), N, k, C);
+    return Out{g.host(), y.host(), d.host()};
+  };
+  const Out gpu = run(*gpu_), cpu = run(*cpu_);
+  EXPECT_EQ(gpu.gathered, cpu.gathered);
+  EXPECT_TRUE(near(gpu.combined, cpu.combined, 4 * 6e-8));
+  EXPECT_TRUE(near(gpu.dots, cpu.dots, 1e-4));
 }
 
 }  // namespace
