@@ -109,6 +109,25 @@ TEST(MoeRouting, SelectionBiasMovesTowardsEqualLoad) {
   EXPECT_LT(load, 1.3);
 }
 
+// A capacity keeps each expert's first rows in token order and drops the rest: their
+// choices' rows become -1, the kept rows close up, the router's choices stay the load.
+TEST(MoeRouting, CapacityDropsLaterTokensAndCountsThem) {
+  const std::vector<float> logits{3, 0, 2, 0, 1, 0, 0, 5};            // tokens 0-2 prefer expert 0, token 3 expert 1
+  const RouterSpec spec{2, 1, RouterKind::Softmax, true, 0, 0, 1.0};  // capacity ceil(1 · 4 · 1 / 2) = 2
+  EXPECT_EQ(expert_capacity(1.0, 4, 1, 2), 2);
+  const Routing r = route_tokens(logits.data(), nullptr, 4, spec);
+  EXPECT_EQ(r.row, (std::vector<int32_t>{0, 1, -1, 2}));
+  EXPECT_EQ(r.source, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(r.dropped, 1);
+  EXPECT_EQ(r.rows(), 3);
+  EXPECT_EQ(r.count(0), 2);
+  EXPECT_EQ(r.load(0), 3);
+  EXPECT_DOUBLE_EQ(r.max_over_mean_load(), 3.0 / 2.0);
+  const Routing free = route_tokens(logits.data(), nullptr, 4, RouterSpec{2, 1, RouterKind::Softmax, true, 0, 0, 0});
+  EXPECT_EQ(free.dropped, 0);
+  EXPECT_DOUBLE_EQ(free.load_balance, r.load_balance);  // the loss sees the router's choices
+}
+
 TEST(MoeRouting, BackwardMatchesFiniteDifferences) {
   for (RouterKind kind : {RouterKind::Softmax, RouterKind::Sigmoid})
     for (bool renormalize : {true, false}) check_router_backward(kind, renormalize);
@@ -177,7 +196,7 @@ std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const
       logits[t * E + e] = static_cast<float>(l);
     }
   }
-  const RouterSpec spec{E, m.top_k, RouterKind::Softmax, m.router_renormalize, 0, 0};
+  const RouterSpec spec{E, m.top_k, RouterKind::Softmax, m.router_renormalize, 0, 0, m.capacity_factor};
   const Routing r = route_tokens(logits.data(), nullptr, N, spec);
   // One SwiGLU expert: rows [0, width) of the gate and up tables at g, u; down (C, width) at d.
   auto expert = [&](int t, const float* g, const float* u, const float* d, int width, double weight) {
@@ -190,6 +209,7 @@ std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const
   };
   for (int t = 0; t < N; ++t) {
     for (int j = 0; j < m.top_k; ++j) {
+      if (r.row[t * m.top_k + j] < 0) continue;  // dropped over capacity
       const int e = r.expert[t * m.top_k + j];
       const size_t at = static_cast<size_t>(e) * F * C;
       expert(t, w("moe.gate.w") + at, w("moe.up.w") + at, w("moe.down.w") + at, F, r.weight[t * m.top_k + j]);
@@ -199,9 +219,17 @@ std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const
   return y;
 }
 
+// tiny_moe with a capacity of ceil(0.5 · 10 tokens · 2 / 4 experts) = 3 rows per expert:
+// at least 8 of the 20 choices are dropped.
+ModelConfig tiny_moe_capped() {
+  ModelConfig m = tiny_moe(1);
+  m.capacity_factor = 0.5;
+  return m;
+}
+
 TEST_F(MoeLayer, ForwardMatchesADoubleReference) {
-  for (int shared : {0, 1}) {
-    const ModelConfig m = tiny_moe(shared);
+  for (const ModelConfig& m : {tiny_moe(0), tiny_moe(1), tiny_moe_capped()}) {
+    const int shared = m.n_shared_experts;
     ParameterStore store;
     MoeMlp layer(m, 0, store);
     init(store, layer);
@@ -213,7 +241,7 @@ TEST_F(MoeLayer, ForwardMatchesADoubleReference) {
     // f32 sums of at most C + F + k F terms of magnitude <= 1: relative 2^-24 each, 1e-5 with room.
     for (int64_t i = 0; i < y.numel(); ++i)
       ASSERT_NEAR(y.f32()[i], want[static_cast<size_t>(i)], 1e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
-          << "element " << i << ", shared experts " << shared;
+          << "element " << i << ", shared experts " << shared << ", capacity factor " << m.capacity_factor;
     EXPECT_GT(layer.last_forward().max_over_mean_load, 1.0 - 1e-12);
   }
 }
@@ -221,8 +249,8 @@ TEST_F(MoeLayer, ForwardMatchesADoubleReference) {
 // Backward against central differences of L = sum(R y) + (a lb + b z) (loss_scale N = 1:
 // the auxiliary losses' weight in the objective), along random directions.
 TEST_F(MoeLayer, BackwardMatchesFiniteDifferences) {
-  for (int shared : {0, 2}) {
-    const ModelConfig m = tiny_moe(shared);
+  for (const ModelConfig& m : {tiny_moe(0), tiny_moe(2), tiny_moe_capped()}) {
+    const int shared = m.n_shared_experts + (m.capacity_factor > 0 ? 10 : 0);  // in messages: 1x = capped
     ParameterStore store;
     MoeMlp layer(m, 0, store);
     init(store, layer);

@@ -263,6 +263,7 @@ nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>&
     row["moe_load_balance_loss"] = m.moe_load_balance;
     row["moe_z_loss"] = m.moe_z;
     row["moe_max_load"] = m.moe_max_load;
+    if (!m.moe_dropped.empty()) row["moe_dropped"] = m.moe_dropped;
   }
   return row;
 }

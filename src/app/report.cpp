@@ -179,12 +179,14 @@ std::string card(const std::string& svg, const std::string& extra = "") {
   return "<div class=\"card\">\n" + svg + extra + "</div>\n";
 }
 
-// Mixture of experts: each MoE layer's busiest expert over the mean, per step (the
-// metrics' moe_max_load), beside the mean load-balancing loss; none in a dense run.
-std::string expert_load_card(const std::vector<json>& rows, const std::vector<double>& steps) {
+// Mixture of experts: a per-layer metric (`key`: moe_max_load, each MoE layer's busiest
+// expert over the mean; moe_dropped, the share of choices dropped over capacity), per step,
+// beside the mean load-balancing loss for the load; none where the metrics lack the key.
+std::string expert_card(const std::vector<json>& rows, const std::vector<double>& steps, const char* key,
+                        const LinePlot& spec) {
   size_t layers = 0;
   for (const auto& r : rows)
-    if (r.contains("moe_max_load") && r["moe_max_load"].is_array()) layers = std::max(layers, r["moe_max_load"].size());
+    if (r.contains(key) && r[key].is_array()) layers = std::max(layers, r[key].size());
   if (layers == 0) return "";
   static const char* colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
                                  "#76b7b2", "#b07aa1", "#edc948", "#9c755f"};
@@ -192,13 +194,14 @@ std::string expert_load_card(const std::vector<json>& rows, const std::vector<do
   for (size_t i = 0; i < layers; ++i) {
     std::vector<double> v;
     for (const auto& r : rows) {
-      const bool has = r.contains("moe_max_load") && r["moe_max_load"].is_array() && i < r["moe_max_load"].size();
-      v.push_back(has ? r["moe_max_load"][i].get<double>() : kNaN);
+      const bool has = r.contains(key) && r[key].is_array() && i < r[key].size();
+      v.push_back(has ? r[key][i].get<double>() : kNaN);
     }
     series.push_back({fmt::format("MoE layer {}", i), steps, std::move(v), colors[i % 8]});
   }
-  series.push_back({"load-balancing loss", steps, column(rows, "moe_load_balance_loss"), "#888888", false, true});
-  return card(svg_line_plot({"Expert load vs step", "step", "busiest expert / mean (1 = balanced)"}, series));
+  if (std::string(key) == "moe_max_load")
+    series.push_back({"load-balancing loss", steps, column(rows, "moe_load_balance_loss"), "#888888", false, true});
+  return card(svg_line_plot(spec, series));
 }
 
 std::string plots_section(const std::vector<json>& rows, const std::optional<json>& run) {
@@ -231,7 +234,9 @@ std::string plots_section(const std::vector<json>& rows, const std::optional<jso
             any_finite(mfu) ? "" : note("MFU not recorded (set log.peak_flops)"));
   h += card(svg_line_plot({"Gradient norm vs step", "step", "gradient norm (before clipping)"},
                           {{"grad_norm", steps, column(rows, "grad_norm"), "#76b7b2"}}));
-  h += expert_load_card(rows, steps);
+  h +=
+      expert_card(rows, steps, "moe_max_load", {"Expert load vs step", "step", "busiest expert / mean (1 = balanced)"});
+  h += expert_card(rows, steps, "moe_dropped", {"Dropped over capacity vs step", "step", "share of choices dropped"});
   return h + "</div>\n</section>\n";
 }
 

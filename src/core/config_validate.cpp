@@ -58,6 +58,8 @@ void check_experts(const Checker& c, const ModelConfig& m) {
   c.check(m.aux_loss_coeff >= 0, fmt::format("model.aux_loss_coeff ({}) must be >= 0", m.aux_loss_coeff));
   c.check(m.z_loss_coeff >= 0, fmt::format("model.z_loss_coeff ({}) must be >= 0", m.z_loss_coeff));
   c.check(m.router_bias_rate >= 0, fmt::format("model.router_bias_rate ({}) must be >= 0", m.router_bias_rate));
+  c.check(m.capacity_factor >= 0,
+          fmt::format("model.capacity_factor ({}) must be >= 0 (0: dropless)", m.capacity_factor));
 }
 
 // Expert parallelism's split: whole experts on each of ep consecutive dp ranks.

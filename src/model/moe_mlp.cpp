@@ -102,7 +102,8 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
             cfg.router == "sigmoid" ? RouterKind::Sigmoid : RouterKind::Softmax,
             cfg.router_renormalize,
             cfg.aux_loss_coeff,
-            cfg.z_loss_coeff},
+            cfg.z_loss_coeff,
+            cfg.capacity_factor},
       normw_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
       routerw_(p.declare(key(index, "moe.router.w"), {E_, C_}, Init::Normal, 0.02)),
       gatew_(declare_experts(p, key(index, "moe.gate.w"), E_, F_, C_, ep, 0.02)),
@@ -155,7 +156,7 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   s->source = upload(ctx, r.source, DType::I32);
   s->row_weight = upload(ctx, r.row_weight, DType::F32);
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
-  const int R = N * spec_.top_k;
+  const int R = r.rows();  // N k, less what capacity dropped
   Tensor routed = f32(ctx, R, C);
   be.gather_rows(routed.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
   s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);
@@ -194,8 +195,8 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   const int N = ctx.B * ctx.T, C = C_, F = F_, k = spec_.top_k, R = N * k;
   if (ctx.moe) ctx.moe->add(index_, r);  // once per microbatch (a recomputed forward runs twice)
   s.dy = dy;
-  Tensor dout = f32(ctx, R, C);
-  be.gather_rows(dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), R, C);
+  Tensor dout = f32(ctx, r.rows(), C);
+  be.gather_rows(dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), r.rows(), C);
   Tensor dweight = Tensor::empty(*ctx.pool, {static_cast<int64_t>(R)});
   be.row_dots(dweight.f32(), dy.f32(), s.o.f32(), s.rows.i32(), N, k, C);
   s.o = {};

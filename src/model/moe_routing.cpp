@@ -74,12 +74,41 @@ void sort_rows(Routing& r) {
     }
 }
 
+// Capacity: expert e keeps its first `cap` sorted rows (token order); the rest leave the
+// layout (their choices' rows become -1) and the kept rows close up.
+void drop_over_capacity(Routing& r, int cap) {
+  std::vector<int32_t> renumber(r.source.size(), -1);
+  std::vector<int32_t> offset(r.offset.size(), 0);
+  int32_t kept = 0;
+  for (int e = 0; e < r.experts; ++e) {
+    const int32_t first = r.offset[static_cast<size_t>(e)];
+    for (int32_t i = first; i < first + std::min(r.count(e), cap); ++i) renumber[static_cast<size_t>(i)] = kept++;
+    offset[static_cast<size_t>(e) + 1] = kept;
+  }
+  std::vector<int32_t> source(static_cast<size_t>(kept));
+  std::vector<float> row_weight(static_cast<size_t>(kept));
+  for (size_t i = 0; i < renumber.size(); ++i)
+    if (renumber[i] >= 0) {
+      source[static_cast<size_t>(renumber[i])] = r.source[i];
+      row_weight[static_cast<size_t>(renumber[i])] = r.row_weight[i];
+    }
+  for (int32_t& row : r.row) row = renumber[static_cast<size_t>(row)];
+  r.dropped = static_cast<int>(r.source.size()) - kept;
+  r.source = std::move(source);
+  r.row_weight = std::move(row_weight);
+  r.offset = std::move(offset);
+}
+
 }  // namespace
+
+int expert_capacity(double capacity_factor, int N, int k, int E) {
+  return static_cast<int>(std::ceil(capacity_factor * N * k / E));
+}
 
 double Routing::max_over_mean_load() const {
   if (experts == 0 || tokens == 0) return 0;
   int most = 0;
-  for (int e = 0; e < experts; ++e) most = std::max(most, count(e));
+  for (int e = 0; e < experts; ++e) most = std::max(most, load(e));
   return most / (static_cast<double>(tokens) * k / experts);
 }
 
@@ -111,6 +140,9 @@ Routing route_tokens(const float* logits, const float* bias, int N, const Router
   sort_rows(r);
   for (int e = 0; e < E; ++e)
     r.load_balance += E * (r.count(e) / (static_cast<double>(N) * k)) * mean_p[static_cast<size_t>(e)];
+  // The router's choices before any drop: what the load-balancing loss and its gradient see.
+  r.chosen.assign(r.offset.begin(), r.offset.end());
+  if (spec.capacity_factor > 0) drop_over_capacity(r, expert_capacity(spec.capacity_factor, N, k, E));
   return r;
 }
 
@@ -131,7 +163,7 @@ void router_backward(const Routing& r, const float* logits, const float* dweight
     // Load balancing: d/dP_e = E f_e, P_e the mean over the N tokens of the (normalised) scores.
     if (spec.aux_loss != 0) {
       for (int e = 0; e < E; ++e)
-        dp[static_cast<size_t>(e)] = scale * spec.aux_loss * E * (r.count(e) / (static_cast<double>(N) * k)) / N;
+        dp[static_cast<size_t>(e)] = scale * spec.aux_loss * E * (r.load(e) / (static_cast<double>(N) * k)) / N;
       if (spec.kind == RouterKind::Sigmoid) {  // p = s / Σ s
         double ssum = 0, pd = 0;
         for (int e = 0; e < E; ++e) ssum += s[e];

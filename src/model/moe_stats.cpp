@@ -6,11 +6,12 @@
 namespace pipetrain {
 
 MoeStepStats::MoeStepStats(const ModelConfig& cfg)
-    : cfg_(cfg), width_(static_cast<size_t>(cfg.n_experts) + 3), sums_(static_cast<size_t>(cfg.n_layer) * width_) {}
+    : cfg_(cfg), width_(static_cast<size_t>(cfg.n_experts) + 4), sums_(static_cast<size_t>(cfg.n_layer) * width_) {}
 
 void MoeStepStats::add(int block, const Routing& r) {
   double* s = row(block);
-  for (int e = 0; e < r.experts; ++e) s[e] += r.count(e);
+  for (int e = 0; e < r.experts; ++e) s[e] += r.load(e);
+  s[r.experts] += r.dropped;
   s[width_ - 3] += r.load_balance;
   s[width_ - 2] += r.z;
   s[width_ - 1] += 1;
@@ -40,6 +41,18 @@ std::vector<double> MoeStepStats::max_over_mean_load() const {
     double total = 0, most = 0;
     for (int e = 0; e < cfg_.n_experts; ++e) total += s[e], most = std::max(most, s[e]);
     out.push_back(total > 0 ? most / (total / cfg_.n_experts) : 0.0);
+  }
+  return out;
+}
+
+std::vector<double> MoeStepStats::dropped_fraction() const {
+  std::vector<double> out;
+  for (int b = 0; b < cfg_.n_layer; ++b) {
+    if (!cfg_.moe(b)) continue;
+    const double* s = row(b);
+    double total = 0;
+    for (int e = 0; e < cfg_.n_experts; ++e) total += s[e];
+    out.push_back(total > 0 ? s[cfg_.n_experts] / total : 0.0);
   }
   return out;
 }

@@ -540,6 +540,7 @@ StepMetrics Trainer::train_step(int step) {
     out.moe_load_balance = moe_stats_->load_balance();
     out.moe_z = moe_stats_->z();
     out.moe_max_load = moe_stats_->max_over_mean_load();
+    if (cfg_.model.capacity_factor > 0) out.moe_dropped = moe_stats_->dropped_fraction();
   }
   out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);

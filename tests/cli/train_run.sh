@@ -53,10 +53,11 @@ grep 'runtime.pack_weights' "$tmp/auto.txt" | head -1
 
 # Mixture of experts (inputs/moe-demo.toml, smaller): the header names the experts, the loss
 # falls, and each step's metrics carry the auxiliary losses and one load per MoE block
-# (3 of 4 blocks: the first is dense), each at least 1 (the busiest expert over the mean).
+# (3 of 4 blocks: the first is dense), each at least 1 (the busiest expert over the mean);
+# with a capacity factor of 1, the share of choices dropped per block (some, early on).
 timeout 300 "$PIPETRAIN" train "$SRC/inputs/moe-demo.toml" --set data.train="$tmp/corpus.h5" \
   --set train.steps=12 --set model.d_model=64 --set train.seq_len=32 --set model.max_seq_len=32 \
-  --set model.expert_ffn_hidden=32 --set train.warmup_steps=2 --set log.every=100 \
+  --set model.expert_ffn_hidden=32 --set train.warmup_steps=2 --set log.every=100 --set model.capacity_factor=1 \
   --metrics "$tmp/moe.jsonl" >"$tmp/moe.out"
 grep -q "3 of 4 blocks a mixture of 8 experts" "$tmp/moe.out" || { cat "$tmp/moe.out"; exit 1; }
 python3 - "$tmp/moe.jsonl" <<'PY'
@@ -65,7 +66,9 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
     assert len(r["moe_max_load"]) == 3 and all(1 <= x <= 8 for x in r["moe_max_load"]), r
     assert r["moe_load_balance_loss"] > 0 and r["moe_z_loss"] > 0, r
+    assert len(r["moe_dropped"]) == 3 and all(0 <= x < 1 for x in r["moe_dropped"]), r
+assert any(x > 0 for x in rows[0]["moe_dropped"]), rows[0]
 assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, [r["loss"] for r in rows]
 print(f"mixture of experts: loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, "
-      f"load {rows[0]['moe_max_load']} -> {rows[-1]['moe_max_load']}")
+      f"load {rows[0]['moe_max_load']} -> {rows[-1]['moe_max_load']}, dropped {rows[0]['moe_dropped']}")
 PY

@@ -216,10 +216,11 @@ class Backend : public DeviceAllocator {
   // item, its terms summed in a fixed order (no atomics: deterministic) ----
   // out[i, :] = scale[i] * in[index[i], :] for i < rows (scale null: 1).
   virtual void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C) = 0;
-  // out[t, :] += sum over j < k, in order, of weight[row[t k + j]] * in[row[t k + j], :] (weight null: 1).
+  // out[t, :] += sum over j < k, in order, of weight[row[t k + j]] * in[row[t k + j], :] (weight null: 1);
+  // a row < 0 (a choice dropped over an expert's capacity) adds nothing.
   virtual void combine_rows(float* out, const float* in, const int32_t* row, const float* weight, int N, int k,
                             int C) = 0;
-  // out[t k + j] = a[t, :] . b[row[t k + j], :]  (overwrites)
+  // out[t k + j] = a[t, :] . b[row[t k + j], :]  (overwrites; 0 where the row is < 0)
   virtual void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) = 0;
 
   // ---- token + position embedding ----

@@ -44,6 +44,9 @@ struct ModelConfig {
   // moves by this much after every step, up for the experts below the mean load, down for
   // those above (0.001 in DeepSeek-V3); 0 = no bias.
   double router_bias_rate = 0.0;
+  // > 0: each expert takes at most ceil(capacity_factor · tokens · top_k / n_experts) rows of a
+  // microbatch, in token order; the choices beyond are dropped (counted). 0 = dropless.
+  double capacity_factor = 0.0;
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // Llama's MLP width: 2/3 of 4 d_model, rounded up to multiple_of, unless ffn_hidden is set.

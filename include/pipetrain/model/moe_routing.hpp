@@ -27,6 +27,9 @@ struct RouterSpec {
   bool renormalize = true;  // the k weights divided by their sum
   double aux_loss = 0;      // coefficient of the load-balancing loss
   double z_loss = 0;        // coefficient of the router z-loss
+  // > 0: each expert takes at most ceil(capacity_factor N k / E) rows of a microbatch, its
+  // first in token order; the choices beyond are dropped (the token keeps its residual).
+  double capacity_factor = 0;
 };
 
 struct Routing {
@@ -34,14 +37,23 @@ struct Routing {
   std::vector<float> scores;       // (N, E): softmax probabilities or sigmoid scores
   std::vector<int32_t> expert;     // (N, k): the chosen experts, best first
   std::vector<float> weight;       // (N, k): their combine weights
-  std::vector<int32_t> row;        // (N, k): the sorted row of token t's j-th choice
+  std::vector<int32_t> row;        // (N, k): the sorted row of token t's j-th choice (-1: dropped)
   std::vector<int32_t> source;     // (N·k): the token each sorted row reads
   std::vector<float> row_weight;   // (N·k): each sorted row's combine weight
   std::vector<int32_t> offset;     // (E + 1): expert e's sorted rows are [offset[e], offset[e + 1])
   double load_balance = 0, z = 0;  // the two auxiliary losses, before their coefficients
+  std::vector<int32_t> chosen;     // (E + 1): the offsets before any drop (what the router chose)
+  int dropped = 0;                 // choices dropped over capacity (their rows are gone)
   int count(int e) const { return offset[static_cast<size_t>(e) + 1] - offset[static_cast<size_t>(e)]; }
-  double max_over_mean_load() const;  // the busiest expert's rows over the mean
+  // Expert e's choices by the router, dropped ones included: the load the losses, the
+  // selection bias and the metrics see.
+  int load(int e) const { return chosen[static_cast<size_t>(e) + 1] - chosen[static_cast<size_t>(e)]; }
+  double max_over_mean_load() const;  // the busiest expert's load over the mean
+  int rows() const { return offset.back(); }
 };
+
+// The most rows an expert takes of a microbatch of N tokens: ceil(capacity_factor N k / E).
+int expert_capacity(double capacity_factor, int N, int k, int E);
 
 // logits (N, E) row-major; bias (E) or null: added to the scores to choose, never to weigh.
 Routing route_tokens(const float* logits, const float* bias, int N, const RouterSpec& spec);

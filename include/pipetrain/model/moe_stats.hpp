@@ -22,13 +22,14 @@ class MoeStepStats {
   double load_balance() const;  // mean over the MoE blocks and microbatches
   double z() const;
   std::vector<double> max_over_mean_load() const;  // per MoE block, in block order
+  std::vector<double> dropped_fraction() const;    // per MoE block: choices dropped over capacity / all
   const double* loads(int block) const { return row(block); }  // block's routed rows per expert
 
  private:
   double* row(int block) { return sums_.data() + static_cast<size_t>(block) * width_; }
   const double* row(int block) const { return sums_.data() + static_cast<size_t>(block) * width_; }
   ModelConfig cfg_;
-  size_t width_;              // per block: the experts' rows, then load balance, z, microbatches
+  size_t width_;              // per block: the experts' loads, then dropped, load balance, z, microbatches
   std::vector<double> sums_;  // n_layer rows of width_
 };
 

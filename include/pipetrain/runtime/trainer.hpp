@@ -55,6 +55,7 @@ struct StepMetrics {
   // mean (empty, and the losses < 0, in a dense model).
   double moe_load_balance = -1, moe_z = -1;
   std::vector<double> moe_max_load;
+  std::vector<double> moe_dropped;  // per MoE layer, the share of choices dropped (model.capacity_factor > 0)
 };
 
 // The schedule a config asks for (schedule.name, or schedule.file with

@@ -22,6 +22,7 @@ void combine_rows(float* out, const float* in, const int32_t* row, const float* 
     float* o = out + t * C;
     for (int j = 0; j < k; ++j) {
       const int32_t r = row[t * k + j];
+      if (r < 0) continue;  // dropped over capacity
       const float w = weight ? weight[r] : 1.0f;
       const float* src = in + static_cast<int64_t>(r) * C;
       for (int c = 0; c < C; ++c) o[c] += w * src[c];
@@ -33,9 +34,9 @@ void row_dots(float* out, const float* a, const float* b, const int32_t* row, in
   if (N < 0 || k < 0 || C < 0) fail("row_dots: negative size (N={}, k={}, C={})", N, k, C);
   Kokkos::parallel_for("pipetrain::row_dots", HostRange(0, static_cast<int64_t>(N) * k), [=](const int64_t tj) {
     const float* x = a + (tj / k) * C;
-    const float* y = b + static_cast<int64_t>(row[tj]) * C;
-    double s = 0;
-    for (int c = 0; c < C; ++c) s += static_cast<double>(x[c]) * y[c];
+    double s = 0;  // a row dropped over capacity (< 0): 0
+    if (row[tj] >= 0)
+      for (int c = 0; c < C; ++c) s += static_cast<double>(x[c]) * b[static_cast<int64_t>(row[tj]) * C + c];
     out[tj] = static_cast<float>(s);
   });
 }

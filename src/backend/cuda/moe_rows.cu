@@ -25,6 +25,7 @@ __global__ void combine_rows_kernel(float* out, const float* __restrict__ in, co
     float acc = out[i];
     for (int j = 0; j < k; ++j) {
       const int32_t r = row[t * k + j];
+      if (r < 0) continue;  // dropped over capacity
       acc += (weight ? weight[r] : 1.0f) * in[static_cast<size_t>(r) * C + c];
     }
     out[i] = acc;
@@ -37,9 +38,11 @@ __global__ void row_dots_kernel(float* out, const float* __restrict__ a, const f
   if (tj >= pairs) return;
   const int lane = threadIdx.x & 31;
   const float* x = a + (tj / k) * C;
-  const float* y = b + static_cast<int64_t>(row[tj]) * C;
+  const int32_t r = row[tj];  // < 0: dropped over capacity, a dot of 0
+  const float* y = b + static_cast<int64_t>(r < 0 ? 0 : r) * C;
   double s = 0;
-  for (int c = lane; c < C; c += 32) s += static_cast<double>(x[c]) * y[c];
+  if (r >= 0)
+    for (int c = lane; c < C; c += 32) s += static_cast<double>(x[c]) * y[c];
   s = warp_sum(s);
   if (lane == 0) out[tj] = static_cast<float>(s);
 }
