@@ -418,6 +418,16 @@ double Trainer::local_grad_squares() {
   return sq;
 }
 
+// The step's routing over every rank's blocks and microbatches (tp = 1: each routing once).
+void Trainer::expert_metrics(StepMetrics& out) {
+  auto& flat = moe_stats_->flat();
+  grid_.world().allreduce_sum(flat.data(), flat.size());
+  out.moe_load_balance = moe_stats_->load_balance();
+  out.moe_z = moe_stats_->z();
+  out.moe_max_load = moe_stats_->max_over_mean_load();
+  if (cfg_.model.capacity_factor > 0) out.moe_dropped = moe_stats_->dropped_fraction();
+}
+
 // DeepSeek-V3's balancing: each MoE block's selection bias on this rank moves by the step's
 // loads, summed over every rank: the same on every replica, so their copies stay equal.
 void Trainer::update_selection_biases() {
@@ -534,14 +544,7 @@ StepMetrics Trainer::train_step(int step) {
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
   out.grad_norm = std::sqrt(sums[3] + sums[2] / (grid_.dp() / grid_.ep()));
-  if (moe_stats_) {  // every rank's blocks and microbatches (tp = 1: each routing once)
-    auto& flat = moe_stats_->flat();
-    grid_.world().allreduce_sum(flat.data(), flat.size());
-    out.moe_load_balance = moe_stats_->load_balance();
-    out.moe_z = moe_stats_->z();
-    out.moe_max_load = moe_stats_->max_over_mean_load();
-    if (cfg_.model.capacity_factor > 0) out.moe_dropped = moe_stats_->dropped_fraction();
-  }
+  if (moe_stats_) expert_metrics(out);
   out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {

@@ -153,8 +153,9 @@ class Trainer {
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
   double local_expert_grad_squares();
-  void update_selection_biases();  // model.router_bias_rate: from the step's loads  // this rank's expert-parallel
-                                   // parameters' (parallel.ep)
+  void update_selection_biases();         // model.router_bias_rate: from the step's loads
+  void expert_metrics(StepMetrics& out);  // the step's routing, summed over the ranks  // this rank's expert-parallel
+                                          // parameters' (parallel.ep)
   // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
   bool once_over_tp(const Parameter& p) const;
   // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that
