@@ -95,7 +95,8 @@ c = json.load(open(sys.argv[1]))
 assert c["model_type"] == "mixtral" and c["num_local_experts"] == 4 and c["num_experts_per_tok"] == 2, c
 assert c["intermediate_size"] == 48 and c["architectures"] == ["MixtralForCausalLM"], c
 PY
-rm -rf hfA && cp -r hfM hfA  # edit() copies hfA
+rm -rf hfA
+cp -r hfM hfA  # edit() copies hfA
 edit experts 'c["num_local_experts"] = 8'
 check_failure mixtral_experts one "block_sparse_moe.gate.weight has shape [4, 64]" "num_local_experts" \
   -- "$PIPETRAIN" ckpt import-hf experts -o x.h5
