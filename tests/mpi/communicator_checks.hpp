@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/memory_pool.hpp"
@@ -71,6 +72,17 @@ inline void expect_collectives_give_their_values(Communicator& comm, MemoryPool&
   for (int i = 0; i < 4; ++i) ids.i32()[i] = me == R - 1 ? 100 + i : -1;
   comm.broadcast(ids, R - 1, s)->wait();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(ids.i32()[i], 100 + i);
+  // All-to-all with per-peer counts: rank r sends p + 1 elements valued 100 r + p to rank p
+  // (its own block included), so it receives r + 1 from each rank q, valued 100 q + r.
+  std::vector<int64_t> out_n(static_cast<size_t>(R)), in_n(static_cast<size_t>(R), me + 1);
+  int64_t out_total = 0;
+  for (int p = 0; p < R; ++p) out_total += out_n[static_cast<size_t>(p)] = p + 1;
+  Tensor a2a_out = Tensor::empty(pool, {out_total}), a2a_in = Tensor::empty(pool, {int64_t{R} * (me + 1)});
+  for (int p = 0, at = 0; p < R; ++p)
+    for (int j = 0; j <= p; ++j) a2a_out.f32()[at++] = static_cast<float>(100 * me + p);
+  comm.all_to_all_v(a2a_out, out_n, a2a_in, in_n, s)->wait();
+  for (int q = 0; q < R; ++q)
+    for (int j = 0; j <= me; ++j) EXPECT_EQ(a2a_in.f32()[q * (me + 1) + j], static_cast<float>(100 * q + me));
 }
 
 }  // namespace pipetrain::testing
