@@ -16,8 +16,6 @@
 #include "pipetrain/core/fault.hpp"
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
-#include "pipetrain/model/moe_mlp.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
@@ -415,37 +413,6 @@ double Trainer::local_grad_squares() {
     }
     close();
   }
-  return sq;
-}
-
-// The step's routing over every rank's blocks and microbatches (tp = 1: each routing once).
-void Trainer::expert_metrics(StepMetrics& out) {
-  auto& flat = moe_stats_->flat();
-  grid_.world().allreduce_sum(flat.data(), flat.size());
-  out.moe_load_balance = moe_stats_->load_balance();
-  out.moe_z = moe_stats_->z();
-  out.moe_max_load = moe_stats_->max_over_mean_load();
-  if (cfg_.model.capacity_factor > 0) out.moe_dropped = moe_stats_->dropped_fraction();
-}
-
-// DeepSeek-V3's balancing: each MoE block's selection bias on this rank moves by the step's
-// loads, summed over every rank: the same on every replica, so their copies stay equal.
-void Trainer::update_selection_biases() {
-  const int E = cfg_.model.n_experts;
-  std::vector<float> bias(static_cast<size_t>(E));
-  for (int b = 0; b < cfg_.model.n_layer; ++b) {
-    Parameter* p = cfg_.model.moe(b) ? params_.find(MoeMlp::selection_bias_name(b)) : nullptr;
-    if (!p) continue;
-    backend_.to_host(bias.data(), p->value.raw(), bias.size() * sizeof(float));
-    update_selection_bias(bias.data(), moe_stats_->loads(b), E, cfg_.model.router_bias_rate);
-    backend_.to_device(p->value.raw(), bias.data(), bias.size() * sizeof(float));
-  }
-}
-
-double Trainer::local_expert_grad_squares() {
-  double sq = 0;
-  for (const auto& p : params_.params())
-    if (p.expert_parallel) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
   return sq;
 }
 
