@@ -10,7 +10,10 @@
 // speed drifts over minutes, by more than the effects measured.
 // --moe: the model is a Llama mixture of experts at GPT-2-small widths (d_model 768, 8
 // experts of width 768, top 2, every block) and the layouts dp and dp with expert
-// parallelism ("ep": the experts split over the dp ranks, tokens exchanged by all-to-all).
+// parallelism ("ep": the experts split over the dp ranks, tokens exchanged by all-to-all);
+// "ep-dualpipev" and "ep-dualpipev-in-order" run ep under dualpipev (pp = 1: both V stages
+// on each rank, 4 microbatches) with its F&B pairs overlapped and one after the other, and
+// give the all-to-all time no computation hid (the exposed part) of each.
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5] [--moe]
@@ -44,7 +47,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, dp_s, tp_s, ep_s, faults, phase[4];
+  std::vector<double> step_s, dp_s, tp_s, exposed_s, exposed_in_pairs_s, faults, phase[4];
 
   Run(const Config& cfg, MPI_Comm comm)
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
@@ -55,7 +58,6 @@ struct Run {
   double step(int s) {
     grid.dp_comm().reset_comm_seconds();
     grid.tp_comm().reset_comm_seconds();
-    grid.ep_comm().reset_comm_seconds();
     const double faults_before = bench::minor_faults();
     StepMetrics m = trainer.train_step(s);
     faults.push_back(bench::minor_faults() - faults_before);
@@ -65,7 +67,8 @@ struct Run {
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     dp_s.push_back(grid.dp_comm().comm_seconds());
     tp_s.push_back(grid.tp_comm().comm_seconds());
-    ep_s.push_back(grid.ep_comm().comm_seconds());
+    exposed_s.push_back(trainer.last_stats().exchange_wait_s);
+    exposed_in_pairs_s.push_back(trainer.last_stats().pair_exchange_wait_s);
     return m.step_time_s;
   }
 };
@@ -83,13 +86,16 @@ int main(int argc, char** argv) {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, batch = 8, steps = 5;
     // Command-line names of the layouts, in the order they run.
-    const std::vector<std::pair<std::string, std::string>> all = {{"dp-returns-memory", "dp, glibc's malloc policy"},
-                                                                  {"dp", "dp"},
-                                                                  {"dp-no-progress", "dp, no progress thread"},
-                                                                  {"zero1", "dp, ZeRO-1"},
-                                                                  {"dp-no-comm", "dp, no communication"},
-                                                                  {"tp", "tp"},
-                                                                  {"ep", "dp with ep"}};
+    const std::vector<std::pair<std::string, std::string>> all = {
+        {"dp-returns-memory", "dp, glibc's malloc policy"},
+        {"dp", "dp"},
+        {"dp-no-progress", "dp, no progress thread"},
+        {"zero1", "dp, ZeRO-1"},
+        {"dp-no-comm", "dp, no communication"},
+        {"tp", "tp"},
+        {"ep", "dp with ep"},
+        {"ep-dualpipev", "dp with ep, dualpipev"},
+        {"ep-dualpipev-in-order", "dp with ep, dualpipev in order"}};
     std::vector<std::string> only;
     bool moe = false;
     CLI::App app{"dp = 2 and tp = 2 vs a single rank, with the collectives' share of the step"};
@@ -97,11 +103,13 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
-    app.add_option("--layouts", only,
-                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, ep (default: all "
-                   "but ep; with --moe: dp, ep)")
-        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "ep"}));
-    app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and ep");
+    app.add_option(
+           "--layouts", only,
+           "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, ep, ep-dualpipev, "
+           "ep-dualpipev-in-order (default: all but the ep ones; with --moe: dp and the ep ones)")
+        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "ep",
+                               "ep-dualpipev", "ep-dualpipev-in-order"}));
+    app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -121,10 +129,10 @@ int main(int argc, char** argv) {
       cfg.model.n_experts = 8;
       cfg.model.top_k = 2;
       cfg.model.expert_ffn_hidden = 768;
-      if (only.empty()) only = {"dp", "ep"};
+      if (only.empty()) only = {"dp", "ep", "ep-dualpipev", "ep-dualpipev-in-order"};
     } else if (only.empty()) {
       for (const auto& [flag, kind] : all)
-        if (flag != "ep") only.push_back(flag);
+        if (flag.substr(0, 2) != "ep") only.push_back(flag);
     }
     const double tokens = static_cast<double>(batch) * seq_len;
     if (rank == 0)
@@ -146,7 +154,13 @@ int main(int argc, char** argv) {
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
       if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
-      if (flag == "ep") c.parallel.ep = size;
+      if (flag.substr(0, 2) == "ep") c.parallel.ep = size;
+      if (flag.substr(0, 3) == "ep-") {  // V placement on one pipeline rank: dualpipev's pairs from the start
+        c.schedule.name = "dualpipev";
+        c.parallel.virtual_stages = 2;
+        c.train.microbatches = 4;
+        c.schedule.overlap = flag == "ep-dualpipev";
+      }
 
       const bool alone = kind == "dp, no communication";
       if (alone) {  // one replica's share of the batch, on its own
@@ -170,8 +184,10 @@ int main(int argc, char** argv) {
         before = after;
       }
       double comm = alone ? 0.0 : median(kind[0] == 'd' ? layout.dp_s : layout.tp_s);
-      double exchange = median(layout.ep_s);  // the experts' all-to-alls
-      MPI_Allreduce(MPI_IN_PLACE, &exchange, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      // The experts' all-to-alls: blocked in them, the part no computation hid, and of that the part in F&B pairs.
+      double exchange[2] = {median(layout.exposed_s), median(layout.exposed_in_pairs_s)}, least[2];
+      MPI_Allreduce(exchange, least, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, exchange, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       MPI_Allreduce(MPI_IN_PLACE, &comm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       double faults[2] = {median(layout.faults), median(single.faults)};
       MPI_Allreduce(MPI_IN_PLACE, faults, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -183,9 +199,11 @@ int main(int argc, char** argv) {
                    "single rank {:.0f}\n",
                    kind, size, t, tokens / t, median(one_s), median(ratios), fmt::join(ratios, ", "),
                    kind.substr(0, 2), comm, 100.0 * comm / t, faults[0], faults[1]);
-      if (rank == 0 && flag == "ep")
-        fmt::print("  blocked in the experts' all-to-alls {:.3f} s = {:.1f}% of the step\n", exchange,
-                   100.0 * exchange / t);
+      if (rank == 0 && flag.substr(0, 2) == "ep")
+        fmt::print(
+            "  blocked on the experts' all-to-alls with no computation beside them (exposed): {:.3f} s = {:.1f}% of "
+            "the step ({:.3f} s on the rank with least), in F&B pairs {:.3f} s ({:.3f} s); medians of the steps\n",
+            exchange[0], 100.0 * exchange[0] / t, least[0], exchange[1], least[1]);
       bench::print_phases(layout.phase, rank);
     }
     bench::single_rank_mean(median(singles), rank);

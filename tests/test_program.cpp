@@ -1,16 +1,15 @@
 // Lowering: every built-in schedule over a sweep lowers to a program that validates and
 // whose peak stash counts equal the simulator's; hand-broken programs are refused naming
 // the rank, the position and the instruction.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <string>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
@@ -118,6 +117,54 @@ TEST(Lowering, BrokenProgramsAreRefusedWithRankAndPosition) {
   p = good;  // a stash freed twice
   p.per_rank[0][find(p, 0, "0F0")].frees_stash = true;
   EXPECT_HAS(problem(p), "(0B0): runs before the forward of its microbatch (or after its free)");
+}
+
+// DualPipeV's F&B pairs: lowered with the F marked, a B or I of the other stage next, and
+// only the F's output between; each way of breaking a pair is named.
+TEST(Lowering, FAndBPairsAreKeptAndProven) {
+  const Schedule s = make_schedule("dualpipev", {2, 2, 4});
+  const Program good = lower(s);
+  ASSERT_EQ(problem(good), "(valid)");
+  size_t pairs = 0;
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < good.per_rank[static_cast<size_t>(r)].size(); ++i)
+      pairs += good.per_rank[static_cast<size_t>(r)][i].overlaps_next;
+  EXPECT_EQ(pairs, s.pairs[0].size() + s.pairs[1].size());
+  EXPECT_EQ(pairs, 7u);                    // rank r: 2 (r + 1) in phase 4, 1 - r in phase 5
+  const size_t at = find(good, 0, "0F3");  // rank 0's first pair: 0F3 & 3B1
+  ASSERT_TRUE(good.per_rank[0][at].overlaps_next);
+
+  Program p = good;  // a later receive moved inside the pair
+  {
+    auto& v = p.per_rank[0];
+    size_t recv = at + 1;
+    while (v[recv].op != InstrOp::Recv) ++recv;
+    const Instr r = v[recv];
+    v.erase(v.begin() + static_cast<long>(recv));
+    v.insert(v.begin() + static_cast<long>(at) + 1, r);
+  }
+  EXPECT_HAS(problem(p), "stands inside an F&B pair, where only the F's output may leave");
+
+  p = good;  // a pair of two forwards
+  p.per_rank[0][find(p, 0, "0F1")].overlaps_next = true;
+  EXPECT_HAS(problem(p), "an F&B pair is an F, then a B or I; here 0F1 and 0F2");
+
+  p = good;  // a pair chained to the next
+  p.per_rank[0][find(p, 0, "3B1")].overlaps_next = true;
+  EXPECT_HAS(problem(p), "an F&B pair's B, but marked as the F of another");
+
+  p = good;  // a pair at the end of the list
+  p.per_rank[0].back().overlaps_next = true;
+  EXPECT_HAS(problem(p), "no compute follows it");
+
+  // From a schedule file: an F paired with a B of its own stage.
+  const Schedule same = from_csv("0F0,1F0,1B0,0F1&,0B0,1F1,1B1,0B1\n", "same.csv", "0,0");
+  try {
+    validate(same);
+    ADD_FAILURE() << "a pair within one stage validated";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "an F&B pair's two actions are both of stage 0");
+  }
 }
 
 }  // namespace

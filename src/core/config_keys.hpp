@@ -65,6 +65,7 @@ inline constexpr std::array kKeys{
     PT_KEY(schedule, name),
     PT_KEY(schedule, file),
     PT_KEY(schedule, placement),
+    PT_KEY(schedule, overlap),
     PT_KEY(train, steps),
     PT_KEY(train, global_batch),
     PT_KEY(train, microbatches),

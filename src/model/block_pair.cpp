@@ -19,17 +19,28 @@ std::vector<Parameter*> BlockPair::parameters() {
 }
 
 Tensor BlockPair::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) {
-  auto s = std::make_unique<PairStash>();
-  const Tensor h = attention_->forward(ctx, x, s->attention);
-  Tensor y = mlp_->forward(ctx, h, s->mlp);
-  stash = std::move(s);
-  return y;
+  return forward_steps(ctx, x, stash).run();
 }
 
 Tensor BlockPair::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+  return backward_input_steps(ctx, dy, stash).run();
+}
+
+// The halves' steps in line: a half that pauses (a mixture of experts' exchange) pauses the block.
+Steps<Tensor> BlockPair::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash) {
+  auto s = std::make_unique<PairStash>();
+  const Tensor h = co_await attention_->forward_steps(ctx, x, s->attention);
+  ctx.between_products();
+  Tensor y = co_await mlp_->forward_steps(ctx, h, s->mlp);
+  stash = std::move(s);
+  co_return y;
+}
+
+Steps<Tensor> BlockPair::backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) {
   auto& s = layer_util::as<PairStash>(stash);
-  const Tensor dh = mlp_->backward_input(ctx, dy, *s.mlp);
-  return attention_->backward_input(ctx, dh, *s.attention);
+  const Tensor dh = co_await mlp_->backward_input_steps(ctx, dy, *s.mlp);
+  ctx.between_products();
+  co_return co_await attention_->backward_input_steps(ctx, dh, *s.attention);
 }
 
 void BlockPair::backward_weight(const MicrobatchContext& ctx, Stash& stash) {

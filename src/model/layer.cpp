@@ -1,4 +1,4 @@
-// parse_recompute() and to_string(Recompute) of pipetrain/model/layer.hpp.
+// parse_recompute(), to_string(Recompute) and Layer's default steps (pipetrain/model/layer.hpp).
 #include "pipetrain/model/layer.hpp"
 
 #include "pipetrain/core/error.hpp"
@@ -19,6 +19,14 @@ const char* to_string(Recompute mode) {
     case Recompute::None: break;
   }
   return "none";
+}
+
+Steps<Tensor> Layer::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash) {
+  co_return forward(ctx, x, stash);
+}
+
+Steps<Tensor> Layer::backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) {
+  co_return backward_input(ctx, dy, stash);
 }
 
 }  // namespace pipetrain

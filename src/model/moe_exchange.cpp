@@ -22,22 +22,32 @@ ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& b
   const int ep = group_->size(), El = r.experts / ep;
   if (El * ep != r.experts) fail("parallel.ep ({}) must divide model.n_experts ({})", ep, r.experts);
   // Each peer's El experts' counts out, and in: c[s El + l] = rows source s sends local expert l.
-  std::vector<int32_t> out(static_cast<size_t>(r.experts)), in(out.size());
-  for (int e = 0; e < r.experts; ++e) out[static_cast<size_t>(e)] = r.count(e);
-  Tensor out_t = Tensor::empty(pool_, {r.experts}, DType::I32), in_t = Tensor::empty(pool_, {r.experts}, DType::I32);
-  backend_.to_device(out_t.raw(), out.data(), out.size() * sizeof(int32_t));
+  counts_out_.resize(static_cast<size_t>(r.experts));
+  counts_in_.resize(counts_out_.size());
+  for (int e = 0; e < r.experts; ++e) counts_out_[static_cast<size_t>(e)] = r.count(e);
+  counts_out_t_ = Tensor::empty(pool_, {r.experts}, DType::I32);
+  counts_in_t_ = Tensor::empty(pool_, {r.experts}, DType::I32);
+  backend_.to_device(counts_out_t_.raw(), counts_out_.data(), counts_out_.size() * sizeof(int32_t));
   const std::vector<int64_t> El_each(static_cast<size_t>(ep), El);
-  group_->all_to_all_v(out_t, El_each, in_t, El_each, backend_.stream())->wait();
-  backend_.to_host(in.data(), in_t.raw(), in.size() * sizeof(int32_t));
+  counts_ = group_->all_to_all_v(counts_out_t_, El_each, counts_in_t_, El_each, backend_.stream());
+}
+
+Steps<> ExpertExchange::settle() {
+  if (!exchanges()) co_return;
+  co_await InFlight{counts_.get()};
+  counts_.reset();
+  backend_.to_host(counts_in_.data(), counts_in_t_.raw(), counts_in_.size() * sizeof(int32_t));
+  counts_out_t_ = {}, counts_in_t_ = {};
+  const int ep = group_->size(), El = static_cast<int>(counts_in_.size()) / ep;
   send_rows_.assign(static_cast<size_t>(ep), 0);
   recv_rows_.assign(static_cast<size_t>(ep), 0);
   local_.count.assign(static_cast<size_t>(El), 0);
   for (int s = 0; s < ep; ++s)
     for (int l = 0; l < El; ++l) {
       const auto i = static_cast<size_t>(s * El + l);
-      send_rows_[static_cast<size_t>(s)] += out[i];
-      recv_rows_[static_cast<size_t>(s)] += in[i];
-      local_.count[static_cast<size_t>(l)] += in[i];
+      send_rows_[static_cast<size_t>(s)] += counts_out_[i];
+      recv_rows_[static_cast<size_t>(s)] += counts_in_[i];
+      local_.count[static_cast<size_t>(l)] += counts_in_[i];
     }
   local_.offset.assign(static_cast<size_t>(El), 0);
   for (int l = 1; l < El; ++l)
@@ -50,7 +60,7 @@ ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& b
   int arrived = 0;
   for (int s = 0; s < ep; ++s)
     for (int l = 0; l < El; ++l)
-      for (int i = 0; i < in[static_cast<size_t>(s * El + l)]; ++i, ++arrived) {
+      for (int i = 0; i < counts_in_[static_cast<size_t>(s * El + l)]; ++i, ++arrived) {
         const auto j = static_cast<size_t>(at[static_cast<size_t>(l)]++);
         to_expert[j] = arrived;
         to_source[static_cast<size_t>(arrived)] = static_cast<int32_t>(j);
@@ -68,35 +78,40 @@ Tensor ExpertExchange::local_tensor(int64_t width, DType type) const {
   return Tensor::empty(pool_, {capacity, width}, type).view(0, {local_.rows, width});
 }
 
-void ExpertExchange::exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const Tensor& got,
-                              const std::vector<int64_t>& in_rows) const {
+std::unique_ptr<CommRequest> ExpertExchange::exchange(Communicator* via, const Tensor& in,
+                                                      const std::vector<int64_t>& out_rows, const Tensor& got,
+                                                      const std::vector<int64_t>& in_rows) const {
+  if (!via || via->size() != group_->size())
+    fail("the expert exchange runs over {} ranks, but is given a group of {}", group_->size(), via ? via->size() : 0);
   const int64_t W = in.shape()[1];
   std::vector<int64_t> out_n, in_n;
   for (size_t p = 0; p < out_rows.size(); ++p) {
     out_n.push_back(out_rows[p] * W);
     in_n.push_back(in_rows[p] * W);
   }
-  group_->all_to_all_v(in, out_n, got, in_n, backend_.stream())->wait();
+  return via->all_to_all_v(in, out_n, got, in_n, backend_.stream());
 }
 
-Tensor ExpertExchange::dispatch(const Tensor& rows) const {
-  if (!exchanges()) return rows;
+Steps<Tensor> ExpertExchange::dispatch(Tensor rows, Communicator* via) const {
+  if (!exchanges()) co_return rows;
   const int64_t W = rows.shape()[1];
   const Tensor got = local_tensor(W);
-  exchange(rows, send_rows_, got, recv_rows_);
+  const auto request = exchange(via, rows, send_rows_, got, recv_rows_);
+  co_await InFlight{request.get()};
   Tensor out = local_tensor(W);
   backend_.gather_rows(out.f32(), got.f32(), to_expert_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
-  return out;
+  co_return out;
 }
 
-Tensor ExpertExchange::combine(const Tensor& rows) const {
-  if (!exchanges()) return rows;
+Steps<Tensor> ExpertExchange::combine(Tensor rows, Communicator* via) const {
+  if (!exchanges()) co_return rows;
   const int64_t W = rows.shape()[1];
   const Tensor by_source = local_tensor(W);
   backend_.gather_rows(by_source.f32(), rows.f32(), to_source_order_.i32(), nullptr, local_.rows, static_cast<int>(W));
   Tensor back = Tensor::empty(pool_, {routed_, W});
-  exchange(by_source, recv_rows_, back, send_rows_);
-  return back;
+  const auto request = exchange(via, by_source, recv_rows_, back, send_rows_);
+  co_await InFlight{request.get()};
+  co_return back;
 }
 
 }  // namespace pipetrain

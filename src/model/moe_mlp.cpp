@@ -129,6 +129,14 @@ std::vector<Parameter*> MoeMlp::parameters() {
 }
 
 Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
+  return forward_steps(ctx, x, out).run();
+}
+
+Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+  return backward_input_steps(ctx, dy, stash).run();
+}
+
+Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& out) {
   if (ctx.storage != DType::F32) fail("{}: mixture-of-experts layers run in fp32 only", name());
   if ((ctx.ep ? ctx.ep->size() : 1) != ep_)
     fail("{}: built for {} expert-parallel ranks, run with {}", name(), ep_, ctx.ep ? ctx.ep->size() : 1);
@@ -160,8 +168,9 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   Tensor routed = f32(ctx, R, C);
   be.gather_rows(routed.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
   s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);
+  co_await s->exchange->settle();
   const ExpertSpans& local = s->exchange->local();
-  s->xp = s->exchange->dispatch(routed);
+  s->xp = co_await s->exchange->dispatch(routed, ctx.ep);
   routed = {};
   const ExpertExchange& ex = *s->exchange;
   s->g = ex.local_tensor(F), s->u = ex.local_tensor(F), s->a = ex.local_tensor(F);
@@ -170,8 +179,9 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
     swiglu_rows(be, x.rows, F, C, s->xp.f32() + x.rc, weight_of(gatew_) + x.w, weight_of(upw_) + x.w, s->g.f32() + x.rf,
                 s->u.f32() + x.rf, s->a.f32() + x.rf);
     be.gemm(false, true, x.rows, C, F, 1.0f, s->a.f32() + x.rf, F, weight_of(downw_) + x.w, F, 0.0f, o.f32() + x.rc, C);
+    ctx.between_products();
   });
-  s->o = s->exchange->combine(o);
+  s->o = co_await s->exchange->combine(o, ctx.ep);
   // y = x + shared experts + the routed outputs, each token's in choice order.
   Tensor y = f32(ctx, N, C);
   be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
@@ -183,12 +193,12 @@ Tensor MoeMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uniqu
   }
   be.combine_rows(y.f32(), s->o.f32(), s->rows.i32(), s->row_weight.f32(), N, spec_.top_k, C);
   out = std::move(s);
-  return y;
+  co_return y;
 }
 
 // dy -> the routed rows' gradients (weighted) and the weights' (dots) -> each expert's
 // SwiGLU backward -> dn (combined back, plus the shared experts' and the router's) -> dx.
-Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
+Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
   const Routing& r = s.routing;
@@ -203,7 +213,7 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   // Each expert (ep > 1: on its rank): dh = dout Down_e, then the SwiGLU and its two
   // products into the rows' dxp, which return to their tokens' ranks.
   const ExpertSpans& local = s.exchange->local();
-  s.dout = s.exchange->dispatch(dout);
+  s.dout = co_await s.exchange->dispatch(dout, ctx.ep);
   dout = {};
   s.dg = s.exchange->local_tensor(F), s.du = s.exchange->local_tensor(F);
   Tensor dxp = s.exchange->local_tensor(C);
@@ -212,9 +222,10 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
             s.dg.f32() + x.rf, F);
     swiglu_rows_backward(be, x.rows, F, C, s.g.f32() + x.rf, s.u.f32() + x.rf, weight_of(gatew_) + x.w,
                          weight_of(upw_) + x.w, s.dg.f32() + x.rf, s.du.f32() + x.rf, 0.0f, dxp.f32() + x.rc);
+    ctx.between_products();
   });
   s.g = {}, s.u = {};
-  dxp = s.exchange->combine(dxp);
+  dxp = co_await s.exchange->combine(dxp, ctx.ep);
   s.dn = f32(ctx, N, C);
   be.fill(s.dn.f32(), 0.0f, static_cast<size_t>(N) * C);
   be.combine_rows(s.dn.f32(), dxp.f32(), s.rows.i32(), nullptr, N, k, C);
@@ -237,7 +248,7 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   Tensor dx = f32(ctx, N, C);
   be.copy(dx.f32(), dy.f32(), static_cast<size_t>(N) * C * sizeof(float));
   be.rmsnorm_backward_input(dx.f32(), s.dn.f32(), s.x.f32(), weight_of(normw_), s.rstd.f32(), N, C);
-  return dx;
+  co_return dx;
 }
 
 void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
@@ -251,6 +262,7 @@ void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
             C);
     be.gemm(true, false, F, C, x.rows, 1.0f, s.du.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, upw_.grad.f32() + x.w,
             C);
+    ctx.between_products();
   });
   if (SF_ > 0) {
     be.gemm(true, false, C, SF_, N, 1.0f, s.dy.f32(), C, s.sa.f32(), SF_, 1.0f, sdownw_->grad.f32(), SF_);

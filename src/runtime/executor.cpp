@@ -87,6 +87,7 @@ struct PipelineExecutor::Impl {
   std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
   std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
   std::map<int, VocabOutputStash> output_stash;
+  CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program) {
@@ -232,6 +233,9 @@ struct PipelineExecutor::Impl {
     MicrobatchContext ctx = run_context();
     ctx.tp = ex.tp_;
     ctx.ep = ex.ep_;
+    ctx.progress = [this] {
+      if (partner) partner->test();
+    };
     if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
     if (!vocab() && (st.has_embedding() || st.has_head())) {
       const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
@@ -315,9 +319,11 @@ struct PipelineExecutor::Impl {
   // flight. Any test advances every pending request of the process (Open MPI's progress
   // engine), so a collective another rank waits for moves on during this rank's products.
   // (A progress thread woken every millisecond did the same at 10-15% of the step where
-  // ranks have no core to spare: bench/RESULTS.md.)
+  // ranks have no core to spare: bench/RESULTS.md.) In an F&B pair, the paused partner's
+  // all-to-all is tested too.
   void between_layers() {
     if (hooks.poll) hooks.poll();
+    if (partner) partner->test();
     if (!vocab()) return;
     for (auto& [key, c] : colls)
       if (c.request) {
@@ -392,7 +398,9 @@ struct PipelineExecutor::Impl {
     if (trace) stats.events.push_back({name, me, c0, c1 - c0});
   }
 
-  void forward(const Action& a, bool frees) {
+  // F's input, waited for now (a receive, a hand-off, or under vocabulary parallelism the
+  // slices' lookups), and its stash's context.
+  Tensor forward_input(const Action& a) {
     fault::point("forward");
     ModelStage& st = stage(a);
     Tensor x;
@@ -401,7 +409,14 @@ struct PipelineExecutor::Impl {
     ss.ctx = make_context(a.microbatch, a.stage, st);
     if (vocab() && a.stage == 0)  // the slices' lookups, summed
       x = layer_util::store(ss.ctx, collective_result(Coll::EmbedSum, a.microbatch, to_string(a)));
-    const double c0 = now();
+    return x;
+  }
+
+  Steps<> forward(Action a, bool frees) {
+    Tensor x = forward_input(a);
+    ModelStage& st = stage(a);
+    StageStash& ss = stash_of(a);
+    ss.ctx.ep = ex.ep_;
     auto& layers = st.layers();
     ss.layers.resize(layers.size());
     ss.inputs.resize(layers.size());
@@ -409,7 +424,7 @@ struct PipelineExecutor::Impl {
     for (size_t i = 0; i < layers.size(); ++i) {
       const bool again = full && layers[i]->recomputable();
       if (again) ss.inputs[i] = x;
-      x = layers[i]->forward(ss.ctx, x, ss.layers[i]);
+      x = co_await layers[i]->forward_steps(ss.ctx, x, ss.layers[i]);
       if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
       between_layers();
     }
@@ -418,7 +433,6 @@ struct PipelineExecutor::Impl {
       ex.backend_.copy(losses.view(losses_kept * n, {n}).raw(), x.raw(), x.bytes());
       ++losses_kept;
     }
-    compute_done(a, c0);
     stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
     if (frees) stashes.erase({a.microbatch, a.stage});  // forward only: nothing to keep
     if (st.has_head() && vocab())
@@ -433,44 +447,49 @@ struct PipelineExecutor::Impl {
     return it->second;
   }
 
-  void backward_input(const Action& a, bool frees) {
+  // B or I's output gradient, waited for now: a receive, a hand-off, or under vocabulary
+  // parallelism every slice's softmax partials, merged.
+  Tensor backward_input_gradient(const Action& a) {
     fault::point("backward");
     ModelStage& st = stage(a);
-    Tensor dy;
     StageStash& ss = stash_of(a);
-    if (!st.has_head())
-      dy = take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
-    else if (vocab()) {  // every slice's softmax partials, merged
-      const Tensor merged = collective_result(Coll::HiddenGrad, a.microbatch, to_string(a));
-      Tensor dx = Tensor::empty(ex.pool_, {merged.shape()[0], static_cast<int64_t>(ex.d_model_)});
-      VocabSlice::hidden_grad(ss.ctx, merged, dx);
-      dy = layer_util::store(ss.ctx, dx);
-    }
-    const double c0 = now();
+    if (!st.has_head()) return take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
+    if (!vocab()) return {};
+    const Tensor merged = collective_result(Coll::HiddenGrad, a.microbatch, to_string(a));
+    Tensor dx = Tensor::empty(ex.pool_, {merged.shape()[0], static_cast<int64_t>(ex.d_model_)});
+    VocabSlice::hidden_grad(ss.ctx, merged, dx);
+    return layer_util::store(ss.ctx, dx);
+  }
+
+  // B or I; `index`: its place in the program.
+  Steps<> backward_input(Action a, bool frees, size_t index) {
+    Tensor dy = backward_input_gradient(a);
+    ModelStage& st = stage(a);
+    StageStash& ss = stash_of(a);
+    ss.ctx.ep = ex.ep_backward_;
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {
       if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
-        layers[i]->forward(ss.ctx, ss.inputs[i], ss.layers[i]);
+        co_await layers[i]->forward_steps(ss.ctx, ss.inputs[i], ss.layers[i]);
         ss.inputs[i] = {};
       }
-      dy = layers[i]->backward_input(ss.ctx, dy, *ss.layers[i]);
+      dy = co_await layers[i]->backward_input_steps(ss.ctx, dy, *ss.layers[i]);
       if (a.op == Op::B) {
         layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
-        weights_done(a, i);
+        weights_done(a, i, index);
         if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
       } else {
         between_layers();
       }
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
-    compute_done(a, c0);
     if (a.stage > 0)
       outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
     else if (vocab())
       embed_grad[a.microbatch] = std::move(dy);  // for every rank's embedding slice
   }
 
-  void backward_weight(const Action& a, bool frees) {
+  void backward_weight(const Action& a, bool frees, size_t index) {
     fault::point("backward");
     ModelStage& st = stage(a);
     const double c0 = now();
@@ -478,24 +497,115 @@ struct PipelineExecutor::Impl {
     auto& layers = st.layers();
     for (size_t i = layers.size(); i-- > 0;) {
       layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
-      weights_done(a, i);
+      weights_done(a, i, index);
       if (frees) ss.layers[i].reset();
     }
     if (frees) stashes.erase({a.microbatch, a.stage});
-    compute_done(a, c0);
+    compute_done(to_string(a), c0);
+  }
+
+  // An F, B or I as Steps; each takes its input at its first step.
+  Steps<> compute(const Instr& in, size_t index) {
+    if (in.action.op == Op::F) return forward(in.action, in.frees_stash);
+    return backward_input(in.action, in.frees_stash, index);
+  }
+
+  // The time a computation waits, at a pause, for its exchange: the exposed part.
+  void wait_paused(const Steps<>& t) {
+    CommRequest* r = t.paused_on();
+    if (!r) return;
+    const double w0 = now();
+    r->wait();
+    stats.exchange_wait_s += now() - w0;
+  }
+  double waited() const { return stats.exchange_wait_s + stats.wait_s; }
+  // One computation alone: each pause waits.
+  void drive(Steps<> t, const std::string& name) {
+    const double c0 = now(), w0 = waited();
+    while (!t.done()) {
+      wait_paused(t);
+      t.step();
+    }
+    compute_done(name, c0, waited() - w0);
+  }
+  // The F&B pair at program[i] (validate_program: only the F's output stands between it and
+  // the next compute, its partner): overlapped, or one after the other. Returns the
+  // partner's index.
+  size_t pair(const std::vector<Instr>& program, size_t i, bool overlap) {
+    size_t j = i + 1;
+    while (program.at(j).op != InstrOp::Compute) ++j;
+    auto give_f_output = [&] {
+      for (size_t k = i + 1; k < j; ++k) {
+        current = k;
+        if (program[k].op == InstrOp::Send) {
+          ex.pp_.group_begin();
+          send(program[k]);
+          ex.pp_.group_end();
+        } else {
+          move(program[k]);
+        }
+      }
+    };
+    const Action &f = program[i].action, &b = program[j].action;
+    const double w0 = stats.exchange_wait_s;
+    if (overlap) {
+      drive_pair(compute(program[i], i), compute(program[j], j), give_f_output, to_string(f) + "&" + to_string(b));
+    } else {
+      drive(compute(program[i], i), to_string(f));
+      give_f_output();
+      drive(compute(program[j], j), to_string(b));
+    }
+    stats.pair_exchange_wait_s += stats.exchange_wait_s - w0;
+    return j;
+  }
+
+  // An F&B pair, overlapped: each runs until its next pause, then the other goes on — the
+  // F starts — if it can (not started, or its exchange arrived); else whichever can first.
+  // While one's all-to-all is in flight the other computes and tests it between products,
+  // which moves it on; when neither can go on, the exposed wait tests both until one can.
+  // Without tensor parallelism each computation's collectives are its own (forwards and
+  // backwards exchange over their own communicators; only the backward reduces
+  // gradients), so ranks may interleave differently. Under tp their collectives share the
+  // tp group: the two then take turns in a fixed order, waiting where they must.
+  void drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output, const std::string& name) {
+    const double c0 = now(), w0 = waited();
+    const bool fixed_turns = ex.tp_ && ex.tp_->size() > 1;
+    auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
+    Steps<>* next = &f;
+    while (!f.done() || !b.done()) {
+      Steps<>& other = next == &f ? b : f;
+      if (fixed_turns) {
+        if (next->done()) next = &other;
+        wait_paused(*next);
+      } else if (!ready(*next)) {
+        const double e0 = now();
+        while (!ready(other) && !ready(*next)) continue;  // each test moves both on
+        stats.exchange_wait_s += now() - e0;
+        if (ready(other)) next = &other;
+      }
+      Steps<>& running = *next;
+      Steps<>& paused = next == &f ? b : f;
+      partner = paused.done() ? nullptr : paused.paused_on();
+      running.step();
+      if (&running == &f && f.done()) give_f_output();
+      next = paused.done() ? &running : &paused;  // the other's turn
+    }
+    partner = nullptr;
+    compute_done(name, c0, waited() - w0);
   }
 
   // After the stage's last weight action of the step, each layer's gradient is final.
-  void weights_done(const Action& a, size_t layer) {
-    if (hooks.layer_grads_final && last_weight_action[a.stage] == current)
+  void weights_done(const Action& a, size_t layer, size_t index) {
+    if (hooks.layer_grads_final && last_weight_action[a.stage] == index)
       hooks.layer_grads_final(a.stage, static_cast<int>(layer));
     between_layers();  // keeps in-flight reductions moving
   }
 
-  void compute_done(const Action& a, double c0) {
+  // A computation from c0 to now, less `waited` blocked on its exchanges.
+  void compute_done(const std::string& name, double c0, double waited = 0) {
     const double c1 = now();
-    stats.compute_s += c1 - c0;
-    if (trace) stats.events.push_back({to_string(a), me, c0, c1 - c0});
+    stats.compute_s += c1 - c0 - waited;
+    if (trace) stats.events.push_back({name, me, c0, c1 - c0});
   }
 };
 
@@ -564,17 +674,12 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     const Action& a = in.action;
     watchdog::set_position(
         fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
-    switch (a.op) {
-      case Op::F:
-        st.forward(a, in.frees_stash);
-        break;
-      case Op::B:
-      case Op::I:
-        st.backward_input(a, in.frees_stash);
-        break;
-      case Op::W:
-        st.backward_weight(a, in.frees_stash);
-        break;
+    if (in.overlaps_next) {
+      i = st.pair(program, i, overlap_);
+    } else if (a.op == Op::W) {
+      st.backward_weight(a, in.frees_stash, i);
+    } else {
+      st.drive(st.compute(in, i), to_string(a));
     }
     if (hooks.poll) hooks.poll();
   }

@@ -323,7 +323,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     v.sums_to_all = grid.tp() > 1;
     executor_->set_vocab(v);
   }
-  if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm());
+  if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm(), &grid.ep_backward_comm());
+  executor_->set_overlap(cfg.schedule.overlap);
   train_program_ =
       program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)

@@ -66,11 +66,13 @@ bool parse_cell(const std::string& cell, Action& a) {
 
 std::string to_csv(const Schedule& s) {
   std::string out;
-  for (const auto& prog : s.per_rank) {
+  for (size_t r = 0; r < s.per_rank.size(); ++r) {
+    const auto& prog = s.per_rank[r];
     if (prog.empty()) out += ',';  // an idle rank: one empty cell, not a blank line (which ends the file)
     for (size_t i = 0; i < prog.size(); ++i) {
       if (i > 0) out += ',';
       out += to_string(prog[i]);
+      if (r < s.pairs.size() && std::count(s.pairs[r].begin(), s.pairs[r].end(), static_cast<int>(i))) out += '&';
     }
     out += '\n';
   }
@@ -111,6 +113,11 @@ Schedule from_csv(const std::string& text, const std::string& origin, const std:
       if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
         cell = trim(cell.substr(1, cell.size() - 2));
       if (cell.empty()) continue;  // idle
+      if (cell.back() == '&') {    // an F&B pair with the next cell
+        cell.pop_back();
+        s.pairs.resize(lines.size());
+        s.pairs[r].push_back(static_cast<int>(s.per_rank[r].size()));
+      }
       Action a;
       if (!parse_cell(cell, a))
         fail("{}: rank {}, column {}: bad cell \"{}\" (expected <stage><F|B|I|W><microbatch>, "

@@ -10,8 +10,9 @@
 //              on they are split (I, with W queued)
 //   7 nWB0     p-r-1 times: W (oldest queued), I chunk 0 (W queued)
 //   8 nW       the r+1 queued W's
-// DualPipeV overlaps each "&" pair's forward and backward on two streams; here they run
-// one after the other (forward first). Needs exactly 2 stages per rank and m >= 2p.
+// Each "&" is an F&B pair (Schedule::pairs): the executor overlaps the forward's and the
+// backward's communication with the other's compute, as DualPipeV does on two streams.
+// Needs exactly 2 stages per rank and m >= 2p.
 #include <deque>
 
 #include "pipetrain/core/error.hpp"
@@ -22,8 +23,8 @@ namespace {
 
 class RankProgram {
  public:
-  RankProgram(int rank, int ranks, std::vector<Action>& out)
-      : stage_{rank, 2 * ranks - 1 - rank}, out_(out) {}
+  RankProgram(int rank, int ranks, std::vector<Action>& out, std::vector<int>& pairs)
+      : stage_{rank, 2 * ranks - 1 - rank}, out_(out), pairs_(pairs) {}
 
   void forward(int chunk) { out_.push_back({Op::F, fwd_[chunk]++, stage_[chunk]}); }
   void backward(int chunk, bool zero_bubble) {
@@ -36,6 +37,7 @@ class RankProgram {
     weights_.pop_front();
   }
   void forward_backward(int fchunk, int bchunk) {
+    pairs_.push_back(static_cast<int>(out_.size()));
     forward(fchunk);
     backward(bchunk, false);
   }
@@ -45,6 +47,7 @@ class RankProgram {
   int fwd_[2] = {0, 0}, bwd_[2] = {0, 0};
   std::deque<Action> weights_;
   std::vector<Action>& out_;
+  std::vector<int>& pairs_;
 };
 
 }  // namespace
@@ -57,8 +60,9 @@ Schedule dualpipev_schedule(const ScheduleParams& p) {
          p.microbatches, p.ranks);
   Schedule s = new_schedule("dualpipev", p, true);
   const int R = p.ranks, m = p.microbatches;
+  s.pairs.resize(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
-    RankProgram prog(r, R, s.per_rank[static_cast<size_t>(r)]);
+    RankProgram prog(r, R, s.per_rank[static_cast<size_t>(r)], s.pairs[static_cast<size_t>(r)]);
     for (int i = 0; i < (R - r - 1) * 2; ++i) prog.forward(0);  // 1
     for (int i = 0; i < r + 1; ++i) {                             // 2
       prog.forward(0);

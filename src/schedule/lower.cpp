@@ -103,10 +103,28 @@ Program lower(const Schedule& s, const LowerOptions& options) {
       if ((p.backward && a.op == Op::I) || (p.backward && a.op == Op::F)) continue;
       frees[i] = freed.insert({a.microbatch, a.stage}).second;
     }
+    // The output of action i: a MOVE to a stage here, or a SEND.
+    auto give = [&](size_t i) {
+      Instr t;
+      if (!output_of(actions[i], s.num_stages, p.backward, t)) return;
+      if (rank_of(t.stage) == r) {
+        t.op = InstrOp::Move;
+        t.peer = r;
+      } else {
+        t.op = InstrOp::Send;
+        t.peer = rank_of(t.stage);
+        t.tag = tags.tag(t.kind, t.microbatch, t.stage);
+      }
+      out.push_back(t);
+    };
+    std::set<int> pairs;
+    if (static_cast<size_t>(r) < s.pairs.size()) pairs.insert(s.pairs[size_t(r)].begin(), s.pairs[size_t(r)].end());
     size_t unposted = 0;  // the first action whose input receive is not yet placed
     for (size_t i = 0; i < actions.size(); ++i) {
-      // Before compute i: the receives of the inputs of computes i .. i + ahead - 1.
-      for (; unposted < actions.size() && unposted < i + ahead; ++unposted) {
+      // An F&B pair: the receives of both before the F; only the F's output between the two.
+      const bool paired = pairs.count(static_cast<int>(i)) > 0;
+      // Before compute i: the receives of the inputs of computes i .. i + ahead - 1 (+ 1 in a pair).
+      for (; unposted < actions.size() && unposted < i + ahead + paired; ++unposted) {
         Instr recv;
         if (!input_of(actions[unposted], s.num_stages, recv) || rank_of(producer_stage(recv)) == r) continue;
         recv.op = InstrOp::Recv;
@@ -117,18 +135,9 @@ Program lower(const Schedule& s, const LowerOptions& options) {
       Instr c;
       c.action = actions[i];
       c.frees_stash = frees[i];
+      c.overlaps_next = paired;
       out.push_back(c);
-      Instr t;
-      if (!output_of(actions[i], s.num_stages, p.backward, t)) continue;
-      if (rank_of(t.stage) == r) {
-        t.op = InstrOp::Move;
-        t.peer = r;
-      } else {
-        t.op = InstrOp::Send;
-        t.peer = rank_of(t.stage);
-        t.tag = tags.tag(t.kind, t.microbatch, t.stage);
-      }
-      out.push_back(t);
+      give(i);
     }
   }
   return p;

@@ -63,7 +63,7 @@ std::string to_comms_csv(const Program& p) {
     for (const auto& i : prog) {
       if (i.op == InstrOp::Move) continue;
       if (!row.empty()) row += ',';
-      row += to_string(i);
+      row += to_string(i) + (i.overlaps_next ? "&" : "");
     }
     out += (row.empty() ? "," : row) + '\n';
   }
@@ -83,7 +83,7 @@ Program program_from_csv(const std::string& text, const std::string& origin, con
     for (const auto& raw : split(line, ',')) {
       const std::string cell = trim(raw);
       rows.back().push_back(cell);
-      const bool transfer = cell.find("SEND_") != std::string::npos || cell.find("RECV_") != std::string::npos;
+      const bool transfer = is_comms_csv(cell);
       kept += (kept.empty() ? "" : ",") + (transfer ? std::string() : cell);
     }
     compute_text += kept + '\n';
@@ -137,9 +137,13 @@ Schedule compute_only(const Program& p) {
   s.num_microbatches = p.num_microbatches;
   s.stage_to_rank = p.stage_to_rank;
   s.per_rank.resize(p.per_rank.size());
+  s.pairs.resize(p.per_rank.size());
   for (size_t r = 0; r < p.per_rank.size(); ++r)
-    for (const auto& i : p.per_rank[r])
-      if (i.op == InstrOp::Compute) s.per_rank[r].push_back(i.action);
+    for (const auto& i : p.per_rank[r]) {
+      if (i.op != InstrOp::Compute) continue;
+      if (i.overlaps_next) s.pairs[r].push_back(static_cast<int>(s.per_rank[r].size()));
+      s.per_rank[r].push_back(i.action);
+    }
   return s;
 }
 

@@ -206,6 +206,8 @@ void receive_in_send_order(Program& p) {
 
 Program post_for_in_order(Program p) {
   refuse_vocab_parallel(p);
+  for (auto& prog : p.per_rank)  // receives may move between a pair's computes: run pairs in order
+    for (Instr& in : prog) in.overlaps_next = false;
   receive_in_send_order(p);
   for (;;) {
     const InOrderRun run(p);

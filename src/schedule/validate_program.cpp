@@ -54,6 +54,28 @@ void check_shape(const Program& p) {
            p.stage_to_rank[static_cast<size_t>(s)], p.num_ranks - 1);
 }
 
+// An F&B pair: an F, then a B or I of another stage that overlaps nothing itself, with only
+// the F's output (its SEND or MOVE) between them. The executor starts the B at the F's first
+// pause and gives the F's output when the F ends, so the pair runs as the list in order
+// would (walk_program's semantics) given one more condition: the B must not need the F's
+// output — it cannot, as a B's input is a gradient and an F's an activation.
+void check_pair(const Program& p, int r, size_t pos) {
+  const auto& prog = p.per_rank[static_cast<size_t>(r)];
+  size_t next = pos + 1;
+  Instr out;
+  const bool gives = pipetrain::output_of(prog[pos].action, p.num_stages, p.backward, out);
+  for (; next < prog.size() && prog[next].op != InstrOp::Compute; ++next)
+    if (!gives || (prog[next].op != InstrOp::Send && prog[next].op != InstrOp::Move) ||
+        value_key(prog[next]) != value_key(out))
+      at(p, r, next, "stands inside an F&B pair, where only the F's output may leave");
+  if (next >= prog.size()) at(p, r, pos, "an F&B pair's F, but no compute follows it");
+  const Action &f = prog[pos].action, &b = prog[next].action;
+  if (f.op != Op::F || (b.op != Op::B && b.op != Op::I))
+    at(p, r, pos, fmt::format("an F&B pair is an F, then a B or I; here {} and {}", to_string(f), to_string(b)));
+  if (f.stage == b.stage) at(p, r, pos, fmt::format("an F&B pair's two actions are both of stage {}", f.stage));
+  if (prog[next].overlaps_next) at(p, r, next, "an F&B pair's B, but marked as the F of another");
+}
+
 // One rank's list in order: values exist before they leave, receives are posted before
 // use, stashes live from F to their free. Returns the peak of live stashes.
 int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<Cell, int>& b_count,
@@ -95,6 +117,7 @@ int check_rank(const Program& p, int r, std::map<Cell, int>& f_count, std::map<C
       at(p, r, pos, "names a stage or microbatch outside the program");
     if (rank_of(a.stage) != r) at(p, r, pos, fmt::format("stage {} lives on rank {}", a.stage, rank_of(a.stage)));
     if (!p.backward && a.op != Op::F) at(p, r, pos, "a backward action in a forward-only program");
+    if (in.overlaps_next) check_pair(p, r, pos);
     const Cell cell{a.microbatch, a.stage};
     Value v{};
     if (input_of(p, a, v)) {

@@ -17,6 +17,7 @@ namespace pipetrain {
 
 Schedule delay_backwards(const Schedule& s, int forwards) {
   Schedule out = s;
+  out.pairs.clear();  // reordered, and slices go between computes: a vocabulary-parallel program pairs nothing
   for (auto& actions : out.per_rank) {
     // Each backward action waits for `forwards` more forwards than the schedule gave it;
     // the held ones keep their order (the earliest held is the first released).

@@ -37,6 +37,7 @@ Grid::Grid(MPI_Comm parent, const ParallelConfig& p, const std::string& src)
   // those at the same place in every run.
   const int stage_key = me_.pp * tp_ + me_.tp;
   ep_comm_ = split(dup, stage_key * dp_ + me_.dp / ep_, me_.dp % ep_, "ep");
+  ep_backward_comm_ = split(dup, stage_key * dp_ + me_.dp / ep_, me_.dp % ep_, "ep backward");
   expert_dp_comm_ = split(dup, stage_key * dp_ + me_.dp % ep_, me_.dp / ep_, "expert dp");
 }
 

@@ -47,6 +47,7 @@ declare -A family=(
   [backend/backend]="interface: the Backend, implemented by src/backend/{cpu,cuda}/"
   [backend/cuda]="src/backend/cuda/ (cuda_backend.cpp, or cuda_disabled.cpp without CUDA)"
   [comm/communicator]="interface: the Communicator, implemented by mpi_communicator"
+  [comm/steps]="header only: Steps, the pausing computations, and InFlight"
   [core/error]="header only: Error and fail()"
   [core/device]="header only: DeviceId"
   [core/device_allocator]="interface: what the memory pool allocates from"

@@ -85,6 +85,9 @@ struct ScheduleConfig {
   std::string name = "1f1b";
   std::string file;  // a schedule CSV; overrides name when set
   std::string placement = "loop";  // stage -> rank map of a schedule file: loop | v | "0,1,1,0"
+  // Run the schedule's F&B pairs (dualpipev's) overlapped: while one microbatch's expert
+  // all-to-all is in flight the other computes. false: one after the other.
+  bool overlap = true;
 };
 
 struct TrainConfig {

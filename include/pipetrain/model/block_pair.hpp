@@ -25,6 +25,8 @@ class BlockPair : public Layer {
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
+  Steps<Tensor> forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash) override;
+  Steps<Tensor> backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) override;
   bool recomputable() const override { return true; }
 
  private:

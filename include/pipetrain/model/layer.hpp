@@ -7,10 +7,12 @@
 // returns its memory to the pool. An interface: the layers are embedding.hpp, block.hpp,
 // loss_head.hpp; their shared products linear.hpp.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "pipetrain/comm/steps.hpp"
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/model/parameters.hpp"
 
@@ -65,6 +67,13 @@ struct MicrobatchContext {
   bool logits = false;
   // Training: mixture-of-experts layers add each microbatch's routing here (moe_stats.hpp).
   MoeStepStats* moe = nullptr;
+  // Called between a layer's large products (each expert's, a block's two halves): lets
+  // communication in flight beside this computation progress, such as the all-to-all of an
+  // F&B pair's other microbatch (MPI moves a message only inside its calls). May be empty.
+  std::function<void()> progress;
+  void between_products() const {
+    if (progress) progress();
+  }
 };
 
 struct Stash {
@@ -84,6 +93,12 @@ class Layer {
   // dy is undefined for the loss head. Returns dx (undefined for the embedding).
   virtual Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) = 0;
   virtual void backward_weight(const MicrobatchContext& ctx, Stash& stash) = 0;
+  // forward and backward_input as Steps that pause where the layer's communication is in
+  // flight (comm/steps.hpp), so the executor can run an F&B pair's other microbatch there.
+  // By default one step: the plain call. A layer that pauses implements these, and its
+  // plain calls run them alone.
+  virtual Steps<Tensor> forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash);
+  virtual Steps<Tensor> backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash);
   // Whether the executor may drop this layer's stash after forward and run forward again
   // before backward (train.recompute = "full"): blocks yes; the embedding's stash is tiny
   // and the head's holds the loss gradient its forward computed.

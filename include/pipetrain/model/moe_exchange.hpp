@@ -5,12 +5,16 @@
 // arrives is ordered by source rank, then expert; dispatch permutes it to expert, then
 // source rank, so each local expert's rows are contiguous for its product, and combine
 // runs the inverse: the permutation back, then the reverse all-to-all. Without a group
-// (or a group of one) both return their input: every expert is here.
+// (or a group of one) both return their input: every expert is here. The all-to-alls are
+// nonblocking: settle, dispatch and combine are Steps (comm/steps.hpp) that pause while
+// theirs is in flight, where the executor may run another microbatch.
 // Exports: ExpertSpans, ExpertExchange.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "pipetrain/comm/steps.hpp"
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/model/moe_routing.hpp"
 
@@ -27,28 +31,35 @@ struct ExpertSpans {
 
 class ExpertExchange {
  public:
-  // Exchanges the counts now (blocking): every rank of `group` constructs its own at the
-  // same point of the same program.
+  // Posts the counts' all-to-all: every rank of `group` constructs its own at the same
+  // point of the same program.
   ExpertExchange(const Routing& routing, Communicator* group, Backend& backend, MemoryPool& pool);
+  // Waits for the counts (a pause) and derives local() and the permutations from them;
+  // before anything below.
+  Steps<> settle();
   const ExpertSpans& local() const { return local_; }
   // A tensor of this rank's expert rows (local().rows, width). Under ep their count changes
   // every microbatch and the pool caches blocks by exact size, so the block's rows are
   // rounded up to a multiple of 1/8 of this rank's routed rows: a bounded set of sizes, and
   // the pool stops growing once each has been seen.
   Tensor local_tensor(int64_t width, DType type = DType::F32) const;
-  // (routed rows, W) in this rank's sorted order -> (local().rows, W) by local expert.
-  Tensor dispatch(const Tensor& rows) const;
+  // (routed rows, W) in this rank's sorted order -> (local().rows, W) by local expert, over
+  // `via`: the group, or its twin (the same ranks) that the backward exchanges over.
+  Steps<Tensor> dispatch(Tensor rows, Communicator* via) const;
   // The inverse: (local().rows, W) -> (routed rows, W) back in this rank's sorted order.
-  Tensor combine(const Tensor& rows) const;
+  Steps<Tensor> combine(Tensor rows, Communicator* via) const;
 
  private:
   bool exchanges() const { return group_ != nullptr; }
-  void exchange(const Tensor& in, const std::vector<int64_t>& out_rows, const Tensor& got,
-                const std::vector<int64_t>& in_rows) const;
+  std::unique_ptr<CommRequest> exchange(Communicator* via, const Tensor& in, const std::vector<int64_t>& out_rows,
+                                        const Tensor& got, const std::vector<int64_t>& in_rows) const;
 
   Communicator* group_;  // null: every expert here
   Backend& backend_;
   MemoryPool& pool_;
+  std::vector<int32_t> counts_out_, counts_in_;  // per (peer, its local expert), on the host
+  Tensor counts_out_t_, counts_in_t_;            // in flight
+  std::unique_ptr<CommRequest> counts_;
   std::vector<int64_t> send_rows_, recv_rows_;  // per peer
   Tensor to_expert_order_, to_source_order_;    // int32 row permutations of what arrived
   ExpertSpans local_;

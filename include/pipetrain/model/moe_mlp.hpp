@@ -39,6 +39,11 @@ class MoeMlp : public Layer {
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
+  // Pause while the expert-parallel exchange's all-to-alls are in flight (moe_exchange.hpp):
+  // the forward at the counts, the dispatch and the combine; backward_input at its dispatch
+  // and combine.
+  Steps<Tensor> forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash) override;
+  Steps<Tensor> backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) override;
   bool recomputable() const override { return true; }
   const MoeForwardStats& last_forward() const { return last_; }
   static std::string selection_bias_name(int block) { return "h." + std::to_string(block) + ".moe.router.bias"; }

@@ -3,7 +3,12 @@
 // a compute (F / B / I / W) waits for its input (a posted receive, or a hand-off from a
 // stage of this rank), runs the stage's layers and keeps its output, SEND sends it with
 // a nonblocking send, MOVE hands it to a stage of this rank; a compute marked so frees
-// its stashed activations. Peers and tags come from the program.
+// its stashed activations. Peers and tags come from the program. An F&B pair (a compute
+// marked overlaps_next and the next compute) runs overlapped: each computation is Steps
+// (comm/steps.hpp) that pause where a layer's all-to-all is in flight, and the executor runs
+// whichever can go on — the F when both can — so one microbatch's exchange travels while
+// the other computes. Forwards and backwards exchange over communicators of their own, so
+// the order in which a rank interleaves them never has to match another rank's.
 #pragma once
 #include <functional>
 #include <map>
@@ -53,6 +58,9 @@ struct ExecutorStats {
   double bytes_sent = 0; // pipeline bytes this rank sent (its 1/tp slice of each tensor under tp)
   int copies_refreshed = 0;  // runtime.pack_weights: packed copies refreshed while a receive was due
   double refresh_s = 0;      // the time that took (in compute_s, not in wait_s)
+  // Blocked on mixture-of-experts all-to-alls (the part no computation hid; in neither
+  // compute_s nor wait_s), and the part of it inside F&B pairs (overlapped or not).
+  double exchange_wait_s = 0, pair_exchange_wait_s = 0;
   std::vector<TraceEvent> events;
 };
 
@@ -85,8 +93,14 @@ class PipelineExecutor {
                     float loss_scale, bool trace, const ExecutorHooks& hooks = {});
   // Vocabulary parallelism: the slice and group the program's VOCAB and COLL use.
   void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
-  // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows with.
-  void set_experts(Communicator* ep) { ep_ = ep; }
+  // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows
+  // with: forwards over `forward`, backwards over `backward` (the same ranks).
+  void set_experts(Communicator* forward, Communicator* backward) {
+    ep_ = forward;
+    ep_backward_ = backward;
+  }
+  // Whether F&B pairs run overlapped (schedule.overlap; the default) or one after the other.
+  void set_overlap(bool overlap) { overlap_ = overlap; }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -97,13 +111,14 @@ class PipelineExecutor {
   std::map<int, ModelStage*> stages_;
   Communicator& pp_;
   Communicator* tp_;
-  Communicator* ep_ = nullptr;
+  Communicator *ep_ = nullptr, *ep_backward_ = nullptr;
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;
   DType storage_;
   std::map<int, Recompute> recompute_;
   VocabRun vocab_;
+  bool overlap_ = true;
 };
 
 }  // namespace pipetrain

@@ -62,6 +62,12 @@ struct Instr {
   int peer = -1, tag = -1;
   // Compute: the last action of its (microbatch, stage): its stashed activations go.
   bool frees_stash = false;
+  // Compute: an F that runs overlapped with the next compute, a B or I of another stage (an
+  // F&B pair, Schedule::pairs); only the F's output (SEND or MOVE) stands between them. The
+  // executor interleaves the two where their communication is in flight, the B starting at
+  // the F's first pause, and gives the F's output when the F ends. Validated as the list in
+  // order (the B cannot need the F's output).
+  bool overlaps_next = false;
   VocabOp vocab = VocabOp::EmbedForward;  // Vocab: which slice (of `microbatch`)
   Coll coll = Coll::EmbedSum;             // Coll: which collective (of `microbatch`; `peer`: its root or -1)
   bool operator==(const Instr&) const = default;
@@ -150,7 +156,8 @@ void validate_in_order(const Program& p);
 // waits in (per-pair order and "posted before use" are kept). Lowered with
 // recv_lookahead = 1 first, receives start next to the previous compute's sends, which
 // is what 1f1b-like schedules need; interleaved and looped ones get their receives
-// pulled forward. Throws validate_in_order's error when no move helps.
+// pulled forward. F&B pairs run in order (their marks are cleared: a receive may land
+// between the two). Throws validate_in_order's error when no move helps.
 Program post_for_in_order(Program p);
 
 // The 1-based position of instruction `index` of `rank`'s list in a compute+comms CSV

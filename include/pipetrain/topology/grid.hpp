@@ -39,6 +39,9 @@ class Grid {
   // experts (rank = dp % ep), and the dp / ep ranks that hold the same experts (rank = dp / ep).
   MpiCommunicator& ep_comm() { return *ep_comm_; }
   MpiCommunicator& expert_dp_comm() { return *expert_dp_comm_; }
+  // The ep ranks again, for the backward's exchanges: an F&B pair's forward and backward
+  // then post their all-to-alls in whichever order each rank runs them.
+  MpiCommunicator& ep_backward_comm() { return *ep_backward_comm_; }
   // Collective over pp_comm(): the pipeline ranks `first` and `last` (which hold the two
   // copies of a tied embedding), or null on the other ranks and when first == last.
   std::unique_ptr<MpiCommunicator> pair_comm(int first, int last, const std::string& name);
@@ -46,7 +49,8 @@ class Grid {
  private:
   int dp_, pp_, tp_, ep_;
   GridCoords me_;
-  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_, replica_comm_, ep_comm_, expert_dp_comm_;
+  std::unique_ptr<MpiCommunicator> world_, tp_comm_, dp_comm_, pp_comm_, replica_comm_, ep_comm_, expert_dp_comm_,
+      ep_backward_comm_;
 };
 
 }  // namespace pipetrain
