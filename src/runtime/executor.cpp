@@ -571,24 +571,24 @@ struct PipelineExecutor::Impl {
     const double c0 = now(), w0 = waited();
     const bool fixed_turns = ex.tp_ && ex.tp_->size() > 1;
     auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
+    auto other_than = [&](const Steps<>* t) { return t == &f ? &b : &f; };
     Steps<>* next = &f;
     while (!f.done() || !b.done()) {
-      Steps<>& other = next == &f ? b : f;
+      if (next->done()) next = other_than(next);
       if (fixed_turns) {
-        if (next->done()) next = &other;
         wait_paused(*next);
-      } else if (!ready(*next)) {
+      } else if (!ready(*next)) {  // the exposed wait: test both until one can go on
+        const watchdog::Waiting waiting("the all-to-alls of " + name + "'s two computations");
         const double e0 = now();
-        while (!ready(other) && !ready(*next)) continue;  // each test moves both on
+        while (!ready(*next) && !ready(*other_than(next))) continue;
         stats.exchange_wait_s += now() - e0;
-        if (ready(other)) next = &other;
+        if (!ready(*next)) next = other_than(next);
       }
-      Steps<>& running = *next;
-      Steps<>& paused = next == &f ? b : f;
+      Steps<>& paused = *other_than(next);
       partner = paused.done() ? nullptr : paused.paused_on();
-      running.step();
-      if (&running == &f && f.done()) give_f_output();
-      next = paused.done() ? &running : &paused;  // the other's turn
+      next->step();
+      if (next == &f && f.done()) give_f_output();
+      next = &paused;  // the other's turn
     }
     partner = nullptr;
     compute_done(name, c0, waited() - w0);
