@@ -69,37 +69,39 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& fil
   return *s;
 }
 
-// Adds the global hyperslab of the local box [lo, lo + n) (per dimension) to the
-// selection, splitting it at the shard's block boundaries along the shard dimension.
-void select_local_box(hid_t space, const Shard& shard, std::vector<hsize_t> lo, std::vector<hsize_t> n) {
-  if (shard.replicated()) {
-    H5Sselect_hyperslab(space, H5S_SELECT_OR, lo.data(), nullptr, n.data(), nullptr);
-    return;
-  }
-  const size_t d = static_cast<size_t>(shard.dim);
-  const hsize_t x0 = lo[d], x1 = lo[d] + n[d];
+// Calls piece(global_begin, count) for the parts of the local range [x0, x1) along one
+// dimension that fall in each of `blocks` (held in order, concatenated locally).
+template <typename F>
+void for_each_block_piece(const std::vector<Shard::Block>& blocks, hsize_t x0, hsize_t x1, F&& piece) {
   hsize_t offset = 0;  // where the block starts in the local layout
-  for (const auto& b : shard.blocks) {
+  for (const auto& b : blocks) {
     const hsize_t b0 = offset, b1 = offset + static_cast<hsize_t>(b.length);
     offset = b1;
     const hsize_t s0 = std::max(x0, b0), s1 = std::min(x1, b1);
-    if (s0 >= s1) continue;
-    std::vector<hsize_t> start = lo, count = n;
-    start[d] = static_cast<hsize_t>(b.begin) + (s0 - b0);
-    count[d] = s1 - s0;
-    H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
+    if (s0 < s1) piece(static_cast<hsize_t>(b.begin) + (s0 - b0), s1 - s0);
   }
 }
 
-// The local shape of a shard: the global shape with the shard dimension's blocks summed.
-std::vector<int64_t> local_shape(const std::vector<int64_t>& gshape, const Shard& shard) {
-  std::vector<int64_t> dims = gshape;
-  if (!shard.replicated()) {
-    int64_t len = 0;
-    for (const auto& b : shard.blocks) len += b.length;
-    dims[static_cast<size_t>(shard.dim)] = len;
-  }
-  return dims;
+// Adds the global hyperslab of the local box [lo, lo + n) (per dimension) to the
+// selection, splitting it at the shard's block boundaries along the shard dimension (and
+// along the rows, for a column shard holding some rows only).
+void select_local_box(hid_t space, const Shard& shard, std::vector<hsize_t> lo, std::vector<hsize_t> n) {
+  auto add = [&](const std::vector<hsize_t>& start, const std::vector<hsize_t>& count) {
+    H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
+  };
+  if (shard.replicated()) return add(lo, n);
+  const size_t d = static_cast<size_t>(shard.dim);
+  for_each_block_piece(shard.blocks, lo[d], lo[d] + n[d], [&](hsize_t begin, hsize_t count) {
+    std::vector<hsize_t> start = lo, counts = n;
+    start[d] = begin;
+    counts[d] = count;
+    if (shard.rows.empty()) return add(start, counts);
+    for_each_block_piece(shard.rows, lo[0], lo[0] + n[0], [&](hsize_t row, hsize_t rows) {
+      start[0] = row;
+      counts[0] = rows;
+      add(start, counts);
+    });
+  });
 }
 
 // Calls box(lo, n) for the boxes that make up the elements [a, b) of a row-major 1-D or

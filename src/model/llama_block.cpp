@@ -70,8 +70,7 @@ Tensor residual_rmsnorm_dx(const MicrobatchContext& ctx, const Tensor& dyf, cons
 std::unique_ptr<Layer> make_llama_mlp(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp,
                                       ExpertParallel ep) {
   if (!cfg.moe(index)) return std::make_unique<LlamaMlp>(cfg, index, params, tp);
-  if (tp.size > 1) fail("block {}: mixture-of-experts layers take no tensor parallelism yet", index);
-  return std::make_unique<MoeMlp>(cfg, index, params, ep);
+  return std::make_unique<MoeMlp>(cfg, index, params, ep, tp);
 }
 
 LlamaBlock::LlamaBlock(const ModelConfig& cfg, int index, ParameterStore& params, TensorParallel tp, ExpertParallel ep)

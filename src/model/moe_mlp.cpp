@@ -8,11 +8,15 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/moe_exchange.hpp"
 #include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/precision.hpp"
 
 namespace pipetrain {
+
+using layer_util::tensor_parallel;
+using layer_util::tp_allreduce;
 
 namespace {
 
@@ -56,15 +60,39 @@ void each_expert(const ExpertSpans& spans, int C, int F, Fn fn) {
   }
 }
 
-// Expert matrix `name` (rows_per_expert rows per expert, `cols` columns): whole, or this
-// rank's experts' rows under expert parallelism.
-Parameter& declare_experts(ParameterStore& p, const std::string& name, int experts, int64_t rows_per_expert,
-                           int64_t cols, ExpertParallel ep, double std) {
-  const std::vector<int64_t> shape{experts * rows_per_expert, cols};
-  if (ep.size == 1) return p.declare(name, shape, Init::Normal, std);
-  const int64_t mine = experts / ep.size * rows_per_expert;
-  Parameter& w = p.declare_shard(name, shape, Shard{0, {{ep.rank * mine, mine}}}, Init::Normal, std);
-  w.expert_parallel = true;
+// Gate and up (E F, C): this rank's experts' rows (ep: its E / ep experts; tp: its F / tp
+// rows of each).
+Shard expert_rows(int E, int64_t F, ExpertParallel ep, TensorParallel tp) {
+  const int per = E / ep.size;
+  const int64_t Fl = F / tp.size;
+  if (tp.size == 1) return ep.size == 1 ? Shard{} : Shard{0, {{ep.rank * per * F, per * F}}};
+  Shard s{0, {}};
+  for (int e = ep.rank * per; e < (ep.rank + 1) * per; ++e) s.blocks.push_back({e * F + tp.rank * Fl, Fl});
+  return s;
+}
+
+// Down (E C, F): this rank's experts' rows (ep), its F / tp columns of each (tp).
+Shard expert_columns(int E, int64_t C, int64_t F, ExpertParallel ep, TensorParallel tp) {
+  const int64_t per = E / ep.size * C, Fl = F / tp.size;
+  const Shard::Block mine{ep.rank * per, per};
+  if (tp.size == 1) return ep.size == 1 ? Shard{} : Shard{0, {mine}};
+  Shard s{1, {{tp.rank * Fl, Fl}}};
+  if (ep.size > 1) s.rows = {mine};
+  return s;
+}
+
+// A shared-expert matrix's tp slice along `dim` of its `width` (rows of gate and up,
+// columns of down).
+Shard shared_slice(int dim, int64_t width, TensorParallel tp) {
+  if (tp.size == 1) return {};
+  const int64_t n = width / tp.size;
+  return {dim, {{tp.rank * n, n}}};
+}
+
+Parameter& declare_experts(ParameterStore& p, const std::string& name, std::vector<int64_t> shape, Shard shard,
+                           ExpertParallel ep, double std) {
+  Parameter& w = p.declare_shard(name, std::move(shape), std::move(shard), Init::Normal, std);
+  w.expert_parallel = ep.size > 1;
   return w;
 }
 
@@ -89,13 +117,14 @@ void swiglu_rows_backward(Backend& be, int rows, int F, int C, const float* g, c
 
 }  // namespace
 
-MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParallel ep)
+MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParallel ep, TensorParallel tp)
     : index_(index),
       C_(cfg.d_model),
-      F_(cfg.expert_ffn()),
+      F_(cfg.expert_ffn() / tp.size),
       E_(cfg.n_experts),
-      SF_(cfg.n_shared_experts * cfg.expert_ffn()),
+      SF_(cfg.n_shared_experts * cfg.expert_ffn() / tp.size),
       ep_(ep.size),
+      tp_(tp.size),
       eps_(static_cast<float>(cfg.norm_eps)),
       spec_{cfg.n_experts,
             cfg.top_k,
@@ -106,19 +135,27 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
             cfg.capacity_factor},
       normw_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
       routerw_(p.declare(key(index, "moe.router.w"), {E_, C_}, Init::Normal, 0.02)),
-      gatew_(declare_experts(p, key(index, "moe.gate.w"), E_, F_, C_, ep, 0.02)),
-      upw_(declare_experts(p, key(index, "moe.up.w"), E_, F_, C_, ep, 0.02)),
-      downw_(declare_experts(p, key(index, "moe.down.w"), E_, C_, F_, ep, 0.02 / std::sqrt(2.0 * cfg.n_layer))) {
+      gatew_(declare_experts(p, key(index, "moe.gate.w"), {E_ * int64_t{cfg.expert_ffn()}, C_},
+                             expert_rows(E_, cfg.expert_ffn(), ep, tp), ep, 0.02)),
+      upw_(declare_experts(p, key(index, "moe.up.w"), {E_ * int64_t{cfg.expert_ffn()}, C_},
+                           expert_rows(E_, cfg.expert_ffn(), ep, tp), ep, 0.02)),
+      downw_(declare_experts(p, key(index, "moe.down.w"), {int64_t{E_} * C_, cfg.expert_ffn()},
+                             expert_columns(E_, C_, cfg.expert_ffn(), ep, tp), ep,
+                             0.02 / std::sqrt(2.0 * cfg.n_layer))) {
   if (ep.size < 1 || E_ % ep.size)
     fail("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", ep.size, E_);
+  if (cfg.expert_ffn() % tp.size)
+    fail("parallel.tp ({}) must divide the experts' width (model.expert_ffn_hidden: {})", tp.size, cfg.expert_ffn());
   if (cfg.router_bias_rate > 0) {
     bias_ = &p.declare(selection_bias_name(index), {E_}, Init::Zeros);
     bias_->trained = bias_->updated = false;
   }
   if (SF_ > 0) {
-    sgatew_ = &p.declare(key(index, "moe.shared_gate.w"), {SF_, C_}, Init::Normal, 0.02);
-    supw_ = &p.declare(key(index, "moe.shared_up.w"), {SF_, C_}, Init::Normal, 0.02);
-    sdownw_ = &p.declare(key(index, "moe.shared_down.w"), {C_, SF_}, Init::Normal, 0.02 / std::sqrt(2.0 * cfg.n_layer));
+    const int64_t SF = int64_t{SF_} * tp.size;
+    sgatew_ = &p.declare_shard(key(index, "moe.shared_gate.w"), {SF, C_}, shared_slice(0, SF, tp), Init::Normal, 0.02);
+    supw_ = &p.declare_shard(key(index, "moe.shared_up.w"), {SF, C_}, shared_slice(0, SF, tp), Init::Normal, 0.02);
+    sdownw_ = &p.declare_shard(key(index, "moe.shared_down.w"), {C_, SF}, shared_slice(1, SF, tp), Init::Normal,
+                               0.02 / std::sqrt(2.0 * cfg.n_layer));
   }
 }
 
@@ -140,6 +177,8 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   if (ctx.storage != DType::F32) fail("{}: mixture-of-experts layers run in fp32 only", name());
   if ((ctx.ep ? ctx.ep->size() : 1) != ep_)
     fail("{}: built for {} expert-parallel ranks, run with {}", name(), ep_, ctx.ep ? ctx.ep->size() : 1);
+  if ((ctx.tp ? ctx.tp->size() : 1) != tp_)
+    fail("{}: built for {} tensor-parallel ranks, run with {}", name(), tp_, ctx.tp ? ctx.tp->size() : 1);
   Backend& be = *ctx.backend;
   const int N = ctx.B * ctx.T, C = C_, F = F_;
   auto s = std::make_unique<MoeStash>();
@@ -182,9 +221,14 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
     ctx.between_products();
   });
   s->o = co_await s->exchange->combine(o, ctx.ep);
-  // y = x + shared experts + the routed outputs, each token's in choice order.
+  // y = x + shared experts + the routed outputs, each token's in choice order. Under tp each
+  // rank's are its columns' partial sums: summed over the tp ranks, then x joins.
   Tensor y = f32(ctx, N, C);
-  be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  const bool tp = tensor_parallel(ctx);
+  if (tp)
+    be.fill(y.f32(), 0.0f, static_cast<size_t>(N) * C);
+  else
+    be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
   if (SF_ > 0) {
     s->sg = f32(ctx, N, SF_), s->su = f32(ctx, N, SF_), s->sa = f32(ctx, N, SF_);
     swiglu_rows(be, N, SF_, C, s->n.f32(), weight_of(*sgatew_), weight_of(*supw_), s->sg.f32(), s->su.f32(),
@@ -192,6 +236,10 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
     be.gemm(false, true, N, C, SF_, 1.0f, s->sa.f32(), SF_, weight_of(*sdownw_), SF_, 1.0f, y.f32(), C);
   }
   be.combine_rows(y.f32(), s->o.f32(), s->rows.i32(), s->row_weight.f32(), N, spec_.top_k, C);
+  if (tp) {
+    tp_allreduce(ctx, y);
+    be.accumulate(y.f32(), x.f32(), static_cast<size_t>(N) * C);
+  }
   out = std::move(s);
   co_return y;
 }
@@ -209,6 +257,7 @@ Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor 
   be.gather_rows(dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), r.rows(), C);
   Tensor dweight = Tensor::empty(*ctx.pool, {static_cast<int64_t>(R)});
   be.row_dots(dweight.f32(), dy.f32(), s.o.f32(), s.rows.i32(), N, k, C);
+  tp_allreduce(ctx, dweight);  // under tp, o holds each rank's partial sums
   s.o = {};
   // Each expert (ep > 1: on its rank): dh = dout Down_e, then the SwiGLU and its two
   // products into the rows' dxp, which return to their tokens' ranks.
@@ -237,6 +286,7 @@ Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor 
                          s.dsu.f32(), 1.0f, s.dn.f32());
     s.sg = {}, s.su = {};
   }
+  tp_allreduce(ctx, s.dn);  // the experts' parts, each rank's columns'; the router's is whole
   // The router: the weights' gradient and the auxiliary losses', each microbatch's losses
   // weighing 1/m of the objective (loss_scale N: the tokens' 1/(m N) times N).
   std::vector<float> host_dw(static_cast<size_t>(R)), host_dl(static_cast<size_t>(N) * E_);

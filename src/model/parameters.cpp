@@ -22,12 +22,7 @@ Parameter& ParameterStore::declare(const std::string& name, std::vector<int64_t>
 
 Parameter& ParameterStore::declare_shard(const std::string& name, std::vector<int64_t> global_shape,
                                          Shard shard, Init init, double init_std) {
-  std::vector<int64_t> shape = global_shape;
-  if (!shard.replicated()) {
-    int64_t n = 0;
-    for (const auto& b : shard.blocks) n += b.length;
-    shape[static_cast<size_t>(shard.dim)] = n;
-  }
+  std::vector<int64_t> shape = local_shape(global_shape, shard);
   if (Parameter* p = find(name)) {
     if (p->shape != shape) fail("parameter {} declared twice with different shapes", name);
     return *p;

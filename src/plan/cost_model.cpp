@@ -24,11 +24,11 @@ double mlp_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
   return m.arch == "llama" ? 3.0 * C * m.ffn() : 8.0 * C * C;
 }
-// A mixture of experts' MLP: the router and the shared experts' matrices, and the routed
-// experts' (which parallel.ep splits).
+// A mixture of experts' MLP: the shared experts' matrices (tp splits them), the norm and
+// the router (whole on every rank), and the routed experts' (which ep and tp split).
 UnitParams moe_params(const ModelConfig& m) {
   const double C = m.d_model;
-  return {C * m.n_experts + 3.0 * C * m.expert_ffn() * m.n_shared_experts, C, 3.0 * C * m.expert_ffn() * m.n_experts};
+  return {3.0 * C * m.expert_ffn() * m.n_shared_experts, C + C * m.n_experts, 3.0 * C * m.expert_ffn() * m.n_experts};
 }
 
 }  // namespace

@@ -470,7 +470,7 @@ StepMetrics Trainer::train_step(int step) {
   }
   if (moe_stats_) {
     moe_stats_->clear();
-    hooks.moe = moe_stats_.get();
+    hooks.moe = grid_.coords().tp == 0 ? moe_stats_.get() : nullptr;  // tp ranks route alike: count once
   }
   if (reducer_ || tied_)
     hooks.layer_grads_final = [this](int stage, int layer) {

@@ -19,14 +19,7 @@ namespace {
 int64_t local_elements(const CheckpointTensor& t) {
   if (t.partial()) return t.flat_end - t.flat_begin;
   int64_t n = 1;
-  for (size_t d = 0; d < t.global_shape.size(); ++d) {
-    int64_t len = t.global_shape[d];
-    if (static_cast<int>(d) == t.shard.dim) {
-      len = 0;
-      for (const auto& b : t.shard.blocks) len += b.length;
-    }
-    n *= len;
-  }
+  for (const int64_t len : local_shape(t.global_shape, t.shard)) n *= len;
   return n;
 }
 

@@ -10,7 +10,8 @@
 
 namespace pipetrain {
 
-// The step's routing over every rank's blocks and microbatches (tp = 1: each routing once).
+// The step's routing over every rank's blocks and microbatches (counted on tp rank 0 only:
+// the tp ranks route alike).
 void Trainer::expert_metrics(StepMetrics& out) {
   auto& flat = moe_stats_->flat();
   grid_.world().allreduce_sum(flat.data(), flat.size());

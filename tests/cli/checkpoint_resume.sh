@@ -149,13 +149,23 @@ timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set 
   --metrics mres.jsonl >/dev/null
 same_losses mep.jsonl mres.jsonl 0 "mixture of experts resumed on the same grid"
 h5diff mep/step_00000006.h5 mres/step_00000006.h5 /params /params  # the selection bias too, bitwise
-for grid in "2 parallel.ep=1 parallel.dp=2 2" "1 parallel.ep=1 parallel.dp=1 4"; do
-  read -r -a args <<<"$grid"; set -- "${args[@]}"
+# Last, tp = 2 beside ep = 2: each rank reads its tp columns of its experts' rows.
+for grid in "2 2 parallel.dp=2" "1 4 parallel.dp=1" "4 2 parallel.dp=2 parallel.tp=2 parallel.ep=2"; do
+  read -r np mb rest <<<"$grid"
+  sets=()
+  for s in $rest; do sets+=(--set "$s"); done
   rm -f g.jsonl
-  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${moe[@]}" --set "$2" --set "$3" --set train.microbatches="$4" \
+  timeout 300 "$MPIEXEC" -np "$np" "$PIPETRAIN" "${moe[@]}" "${sets[@]}" --set train.microbatches="$mb" \
     --set checkpoint.dir=mep --resume mep/step_00000003.h5 --metrics g.jsonl >/dev/null
-  same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts resumed on $3, $2"
+  same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts resumed on $rest"
 done
+echo "== Mixture of experts: save on dp=2 x tp=2 with ep=2 (the 2-D expert shards), resume on one rank"
+timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set parallel.tp=2 --set parallel.ep=2 \
+  --set train.microbatches=2 --set checkpoint.dir=mtp --set checkpoint.every=3 >/dev/null
+rm -f g.jsonl
+timeout 300 "$MPIEXEC" -np 1 "$PIPETRAIN" "${moe[@]}" --set train.microbatches=4 --set checkpoint.dir=mtp \
+  --resume mtp/step_00000003.h5 --metrics g.jsonl >/dev/null
+same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts saved on tp=2 with ep=2, resumed on one rank"
 
 echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moments"
 z1=(--set parallel.dp=2 --set parallel.zero1=true)

@@ -120,8 +120,22 @@ TEST(GridMatchesSingleRank, LlamaOnEveryGridUntiedAndTied) {
   }
 }
 
-// Mixture of experts (model.n_experts): Llama with a dense first block, then MoE blocks of
-// 4 experts, top 2, one shared expert, both auxiliary losses on; on every grid without tp,
+// Llama with a dense first block, then MoE blocks of 4 experts, top 2, one shared expert,
+// both auxiliary losses on.
+Config moe_config(GridCase g, const std::string& sched, bool zero1, int v) {
+  Config c = llama_config(g, sched, false, zero1, v);
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.expert_ffn_hidden = 16;
+  c.model.n_shared_experts = 1;
+  c.model.first_dense = 1;
+  c.model.aux_loss_coeff = 0.01;
+  c.model.z_loss_coeff = 0.001;
+  c.train.microbatches = g.dp == 4 ? 2 : 4;  // dualpipev: at least 2 per rank
+  return c;
+}
+
+// Mixture of experts (model.n_experts, moe_config) on every grid without tp,
 // each schedule kind (dualpipev's V where the pipeline has one or two ranks: its F&B pairs
 // overlapped, and under ep the same values bit for bit with schedule.overlap = false),
 // ZeRO-1, expert parallelism over 2 and 4 dp ranks. The load-balancing loss is a microbatch's (not linear
@@ -132,21 +146,9 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
   for (GridCase g : std::vector<GridCase>{{1, 2, 1}, {2, 1, 1}, {1, 4, 1}, {2, 2, 1}, {4, 1, 1}})
     if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
   if (grids.empty()) GTEST_SKIP() << "no grid of the list without tp has " << world_size() << " ranks";
-  auto config = [](GridCase g, const std::string& sched, bool zero1, int v) {
-    Config c = llama_config(g, sched, false, zero1, v);
-    c.model.n_experts = 4;
-    c.model.top_k = 2;
-    c.model.expert_ffn_hidden = 16;
-    c.model.n_shared_experts = 1;
-    c.model.first_dense = 1;
-    c.model.aux_loss_coeff = 0.01;
-    c.model.z_loss_coeff = 0.001;
-    c.train.microbatches = g.dp == 4 ? 2 : 4;  // dualpipev: at least 2 per rank
-    return c;
-  };
   for (GridCase g : grids) {
-    Config single = config({1, 1, 1}, "1f1b", false, 1);
-    single.train.microbatches = config(g, "1f1b", false, 1).train.microbatches * g.dp;
+    Config single = moe_config({1, 1, 1}, "1f1b", false, 1);
+    single.train.microbatches = moe_config(g, "1f1b", false, 1).train.microbatches * g.dp;
     const RunResult ref = run(single, MPI_COMM_SELF);
     std::vector<std::pair<const char*, int>> scheds = {{"1f1b", 1}, {"zb-h1", 1}};
     if (g.pp <= 2) scheds.push_back({"dualpipev", 2});
@@ -156,7 +158,7 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
           if ((zero1 && (g.dp == 1 || ep > 1)) || g.dp % ep) continue;
           SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp " << g.pp << ", " << sched
                                             << ", ep " << ep << ", zero1 " << zero1);
-          Config cfg = config(g, sched, zero1, v);
+          Config cfg = moe_config(g, sched, zero1, v);
           cfg.parallel.ep = ep;
           const RunResult got = run(cfg, MPI_COMM_WORLD);
           expect_same_run(got, ref, cfg);
@@ -169,9 +171,37 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
     if (g.pp != 2) continue;
     // A stage that begins with block 1's experts, its attention on the stage before.
     SCOPED_TRACE(::testing::Message() << "mixture of experts, grid dp " << g.dp << " pp 2, split 1.5,2.5");
-    Config half = config(g, "zb-h1", false, 1);
+    Config half = moe_config(g, "zb-h1", false, 1);
     half.parallel.layers_per_stage = {1.5, 2.5};
     expect_same_run(run(half, MPI_COMM_WORLD), ref, half);
+  }
+}
+
+// Tensor-parallel experts (each expert's width split over tp, as the dense MLP's) beside
+// dp, pp and ep, on the same model and reference: every grid with tp = 2, 1f1b and
+// dualpipev (its F&B pairs taking turns under tp; at pp = 1 with ep = 2 where dp allows),
+// zb-h1 with ZeRO-1.
+TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
+  std::vector<GridCase> grids;
+  for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}})
+    if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
+  if (grids.empty()) GTEST_SKIP() << "no grid of the list with tp has " << world_size() << " ranks";
+  for (GridCase g : grids) {
+    Config single = moe_config({1, 1, 1}, "1f1b", false, 1);
+    single.train.microbatches = moe_config(g, "1f1b", false, 1).train.microbatches * g.dp;
+    const RunResult ref = run(single, MPI_COMM_SELF);
+    struct Case {
+      const char* sched;
+      int v, ep;
+      bool zero1;
+    };
+    for (Case c : {Case{"1f1b", 1, 1, false}, Case{"zb-h1", 1, 1, g.dp > 1}, Case{"dualpipev", 2, g.dp, false}}) {
+      SCOPED_TRACE(::testing::Message() << "tensor-parallel experts, grid dp " << g.dp << " pp " << g.pp << " tp "
+                                        << g.tp << ", " << c.sched << ", ep " << c.ep << ", zero1 " << c.zero1);
+      Config cfg = moe_config(g, c.sched, c.zero1, c.v);
+      cfg.parallel.ep = c.ep;
+      expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+    }
   }
 }
 

@@ -14,6 +14,11 @@
 // of the three expert matrices (shards of the global tensors, `expert_parallel`); the
 // routed rows travel to their experts' ranks and back (moe_exchange.hpp). The router and the
 // shared experts are whole on every rank.
+// Tensor parallelism (TensorParallel, ctx.tp): as the dense MLP's, every expert's (and the
+// shared experts') gate and up rows and down columns are split over the tp ranks, which all
+// route the same tokens; each rank's outputs are partial sums, added over the tp ranks once
+// per token (and the input gradients, and the routing weights' gradients, likewise). Under
+// both, a rank's down is a column shard of its experts' rows (Shard::rows).
 // With model.router_bias_rate > 0, h.<i>.moe.router.bias (E) is the selection bias
 // (moe_routing.hpp): not trained (Parameter::trained), moved after each step by
 // update_selection_bias from the step's loads, checkpointed with the weights.
@@ -33,7 +38,7 @@ struct MoeForwardStats {
 
 class MoeMlp : public Layer {
  public:
-  MoeMlp(const ModelConfig& cfg, int index, ParameterStore& params, ExpertParallel ep = {});
+  MoeMlp(const ModelConfig& cfg, int index, ParameterStore& params, ExpertParallel ep = {}, TensorParallel tp = {});
   std::string name() const override { return "llama block " + std::to_string(index_) + " experts"; }
   std::vector<Parameter*> parameters() override;
   Tensor forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) override;
@@ -49,8 +54,9 @@ class MoeMlp : public Layer {
   static std::string selection_bias_name(int block) { return "h." + std::to_string(block) + ".moe.router.bias"; }
 
  private:
-  int index_, C_, F_, E_, SF_;  // width, expert width, experts, shared width (0: none)
+  int index_, C_, F_, E_, SF_;  // width, this rank's expert width, experts, its shared width (0: none)
   int ep_;                      // the expert-parallel ranks (each holds E / ep_ experts)
+  int tp_;                      // the tensor-parallel ranks (each holds F / tp_ of each expert's width)
   float eps_;
   RouterSpec spec_;
   Parameter &normw_, &routerw_, &gatew_, &upw_, &downw_;

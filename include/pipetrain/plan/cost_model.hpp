@@ -38,7 +38,8 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
 // (a mixture of experts' routed experts) over the ep ranks.
 struct UnitParams {
   double sharded = 0, replicated = 0, experts = 0;
-  double on_rank(int tp, int ep = 1) const { return sharded / tp + replicated + experts / ep; }
+  // The routed experts split over ep (whole experts) and tp (each one's width).
+  double on_rank(int tp, int ep = 1) const { return sharded / tp + replicated + experts / (ep * tp); }
 };
 // The head's count includes its weight (a tied head holds a copy of the embedding's).
 // `block`: the block a Block or Mlp unit is (a mixture of experts' MLP where
