@@ -15,16 +15,17 @@
 #include <string>
 
 #include "model_fixtures.hpp"
-#include "run_compare.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/model/block.hpp"
 #include "pipetrain/model/embedding.hpp"
 #include "pipetrain/model/llama_block.hpp"
 #include "pipetrain/model/loss_head.hpp"
+#include "pipetrain/model/moe_mlp.hpp"
 #include "pipetrain/model/precision.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
+#include "run_compare.hpp"
 
 namespace pipetrain {
 namespace {
@@ -204,6 +205,23 @@ TEST_F(LayerInBf16, LlamaBlock) {
   cfg.rope_theta = 10000;
   compare([&](ParameterStore& s) { return std::make_unique<LlamaBlock>(cfg, 0, s); }, rounded({B * T, cfg.d_model}, 4),
           rounded({B * T, cfg.d_model}, 5), 10, 19);
+}
+
+// A mixture-of-experts MLP half (4 experts, top 2, one shared expert, both auxiliary losses).
+// Output: weights, n, gate, up, SwiGLU, y along each expert's path (K = 6); gradients add
+// the stored expert outputs (the routing weights' gradient), the routed rows' dy, dg, du,
+// dn, dx (K = 12). The router's logits move by ~2^-9 relative under the rounded n; no
+// token here has its second and third choices that close, so the choices are the same.
+TEST_F(LayerInBf16, MixtureOfExpertsMlp) {
+  cfg.arch = "llama";
+  cfg.n_experts = 4;
+  cfg.top_k = 2;
+  cfg.expert_ffn_hidden = 32;
+  cfg.n_shared_experts = 1;
+  cfg.aux_loss_coeff = 0.01;
+  cfg.z_loss_coeff = 0.001;
+  compare([&](ParameterStore& s) { return std::make_unique<MoeMlp>(cfg, 0, s); }, rounded({B * T, cfg.d_model}, 4),
+          rounded({B * T, cfg.d_model}, 5), 6, 12);
 }
 
 // Llama's head: RMSNorm and an untied LM head. Losses: weights, norm (K = 2); gradients:

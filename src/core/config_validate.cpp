@@ -85,16 +85,13 @@ void check_expert_parallel(const Checker& c, const Config& cfg) {
                                                    p.ep, quote(cfg.runtime.device)));
 }
 
-// How the experts split over tp, and what they do not run with yet: bf16.
+// How the experts split over tp.
 void check_experts_run(const Checker& c, const Config& cfg) {
   check_expert_parallel(c, cfg);
   if (cfg.model.n_experts == 0) return;
   c.check(cfg.model.expert_ffn() % cfg.parallel.tp == 0,
           fmt::format("parallel.tp ({}) must divide the experts' width (model.expert_ffn_hidden: {})", cfg.parallel.tp,
                       cfg.model.expert_ffn()));
-  c.check(cfg.train.precision == "fp32", fmt::format("train.precision = {}: mixture-of-experts layers run in fp32 "
-                                                     "only so far",
-                                                     quote(cfg.train.precision)));
 }
 
 void check_model(const Checker& c, const ModelConfig& m) {

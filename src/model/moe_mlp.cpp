@@ -1,6 +1,8 @@
 // The mixture-of-experts MLP half (pipetrain/model/moe_mlp.hpp): forward, the two
 // backward halves. Routing runs on the host (moe_routing.hpp); its index arrays go to the
-// device once per microbatch. Products are one sgemm per expert over its rows.
+// device once per microbatch. Products are one sgemm per expert over its rows; under bf16
+// they read the weights' rounded values and the stored activations, as the dense layers'
+// f32 products do (precision.hpp), and the routed rows travel as f32.
 #include "pipetrain/model/moe_mlp.hpp"
 
 #include <cmath>
@@ -15,11 +17,11 @@
 
 namespace pipetrain {
 
-using layer_util::tensor_parallel;
-using layer_util::tp_allreduce;
+using namespace layer_util;
 
 namespace {
 
+// Activations and gradients as stored (precision.hpp: bf16 under train.precision = "bf16").
 struct MoeStash : Stash {
   Tensor x, rstd, n;  // input, RMSNorm's, its output
   Routing routing;    // on the host, with the router's logits (N, E) it came from
@@ -44,7 +46,8 @@ Tensor upload(const MicrobatchContext& ctx, const std::vector<T>& host, DType ty
   return t;
 }
 
-const float* weight_of(const Parameter& p) { return p.value.f32(); }
+// The weights products read (precision.hpp): under bf16 their rounded values, widened.
+const float* weight_of(const Parameter& p) { return compute_weight(p).f32(); }
 
 // Local expert l's part of this rank's expert rows, for each with rows: how many, and the
 // offsets of its first row at widths C and F and of its matrices (F x C elements each).
@@ -93,26 +96,83 @@ Parameter& declare_experts(ParameterStore& p, const std::string& name, std::vect
                            ExpertParallel ep, double std) {
   Parameter& w = p.declare_shard(name, std::move(shape), std::move(shard), Init::Normal, std);
   w.expert_parallel = ep.size > 1;
+  w.f32_products = true;
   return w;
 }
 
-// SwiGLU of width F over `rows` rows of x (rows, C) by W_gate, W_up (F, C) at the given
-// pointers: g, u and a = silu(g) u.
-void swiglu_rows(Backend& be, int rows, int F, int C, const float* x, const float* wg, const float* wu, float* g,
-                 float* u, float* a) {
-  if (rows == 0) return;
-  be.gemm(false, true, rows, F, C, 1.0f, x, C, wg, C, 0.0f, g, F);
-  be.gemm(false, true, rows, F, C, 1.0f, x, C, wu, C, 0.0f, u, F);
-  be.swiglu_forward(a, g, u, static_cast<size_t>(rows) * F);
+// This rank's experts over their rows s.xp: gate and up products, stored (rounded in place
+// under bf16: the SwiGLU sees the stored values), the SwiGLU, stored, then the down
+// products, each expert's into its rows of the result (rows, C).
+Tensor experts_forward(const MicrobatchContext& ctx, MoeStash& s, const Parameter& gate, const Parameter& up,
+                       const Parameter& down, int C, int F) {
+  Backend& be = *ctx.backend;
+  const ExpertExchange& ex = *s.exchange;
+  const Tensor g = ex.local_tensor(F), u = ex.local_tensor(F), a = ex.local_tensor(F), o = ex.local_tensor(C);
+  const float* xp = s.xp.f32();
+  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
+    be.gemm(false, true, e.rows, F, C, 1.0f, xp + e.rc, C, weight_of(gate) + e.w, C, 0.0f, g.f32() + e.rf, F);
+    be.gemm(false, true, e.rows, F, C, 1.0f, xp + e.rc, C, weight_of(up) + e.w, C, 0.0f, u.f32() + e.rf, F);
+    ctx.between_products();
+  });
+  s.g = store(ctx, g), s.u = store(ctx, u);
+  be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
+  s.a = store(ctx, a);
+  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
+    be.gemm(false, true, e.rows, C, F, 1.0f, a.f32() + e.rf, F, weight_of(down) + e.w, F, 0.0f, o.f32() + e.rc, C);
+    ctx.between_products();
+  });
+  return o;
 }
 
-// The SwiGLU's input gradient: from dh (rows, F), dg and du, and dx (rows, C) += dg Wg + du Wu.
-void swiglu_rows_backward(Backend& be, int rows, int F, int C, const float* g, const float* u, const float* wg,
-                          const float* wu, float* dh_dg, float* du, float beta, float* dx) {
-  if (rows == 0) return;
-  be.swiglu_backward(dh_dg, du, dh_dg, g, u, static_cast<size_t>(rows) * F);
-  be.gemm(false, false, rows, C, F, 1.0f, dh_dg, F, wg, C, beta, dx, C);
-  be.gemm(false, false, rows, C, F, 1.0f, du, F, wu, C, 1.0f, dx, C);
+// Their input gradient from the routed rows' output gradients dout (rows, C), stored for
+// backward_weight with the SwiGLU's dg and du: dh = dout Down_e, the SwiGLU backward, then
+// dxp = dg Gate_e + du Up_e.
+Tensor experts_backward(const MicrobatchContext& ctx, MoeStash& s, const Tensor& dout, const Parameter& gate,
+                        const Parameter& up, const Parameter& down, int C, int F) {
+  Backend& be = *ctx.backend;
+  const ExpertExchange& ex = *s.exchange;
+  s.dout = store(ctx, dout);
+  const Tensor dg = ex.local_tensor(F), du = ex.local_tensor(F), dxp = ex.local_tensor(C);
+  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
+    be.gemm(false, false, e.rows, F, C, 1.0f, dout.f32() + e.rc, C, weight_of(down) + e.w, F, 0.0f, dg.f32() + e.rf, F);
+  });
+  be.swiglu_backward(dg.f32(), du.f32(), dg.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(),
+                     static_cast<size_t>(dg.numel()));
+  s.dg = store(ctx, dg), s.du = store(ctx, du);
+  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
+    be.gemm(false, false, e.rows, C, F, 1.0f, dg.f32() + e.rf, F, weight_of(gate) + e.w, C, 0.0f, dxp.f32() + e.rc, C);
+    be.gemm(false, false, e.rows, C, F, 1.0f, du.f32() + e.rf, F, weight_of(up) + e.w, C, 1.0f, dxp.f32() + e.rc, C);
+    ctx.between_products();
+  });
+  return dxp;
+}
+
+// The shared experts, one SwiGLU of width SF over every token's n: y += their output; the
+// gate, up and SwiGLU stored as the routed experts' are.
+void shared_forward(const MicrobatchContext& ctx, MoeStash& s, const Tensor& n, const Parameter& gate,
+                    const Parameter& up, const Parameter& down, const Tensor& y, int N, int C, int SF) {
+  Backend& be = *ctx.backend;
+  const Tensor g = f32(ctx, N, SF), u = f32(ctx, N, SF), a = f32(ctx, N, SF);
+  be.gemm(false, true, N, SF, C, 1.0f, n.f32(), C, weight_of(gate), C, 0.0f, g.f32(), SF);
+  be.gemm(false, true, N, SF, C, 1.0f, n.f32(), C, weight_of(up), C, 0.0f, u.f32(), SF);
+  s.sg = store(ctx, g), s.su = store(ctx, u);
+  be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
+  s.sa = store(ctx, a);
+  be.gemm(false, true, N, C, SF, 1.0f, a.f32(), SF, weight_of(down), SF, 1.0f, y.f32(), C);
+}
+
+// Their input gradient: dn += dsg Gate + dsu Up, from dy's dsa = dy Down.
+void shared_backward(const MicrobatchContext& ctx, MoeStash& s, const Tensor& dy, const Parameter& gate,
+                     const Parameter& up, const Parameter& down, const Tensor& dn, int N, int C, int SF) {
+  Backend& be = *ctx.backend;
+  const Tensor dg = f32(ctx, N, SF), du = f32(ctx, N, SF);
+  be.gemm(false, false, N, SF, C, 1.0f, dy.f32(), C, weight_of(down), SF, 0.0f, dg.f32(), SF);
+  be.swiglu_backward(dg.f32(), du.f32(), dg.f32(), working_f32(ctx, s.sg).f32(), working_f32(ctx, s.su).f32(),
+                     static_cast<size_t>(dg.numel()));
+  s.dsg = store(ctx, dg), s.dsu = store(ctx, du);
+  be.gemm(false, false, N, C, SF, 1.0f, dg.f32(), SF, weight_of(gate), C, 1.0f, dn.f32(), C);
+  be.gemm(false, false, N, C, SF, 1.0f, du.f32(), SF, weight_of(up), C, 1.0f, dn.f32(), C);
+  s.sg = {}, s.su = {};
 }
 
 }  // namespace
@@ -146,6 +206,7 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
     fail("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", ep.size, E_);
   if (cfg.expert_ffn() % tp.size)
     fail("parallel.tp ({}) must divide the experts' width (model.expert_ffn_hidden: {})", tp.size, cfg.expert_ffn());
+  routerw_.f32_products = true;
   if (cfg.router_bias_rate > 0) {
     bias_ = &p.declare(selection_bias_name(index), {E_}, Init::Zeros);
     bias_->trained = bias_->updated = false;
@@ -156,6 +217,7 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
     supw_ = &p.declare_shard(key(index, "moe.shared_up.w"), {SF, C_}, shared_slice(0, SF, tp), Init::Normal, 0.02);
     sdownw_ = &p.declare_shard(key(index, "moe.shared_down.w"), {C_, SF}, shared_slice(1, SF, tp), Init::Normal,
                                0.02 / std::sqrt(2.0 * cfg.n_layer));
+    sgatew_->f32_products = supw_->f32_products = sdownw_->f32_products = true;
   }
 }
 
@@ -173,30 +235,37 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   return backward_input_steps(ctx, dy, stash).run();
 }
 
-Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& out) {
-  if (ctx.storage != DType::F32) fail("{}: mixture-of-experts layers run in fp32 only", name());
-  if ((ctx.ep ? ctx.ep->size() : 1) != ep_)
-    fail("{}: built for {} expert-parallel ranks, run with {}", name(), ep_, ctx.ep ? ctx.ep->size() : 1);
-  if ((ctx.tp ? ctx.tp->size() : 1) != tp_)
-    fail("{}: built for {} tensor-parallel ranks, run with {}", name(), tp_, ctx.tp ? ctx.tp->size() : 1);
+// The router's choices for n (N, C), on the host.
+Routing MoeMlp::route(const MicrobatchContext& ctx, const Tensor& n, std::vector<float>& host_logits) const {
   Backend& be = *ctx.backend;
-  const int N = ctx.B * ctx.T, C = C_, F = F_;
-  auto s = std::make_unique<MoeStash>();
-  s->x = x;
-  s->n = f32(ctx, N, C);
-  s->rstd = Tensor::empty(*ctx.pool, {N});
-  be.rmsnorm_forward(s->n.f32(), s->rstd.f32(), x.f32(), weight_of(normw_), N, C, eps_);
-  // Route on the host.
+  const int N = ctx.B * ctx.T, C = C_;
   const Tensor logits = f32(ctx, N, E_);
-  be.gemm(false, true, N, E_, C, 1.0f, s->n.f32(), C, weight_of(routerw_), C, 0.0f, logits.f32(), E_);
-  s->host_logits.resize(static_cast<size_t>(N) * E_);
-  be.to_host(s->host_logits.data(), logits.raw(), s->host_logits.size() * sizeof(float));
+  be.gemm(false, true, N, E_, C, 1.0f, n.f32(), C, weight_of(routerw_), C, 0.0f, logits.f32(), E_);
+  host_logits.resize(static_cast<size_t>(N) * E_);
+  be.to_host(host_logits.data(), logits.raw(), host_logits.size() * sizeof(float));
   std::vector<float> bias;
   if (bias_) {
     bias.resize(static_cast<size_t>(E_));
     be.to_host(bias.data(), bias_->value.raw(), bias.size() * sizeof(float));
   }
-  s->routing = route_tokens(s->host_logits.data(), bias_ ? bias.data() : nullptr, N, spec_);
+  return route_tokens(host_logits.data(), bias_ ? bias.data() : nullptr, N, spec_);
+}
+
+Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& out) {
+  if ((ctx.ep ? ctx.ep->size() : 1) != ep_)
+    fail("{}: built for {} expert-parallel ranks, run with {}", name(), ep_, ctx.ep ? ctx.ep->size() : 1);
+  if ((ctx.tp ? ctx.tp->size() : 1) != tp_)
+    fail("{}: built for {} tensor-parallel ranks, run with {}", name(), tp_, ctx.tp ? ctx.tp->size() : 1);
+  Backend& be = *ctx.backend;
+  const int N = ctx.B * ctx.T, C = C_;
+  auto s = std::make_unique<MoeStash>();
+  const Tensor xf = working_f32(ctx, x);
+  s->x = x;
+  Tensor n = f32(ctx, N, C);
+  s->rstd = Tensor::empty(*ctx.pool, {N});
+  be.rmsnorm_forward(n.f32(), s->rstd.f32(), xf.f32(), weight_of(normw_), N, C, eps_);
+  s->n = store(ctx, n);  // under bf16 n now holds the stored values: what follows reads those
+  s->routing = route(ctx, n, s->host_logits);
   const Routing& r = s->routing;
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
   s->rows = upload(ctx, r.row, DType::I32);
@@ -205,22 +274,14 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = r.rows();  // N k, less what capacity dropped
   Tensor routed = f32(ctx, R, C);
-  be.gather_rows(routed.f32(), s->n.f32(), s->source.i32(), nullptr, R, C);
+  be.gather_rows(routed.f32(), n.f32(), s->source.i32(), nullptr, R, C);
   s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);
   co_await s->exchange->settle();
-  const ExpertSpans& local = s->exchange->local();
   s->xp = co_await s->exchange->dispatch(routed, ctx.ep);
   routed = {};
-  const ExpertExchange& ex = *s->exchange;
-  s->g = ex.local_tensor(F), s->u = ex.local_tensor(F), s->a = ex.local_tensor(F);
-  Tensor o = ex.local_tensor(C);
-  each_expert(local, C, F, [&](const ExpertRows& x) {
-    swiglu_rows(be, x.rows, F, C, s->xp.f32() + x.rc, weight_of(gatew_) + x.w, weight_of(upw_) + x.w, s->g.f32() + x.rf,
-                s->u.f32() + x.rf, s->a.f32() + x.rf);
-    be.gemm(false, true, x.rows, C, F, 1.0f, s->a.f32() + x.rf, F, weight_of(downw_) + x.w, F, 0.0f, o.f32() + x.rc, C);
-    ctx.between_products();
-  });
-  s->o = co_await s->exchange->combine(o, ctx.ep);
+  Tensor o = experts_forward(ctx, *s, gatew_, upw_, downw_, C, F_);
+  s->xp = store(ctx, s->xp);
+  o = co_await s->exchange->combine(o, ctx.ep);
   // y = x + shared experts + the routed outputs, each token's in choice order. Under tp each
   // rank's are its columns' partial sums: summed over the tp ranks, then x joins.
   Tensor y = f32(ctx, N, C);
@@ -228,20 +289,16 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   if (tp)
     be.fill(y.f32(), 0.0f, static_cast<size_t>(N) * C);
   else
-    be.copy(y.f32(), x.f32(), static_cast<size_t>(N) * C * sizeof(float));
-  if (SF_ > 0) {
-    s->sg = f32(ctx, N, SF_), s->su = f32(ctx, N, SF_), s->sa = f32(ctx, N, SF_);
-    swiglu_rows(be, N, SF_, C, s->n.f32(), weight_of(*sgatew_), weight_of(*supw_), s->sg.f32(), s->su.f32(),
-                s->sa.f32());
-    be.gemm(false, true, N, C, SF_, 1.0f, s->sa.f32(), SF_, weight_of(*sdownw_), SF_, 1.0f, y.f32(), C);
-  }
-  be.combine_rows(y.f32(), s->o.f32(), s->rows.i32(), s->row_weight.f32(), N, spec_.top_k, C);
+    be.copy(y.f32(), xf.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  if (SF_ > 0) shared_forward(ctx, *s, n, *sgatew_, *supw_, *sdownw_, y, N, C, SF_);
+  be.combine_rows(y.f32(), o.f32(), s->rows.i32(), s->row_weight.f32(), N, spec_.top_k, C);
+  s->o = store(ctx, o);
   if (tp) {
     tp_allreduce(ctx, y);
-    be.accumulate(y.f32(), x.f32(), static_cast<size_t>(N) * C);
+    be.accumulate(y.f32(), xf.f32(), static_cast<size_t>(N) * C);
   }
   out = std::move(s);
-  co_return y;
+  co_return store(ctx, y);
 }
 
 // dy -> the routed rows' gradients (weighted) and the weights' (dots) -> each expert's
@@ -250,43 +307,28 @@ Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor 
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
   const Routing& r = s.routing;
-  const int N = ctx.B * ctx.T, C = C_, F = F_, k = spec_.top_k, R = N * k;
+  const int N = ctx.B * ctx.T, C = C_, k = spec_.top_k, R = N * k;
   if (ctx.moe) ctx.moe->add(index_, r);  // once per microbatch (a recomputed forward runs twice)
+  const Tensor dyf = working_f32(ctx, dy);
   s.dy = dy;
   Tensor dout = f32(ctx, r.rows(), C);
-  be.gather_rows(dout.f32(), dy.f32(), s.source.i32(), s.row_weight.f32(), r.rows(), C);
+  be.gather_rows(dout.f32(), dyf.f32(), s.source.i32(), s.row_weight.f32(), r.rows(), C);
   Tensor dweight = Tensor::empty(*ctx.pool, {static_cast<int64_t>(R)});
-  be.row_dots(dweight.f32(), dy.f32(), s.o.f32(), s.rows.i32(), N, k, C);
+  be.row_dots(dweight.f32(), dyf.f32(), working_f32(ctx, s.o).f32(), s.rows.i32(), N, k, C);
   tp_allreduce(ctx, dweight);  // under tp, o holds each rank's partial sums
   s.o = {};
-  // Each expert (ep > 1: on its rank): dh = dout Down_e, then the SwiGLU and its two
-  // products into the rows' dxp, which return to their tokens' ranks.
-  const ExpertSpans& local = s.exchange->local();
-  s.dout = co_await s.exchange->dispatch(dout, ctx.ep);
+  // Each expert (ep > 1: on its rank), its rows' input gradients back to their tokens' ranks.
+  dout = co_await s.exchange->dispatch(dout, ctx.ep);
+  Tensor dxp = experts_backward(ctx, s, dout, gatew_, upw_, downw_, C, F_);
   dout = {};
-  s.dg = s.exchange->local_tensor(F), s.du = s.exchange->local_tensor(F);
-  Tensor dxp = s.exchange->local_tensor(C);
-  each_expert(local, C, F, [&](const ExpertRows& x) {
-    be.gemm(false, false, x.rows, F, C, 1.0f, s.dout.f32() + x.rc, C, weight_of(downw_) + x.w, F, 0.0f,
-            s.dg.f32() + x.rf, F);
-    swiglu_rows_backward(be, x.rows, F, C, s.g.f32() + x.rf, s.u.f32() + x.rf, weight_of(gatew_) + x.w,
-                         weight_of(upw_) + x.w, s.dg.f32() + x.rf, s.du.f32() + x.rf, 0.0f, dxp.f32() + x.rc);
-    ctx.between_products();
-  });
   s.g = {}, s.u = {};
   dxp = co_await s.exchange->combine(dxp, ctx.ep);
-  s.dn = f32(ctx, N, C);
-  be.fill(s.dn.f32(), 0.0f, static_cast<size_t>(N) * C);
-  be.combine_rows(s.dn.f32(), dxp.f32(), s.rows.i32(), nullptr, N, k, C);
+  Tensor dn = f32(ctx, N, C);
+  be.fill(dn.f32(), 0.0f, static_cast<size_t>(N) * C);
+  be.combine_rows(dn.f32(), dxp.f32(), s.rows.i32(), nullptr, N, k, C);
   dxp = {};
-  if (SF_ > 0) {
-    s.dsg = f32(ctx, N, SF_), s.dsu = f32(ctx, N, SF_);
-    be.gemm(false, false, N, SF_, C, 1.0f, dy.f32(), C, weight_of(*sdownw_), SF_, 0.0f, s.dsg.f32(), SF_);
-    swiglu_rows_backward(be, N, SF_, C, s.sg.f32(), s.su.f32(), weight_of(*sgatew_), weight_of(*supw_), s.dsg.f32(),
-                         s.dsu.f32(), 1.0f, s.dn.f32());
-    s.sg = {}, s.su = {};
-  }
-  tp_allreduce(ctx, s.dn);  // the experts' parts, each rank's columns'; the router's is whole
+  if (SF_ > 0) shared_backward(ctx, s, dyf, *sgatew_, *supw_, *sdownw_, dn, N, C, SF_);
+  tp_allreduce(ctx, dn);  // the experts' parts, each rank's columns'; the router's is whole
   // The router: the weights' gradient and the auxiliary losses', each microbatch's losses
   // weighing 1/m of the objective (loss_scale N: the tokens' 1/(m N) times N).
   std::vector<float> host_dw(static_cast<size_t>(R)), host_dl(static_cast<size_t>(N) * E_);
@@ -294,33 +336,37 @@ Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor 
   router_backward(r, s.host_logits.data(), host_dw.data(), spec_, static_cast<double>(ctx.loss_scale) * N,
                   host_dl.data());
   s.dlogits = upload(ctx, host_dl, DType::F32);
-  be.gemm(false, false, N, C, E_, 1.0f, s.dlogits.f32(), E_, weight_of(routerw_), C, 1.0f, s.dn.f32(), C);
+  be.gemm(false, false, N, C, E_, 1.0f, s.dlogits.f32(), E_, weight_of(routerw_), C, 1.0f, dn.f32(), C);
+  s.dn = store(ctx, dn);
   Tensor dx = f32(ctx, N, C);
-  be.copy(dx.f32(), dy.f32(), static_cast<size_t>(N) * C * sizeof(float));
-  be.rmsnorm_backward_input(dx.f32(), s.dn.f32(), s.x.f32(), weight_of(normw_), s.rstd.f32(), N, C);
-  co_return dx;
+  be.copy(dx.f32(), dyf.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  be.rmsnorm_backward_input(dx.f32(), dn.f32(), working_f32(ctx, s.x).f32(), weight_of(normw_), s.rstd.f32(), N, C);
+  co_return store(ctx, dx);
 }
 
 void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
   const int N = ctx.B * ctx.T, C = C_, F = F_;
+  const Tensor dout = working_f32(ctx, s.dout), a = working_f32(ctx, s.a), dg = working_f32(ctx, s.dg),
+               du = working_f32(ctx, s.du), xp = working_f32(ctx, s.xp);
   each_expert(s.exchange->local(), C, F, [&](const ExpertRows& x) {
-    be.gemm(true, false, C, F, x.rows, 1.0f, s.dout.f32() + x.rc, C, s.a.f32() + x.rf, F, 1.0f, downw_.grad.f32() + x.w,
-            F);
-    be.gemm(true, false, F, C, x.rows, 1.0f, s.dg.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, gatew_.grad.f32() + x.w,
-            C);
-    be.gemm(true, false, F, C, x.rows, 1.0f, s.du.f32() + x.rf, F, s.xp.f32() + x.rc, C, 1.0f, upw_.grad.f32() + x.w,
-            C);
+    be.gemm(true, false, C, F, x.rows, 1.0f, dout.f32() + x.rc, C, a.f32() + x.rf, F, 1.0f, downw_.grad.f32() + x.w, F);
+    be.gemm(true, false, F, C, x.rows, 1.0f, dg.f32() + x.rf, F, xp.f32() + x.rc, C, 1.0f, gatew_.grad.f32() + x.w, C);
+    be.gemm(true, false, F, C, x.rows, 1.0f, du.f32() + x.rf, F, xp.f32() + x.rc, C, 1.0f, upw_.grad.f32() + x.w, C);
     ctx.between_products();
   });
+  const Tensor n = working_f32(ctx, s.n);
   if (SF_ > 0) {
-    be.gemm(true, false, C, SF_, N, 1.0f, s.dy.f32(), C, s.sa.f32(), SF_, 1.0f, sdownw_->grad.f32(), SF_);
-    be.gemm(true, false, SF_, C, N, 1.0f, s.dsg.f32(), SF_, s.n.f32(), C, 1.0f, sgatew_->grad.f32(), C);
-    be.gemm(true, false, SF_, C, N, 1.0f, s.dsu.f32(), SF_, s.n.f32(), C, 1.0f, supw_->grad.f32(), C);
+    const Tensor dy = working_f32(ctx, s.dy), sa = working_f32(ctx, s.sa), dsg = working_f32(ctx, s.dsg),
+                 dsu = working_f32(ctx, s.dsu);
+    be.gemm(true, false, C, SF_, N, 1.0f, dy.f32(), C, sa.f32(), SF_, 1.0f, sdownw_->grad.f32(), SF_);
+    be.gemm(true, false, SF_, C, N, 1.0f, dsg.f32(), SF_, n.f32(), C, 1.0f, sgatew_->grad.f32(), C);
+    be.gemm(true, false, SF_, C, N, 1.0f, dsu.f32(), SF_, n.f32(), C, 1.0f, supw_->grad.f32(), C);
   }
-  be.gemm(true, false, E_, C, N, 1.0f, s.dlogits.f32(), E_, s.n.f32(), C, 1.0f, routerw_.grad.f32(), C);
-  be.rmsnorm_backward_weight(normw_.grad.f32(), s.dn.f32(), s.x.f32(), s.rstd.f32(), N, C);
+  be.gemm(true, false, E_, C, N, 1.0f, s.dlogits.f32(), E_, n.f32(), C, 1.0f, routerw_.grad.f32(), C);
+  be.rmsnorm_backward_weight(normw_.grad.f32(), working_f32(ctx, s.dn).f32(), working_f32(ctx, s.x).f32(), s.rstd.f32(),
+                             N, C);
 }
 
 }  // namespace pipetrain

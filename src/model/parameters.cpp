@@ -107,7 +107,7 @@ void ParameterStore::initialize(uint64_t seed, Backend& backend) {
 }
 
 bool ParameterStore::needs_widened_copy(const Parameter& p, bool native_bf16_products) {
-  return !native_bf16_products || p.shape.size() == 1;
+  return !native_bf16_products || p.shape.size() == 1 || p.f32_products;
 }
 
 void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {

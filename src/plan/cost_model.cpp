@@ -117,6 +117,12 @@ double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool nati
   const double C = model.d_model;
   const bool llama = model.arch == "llama";
   if (!native_bf16_products) return unit_params(model, kind, block).on_rank(tp);
+  // Experts' products are f32 products on every backend (Parameter::f32_products); GPUs run
+  // no expert parallelism yet, so a rank holds every expert's tp share.
+  if ((kind == UnitKind::Block || kind == UnitKind::Mlp) && block >= 0 && model.moe(block)) {
+    const double attention = kind == UnitKind::Block ? widened_params(model, UnitKind::Attention, tp, true) : 0.0;
+    return attention + unit_params(model, UnitKind::Mlp, block).on_rank(tp);
+  }
   switch (kind) {
     case UnitKind::Embedding:
       return 0.0;  // tables only

@@ -180,7 +180,7 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
 // Tensor-parallel experts (each expert's width split over tp, as the dense MLP's) beside
 // dp, pp and ep, on the same model and reference: every grid with tp = 2, 1f1b and
 // dualpipev (its F&B pairs taking turns under tp; at pp = 1 with ep = 2 where dp allows),
-// zb-h1 with ZeRO-1.
+// zb-h1 with ZeRO-1; and bf16 (ep = dp) against the single-rank bf16 run.
 TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
   std::vector<GridCase> grids;
   for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}})
@@ -202,6 +202,13 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
       cfg.parallel.ep = c.ep;
       expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
     }
+    SCOPED_TRACE(::testing::Message() << "bf16 experts, grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", ep "
+                                      << g.dp << ", against the single-rank bf16 run");
+    single.train.precision = "bf16";
+    Config cfg = moe_config(g, "1f1b", false, 1);
+    cfg.parallel.ep = g.dp;
+    cfg.train.precision = "bf16";
+    expect_same_run(run(cfg, MPI_COMM_WORLD), run(single, MPI_COMM_SELF), cfg);
   }
 }
 

@@ -5,6 +5,9 @@
 // Dropless: every expert takes all its tokens. The routed rows are gathered so each
 // expert's are contiguous, multiplied by one product per expert, and combined back in
 // choice order (Backend::gather_rows, combine_rows): deterministic.
+// Under bf16 (ctx.storage) the activations and the stash are stored as the dense layers' are,
+// and the products are f32 products of stored values (their weights keep a widened copy on
+// every backend: Parameter::f32_products); routing and the exchanged rows stay f32.
 // The auxiliary losses join the objective with weight 1/m per microbatch (the step
 // objective's, as ctx.loss_scale is the tokens'); their gradient enters at the router.
 // Parameters h.<i>.mlp_norm.w, moe.router.w (E, C), moe.gate.w and moe.up.w (E F, C: expert
@@ -63,6 +66,7 @@ class MoeMlp : public Layer {
   Parameter *sgatew_ = nullptr, *supw_ = nullptr, *sdownw_ = nullptr;
   Parameter* bias_ = nullptr;  // the selection bias (router_bias_rate > 0)
   MoeForwardStats last_;
+  Routing route(const MicrobatchContext& ctx, const Tensor& n, std::vector<float>& host_logits) const;
 };
 
 }  // namespace pipetrain

@@ -36,6 +36,9 @@ struct Parameter {
   // bias, moved by the trainer from the step's loads); checkpointed with the weights, no
   // moments (declare it with updated = false too).
   bool trained = true;
+  // Under bf16, products read its widened (f32) copy on every backend, never its bf16 one
+  // (the experts' per-expert products; ParameterStore::needs_widened_copy).
+  bool f32_products = false;
   int64_t moment_offset = 0;  // into the moment buffers (updated parameters only)
   Tensor value, grad, m, v;  // m, v: undefined when !updated
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
