@@ -37,6 +37,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
   return {{"dp", l.dp},
           {"pp", l.pp},
           {"tp", l.tp},
+          {"ep", l.ep},
           {"virtual_stages", l.virtual_stages},
           {"schedule", l.pp == 1 ? "none" : l.schedule},
           {"microbatches", l.microbatches},
@@ -53,6 +54,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"breakdown_s",
            {{"compute", p.compute_s},
             {"tp_comm", p.tp_comm_s},
+            {"ep_comm", p.ep_comm_s},
             {"bubble", p.bubble_s},
             {"dp", p.dp_s},
             {"optimizer", p.optimizer_s},
@@ -92,10 +94,12 @@ void print_plan(const PlanCliOptions& o, const Config& cfg, const ClusterSpec& c
     fmt::print("{:>3}  {:<74} {:>8.1f}ms {:>11.0f} {:>9.3f} {:>5.1f}% {:>5.1f} GiB\n", ++i, describe(l), 1e3 * p.step_s,
                p.tokens_per_s, p.flops_per_device / 1e12, 100 * p.mfu, gib(p.memory.total()));
   const auto& [best, bp] = r.ranked.front();
-  fmt::print("best: blocks per stage [{}]; its step: compute {:.1f} ms, tp {:.1f} ms, bubble {:.1f} ms, dp {:.1f} ms, "
-             "AdamW {:.1f} ms, other {:.1f} ms (pipeline rank {})\n",
-             fmt::join(best.blocks_per_stage, ", "), 1e3 * bp.compute_s, 1e3 * bp.tp_comm_s, 1e3 * bp.bubble_s,
-             1e3 * bp.dp_s, 1e3 * bp.optimizer_s, 1e3 * bp.other_s, bp.critical_rank);
+  fmt::print(
+      "best: blocks per stage [{}]; its step: compute {:.1f} ms, tp {:.1f} ms,{} bubble {:.1f} ms, dp {:.1f} ms, "
+      "AdamW {:.1f} ms, other {:.1f} ms (pipeline rank {})\n",
+      fmt::join(best.blocks_per_stage, ", "), 1e3 * bp.compute_s, 1e3 * bp.tp_comm_s,
+      best.ep > 1 ? fmt::format(" expert all-to-all {:.1f} ms,", 1e3 * bp.ep_comm_s) : "", 1e3 * bp.bubble_s,
+      1e3 * bp.dp_s, 1e3 * bp.optimizer_s, 1e3 * bp.other_s, bp.critical_rank);
   if (!r.reason.empty()) fmt::print("why: {}\n", r.reason);
   fmt::print("run it: mpirun -n {} pipetrain train {} --set {}\n", r.devices, cfg.source,
              fmt::join(layout_overrides(best), " --set "));

@@ -31,9 +31,16 @@ UnitParams moe_params(const ModelConfig& m) {
   return {3.0 * C * m.expert_ffn() * m.n_shared_experts, C + C * m.n_experts, 3.0 * C * m.expert_ffn() * m.n_experts};
 }
 
+// The matrices one token passes through in a mixture of experts' MLP: its top_k routed
+// experts, the shared ones, the router.
+double active_expert_params(const ModelConfig& m) {
+  const double C = m.d_model;
+  return 3.0 * C * m.expert_ffn() * (m.top_k + m.n_shared_experts) + C * m.n_experts;
+}
+
 }  // namespace
 
-UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes) {
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes, int block) {
   const double N = static_cast<double>(B) * T, C = model.d_model, V = model.padded_vocab();
   UnitWork w;
   switch (kind) {
@@ -45,7 +52,7 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
       break;
     case UnitKind::Block: {
       const UnitWork a = unit_work(model, UnitKind::Attention, tp, B, T, storage_bytes),
-                     m = unit_work(model, UnitKind::Mlp, tp, B, T, storage_bytes);
+                     m = unit_work(model, UnitKind::Mlp, tp, B, T, storage_bytes, block);
       w.f_flops = a.f_flops + m.f_flops;
       w.i_flops = a.i_flops + m.i_flops;
       w.w_flops = a.w_flops + m.w_flops;
@@ -57,8 +64,10 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
     }
     case UnitKind::Attention:
     case UnitKind::Mlp: {
-      const bool attention = kind == UnitKind::Attention;
-      const double P = attention ? attention_matmul_params(model) : mlp_matmul_params(model);
+      const bool attention = kind == UnitKind::Attention, experts = !attention && block >= 0 && model.moe(block);
+      const double P = attention ? attention_matmul_params(model)
+                       : experts ? active_expert_params(model)
+                                 : mlp_matmul_params(model);
       // Attention over a causal window: QK^T and PV, each 2 T C FLOPs per token halved.
       const double attn = attention ? 2.0 * N * T * C / tp : 0.0;
       w.attention_flops = attn;
@@ -70,6 +79,7 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
       // whole width (15 C, not sharded), attention's reshapes (14 C / tp) or the activation
       // function (24 C / tp) on the shard; flash attention keeps no T x T scores.
       w.bytes = N * storage_bytes * (15.0 * C + (attention ? 14.0 : 24.0) * C / tp);
+      if (experts) w.bytes += 4.0 * N * model.top_k * C * 4.0;  // rows gathered, combined; both again backward
       break;
     }
     case UnitKind::Head:
@@ -206,13 +216,32 @@ double allgather_seconds(double bytes, int ranks, const LinkSpec& link) {
 
 double p2p_seconds(double bytes, const LinkSpec& link) { return link.latency + bytes / link.bandwidth; }
 
+double all_to_all_seconds(double bytes, int ranks, const LinkSpec& link) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return (n - 1) * link.latency + (n - 1) / n * bytes / link.bandwidth;
+}
+
+double expert_exchange_seconds(const ClusterSpec& c, const ModelConfig& model, int tp, int ep, int B, int T) {
+  if (ep <= 1) return 0;
+  const LinkSpec& link = group_link(c, tp, ep);
+  const double rows = 4.0 * B * T * model.top_k * model.d_model;
+  return all_to_all_seconds(4.0 * ep, ep, link) + 2.0 * all_to_all_seconds(rows, ep, link);
+}
+
 const LinkSpec& group_link(const ClusterSpec& c, int stride, int size) {
   return static_cast<int64_t>(stride) * size <= c.devices_per_node ? c.intra_node : c.inter_node;
 }
 
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode) {
-  const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4);
+                       const std::string& precision, Recompute mode, int block) {
+  const bool experts = block >= 0 && model.moe(block);
+  if (kind == UnitKind::Block && experts) {  // each half at its own rate
+    const ActionTimes a = unit_times(c, model, UnitKind::Attention, tp, B, T, precision, mode),
+                      m = unit_times(c, model, UnitKind::Mlp, tp, B, T, precision, mode, block);
+    return {a.F + m.F, a.I + m.I, a.W + m.W, a.tp_comm + m.tp_comm};
+  }
+  const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4, block);
   const DeviceSpec& d = c.device;
   const auto measured = d.measured.find(precision);
   const auto peak = d.peak_flops.find(precision);
@@ -220,8 +249,9 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
   double rate = flop_rate, byte_rate = d.memory_bandwidth;
   bool bytes_counted = true;
   if (measured != d.measured.end()) {  // measured rates already include the unit's elementwise work
-    // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width.
-    const double tokens = static_cast<double>(B) * T / tp;
+    // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width;
+    // an expert's, of its share of the routed rows.
+    const double tokens = static_cast<double>(B) * T / tp * (experts ? double(model.top_k) / model.n_experts : 1.0);
     if (is_block_part(kind)) rate = measured->second.block_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;

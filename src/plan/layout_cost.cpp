@@ -123,16 +123,41 @@ std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const Acti
   return {embedding.F + sum, (head.F + head.I) / l.pp + partials, head.W / l.pp, embedding.I + embedding.W};
 }
 
+// The share of rank r's forwards and backwards that run in an F&B pair (schedule.overlap):
+// each hides its expert exchanges behind its partner's compute.
+double paired_share(const Context& cx, const Schedule& s, int r) {
+  if (!cx.cfg.schedule.overlap || s.pairs.empty() || s.pairs[static_cast<size_t>(r)].empty()) return 0.0;
+  int computes = 0;
+  for (const Action& a : s.per_rank[static_cast<size_t>(r)]) computes += a.op == Op::F || a.op == Op::B;
+  return computes ? 2.0 * static_cast<double>(s.pairs[static_cast<size_t>(r)].size()) / computes : 0.0;
+}
+
+// The expert exchange a mixture-of-experts piece adds to its F and to its I, less what an
+// F&B pair hides (`paired` of them, each behind up to the partner's compute).
+double exposed_exchange(double exchange, double paired, const ActionTimes& t) {
+  return exchange - paired * std::min(exchange, std::min(t.F, t.I));
+}
+
 // The stages' split and their costs per microbatch (out.costs; tp communication per stage
-// in stage_tp). A stage's pieces (partition.hpp) are priced as the cost model's units. Under
-// vocabulary parallelism the slices' work (vocab_costs) is every rank's; the stages split
-// the blocks, their ends keeping positions and the final norm (as the Trainer splits).
-std::vector<StageUnits> price_stages(const Context& cx, Layout& l, int S, Costed& out, std::vector<double>& stage_tp) {
+// in stage_tp, the expert all-to-alls' exposed time in stage_ep). A stage's pieces
+// (partition.hpp) are priced as the cost model's units, a mixture of experts' as its own.
+// Under vocabulary parallelism the slices' work (vocab_costs) is every rank's; the stages
+// split the blocks, their ends keeping positions and the final norm (as the Trainer splits).
+std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedule& sched, Costed& out,
+                                     std::vector<double>& stage_tp, std::vector<double>& stage_ep) {
   const ModelConfig& model = cx.cfg.model;
-  std::map<UnitKind, ActionTimes> times;
-  for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head})
-    times[k] =
-        unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, cx.cfg.train.seq_len, l.precision, l.recompute);
+  const int S = sched.num_stages, T = cx.cfg.train.seq_len;
+  std::map<UnitKind, ActionTimes> times, moe_times;
+  int first_moe = -1;
+  for (int b = model.n_layer - 1; b >= 0; --b)
+    if (model.moe(b)) first_moe = b;
+  for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head}) {
+    times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute);
+    moe_times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, first_moe);
+  }
+  const double exchange = expert_exchange_seconds(cx.cluster, model, l.tp, l.ep, l.microbatch_size, T);
+  // Blocks split by a mixture's cost where the model has one (most of its blocks are).
+  if (first_moe >= 0) times[UnitKind::Block] = moe_times[UnitKind::Block];
   auto total = [&](UnitKind k) { return times[k].F + times[k].I + times[k].W; };
   const bool vp = l.vocab_parallel;
   if (vp) {
@@ -146,14 +171,19 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, int S, Costed
   l.blocks_per_stage = blocks_per_stage(model, units);
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);
+  stage_ep.assign(static_cast<size_t>(S), 0.0);
   for (int st = 0; st < S; ++st) {
-    double F = 0, I = 0, W = 0, comm = 0;
+    const double paired = paired_share(cx, sched, sched.stage_to_rank[static_cast<size_t>(st)]);
+    double F = 0, I = 0, W = 0, comm = 0, ep = 0;
     for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
-      const ActionTimes& t = times[p.kind];
-      F += t.F, I += t.I, W += t.W, comm += t.tp_comm;
+      const bool experts = p.kind != UnitKind::Attention && p.block >= 0 && model.moe(p.block);
+      const ActionTimes& t = experts ? moe_times[p.kind] : times[p.kind];
+      const double x = experts ? exposed_exchange(exchange, paired, t) : 0.0;
+      F += t.F + x, I += t.I + x, W += t.W, comm += t.tp_comm, ep += 2 * x;
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
     stage_tp[static_cast<size_t>(st)] = comm;
+    stage_ep[static_cast<size_t>(st)] = ep;
   }
   return units;
 }
@@ -169,8 +199,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
   const bool vp = l.vocab_parallel;
   Costed out;
-  std::vector<double> stage_tp;
-  const std::vector<StageUnits> units = price_stages(cx, l, S, out, stage_tp);
+  std::vector<double> stage_tp, stage_ep;
+  const std::vector<StageUnits> units = price_stages(cx, l, s, out, stage_tp, stage_ep);
   const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
@@ -184,7 +214,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
   const bool pack = planned_packing(cx, l, s, units);
   out.busy.assign(static_cast<size_t>(R), 0.0);
-  out.tp_comm = out.dp = out.optimizer = out.other = out.busy;
+  out.tp_comm = out.ep_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
     const Holdings h = rank_holdings(model, l, s, units, r, T, keeps, native_bf16);
     const double params = h.params, widened = h.widened, dense = h.dense, largest = h.largest_stash;
@@ -194,6 +224,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
       out.busy[r] += m * (pc[0] + pc[1]);
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
+      out.ep_comm[r] += m * stage_ep[static_cast<size_t>(st)];
     }
     for (double v : out.costs.vocab) out.busy[r] += m * v;
     // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.

@@ -33,7 +33,7 @@ struct Costed {
   Built* built = nullptr;
   Costs costs;                               // per stage
   double transfer = 0;                       // one activation between stages
-  std::vector<double> busy, tp_comm;         // per pipeline rank, over the step
+  std::vector<double> busy, tp_comm, ep_comm;  // per pipeline rank, over the step (ep: exposed all-to-alls)
   std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
   RankMemory memory;                         // the rank that holds the most
   std::vector<MemoryInputs> inputs;          // per pipeline rank

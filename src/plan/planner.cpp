@@ -91,7 +91,8 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
     p.step_s = step;
     p.critical_rank = r;
     p.tp_comm_s = k.tp_comm[i];
-    p.compute_s = k.busy[i] - k.tp_comm[i];
+    p.ep_comm_s = k.ep_comm[i];
+    p.compute_s = k.busy[i] - k.tp_comm[i] - k.ep_comm[i];
     p.bubble_s = end[i] - k.busy[i];
     p.dp_s = k.dp[i];
     p.optimizer_s = k.optimizer[i];
@@ -126,6 +127,16 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
+// parallel.ep for dp replicas: every divisor of dp that divides the experts (expert
+// parallelism runs on CPUs only so far); 1 without experts.
+std::vector<int> ep_options(const ModelConfig& model, int dp, const std::string& device) {
+  if (model.n_experts == 0 || device != "cpu") return {1};
+  std::vector<int> out;
+  for (int ep : divisors(dp))
+    if (model.n_experts % ep == 0) out.push_back(ep);
+  return out;
+}
+
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
 // Steps within 0.1% are a tie: fewer, bigger microbatches first (the model's rates are
@@ -141,6 +152,7 @@ bool faster(const std::pair<Layout, Prediction>& a, const std::pair<Layout, Pred
 std::string reason(const Prediction& a, const Prediction& b, const Layout& second) {
   const std::pair<const char*, double> parts[] = {{"pipeline bubble", b.bubble_s - a.bubble_s},
                                                   {"tensor-parallel communication", b.tp_comm_s - a.tp_comm_s},
+                                                  {"expert all-to-all", b.ep_comm_s - a.ep_comm_s},
                                                   {"compute (recomputation, kernel sizes)", b.compute_s - a.compute_s},
                                                   {"data-parallel tail", b.dp_s - a.dp_s},
                                                   {"optimizer step", b.optimizer_s - a.optimizer_s},
@@ -187,6 +199,7 @@ std::vector<std::string> with_planning_layout(const std::vector<std::string>& ov
   std::vector<std::string> all = {"parallel.dp=1",
                                   "parallel.pp=1",
                                   "parallel.tp=1",
+                                  "parallel.ep=1",
                                   "parallel.virtual_stages=1",
                                   "parallel.layers_per_stage=auto",
                                   "parallel.recompute_stages=all",
@@ -218,6 +231,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
   return {fmt::format("parallel.dp={}", l.dp),
           fmt::format("parallel.pp={}", l.pp),
           fmt::format("parallel.tp={}", l.tp),
+          fmt::format("parallel.ep={}", l.ep),
           fmt::format("parallel.virtual_stages={}", l.virtual_stages),
           "parallel.layers_per_stage=auto",
           fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
@@ -270,7 +284,7 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
     for (const auto& rc : o.recompute)
       for (bool z : o.zero1)
         for (bool vp : vocab) {
-          if (z && l.dp == 1) continue;
+          if (z && (l.dp == 1 || l.ep > 1)) continue;  // ZeRO-1 does not shard expert-parallel parameters yet
           Layout v = l;
           v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;
           ++res.candidates;
@@ -343,10 +357,12 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
             if (pp > 1 && !allowed(o.only_virtual, v)) continue;
             Built& b = cache.get(name, pp, v, m);
             if (!b.ok) continue;
-            Layout l;
-            l.dp = dp, l.pp = pp, l.tp = tp, l.virtual_stages = v, l.schedule = name;
-            l.microbatches = m, l.microbatch_size = per_replica / m;
-            add_variants(cx, o, precisions, std::move(l), b, res, fits);
+            for (int ep : ep_options(model, dp, cluster.device.kind)) {
+              Layout l;
+              l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.virtual_stages = v, l.schedule = name;
+              l.microbatches = m, l.microbatch_size = per_replica / m;
+              add_variants(cx, o, precisions, std::move(l), b, res, fits);
+            }
           }
         }
       }

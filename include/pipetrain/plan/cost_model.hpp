@@ -4,8 +4,8 @@
 // docs/cost-model.md writes the formulas down.
 // Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
 // rank_dense_weight_params, multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
-// allreduce_seconds, allgather_seconds, p2p_seconds, group_link, adamw_seconds, gradient_passes_seconds,
-// MemoryInputs, RankMemory, rank_memory.
+// allreduce_seconds, allgather_seconds, p2p_seconds, all_to_all_seconds, expert_exchange_seconds, group_link,
+// adamw_seconds, gradient_passes_seconds, MemoryInputs, RankMemory, rank_memory.
 #pragma once
 #include <string>
 #include <vector>
@@ -31,8 +31,11 @@ struct UnitWork {
   int allreduces_f = 0, allreduces_i = 0;  // tp all-reduces of an N x C activation (f32)
   int small_reductions_f = 0;              // tp reductions of N floats (the loss's max and sum)
 };
-// storage_bytes: an activation element (4 in fp32, 2 in bf16).
-UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4);
+// storage_bytes: an activation element (4 in fp32, 2 in bf16). `block`: the block a Block or
+// Mlp unit is; a mixture of experts' MLP (ModelConfig::moe(block)) does the active experts'
+// work (top_k routed and the shared ones, and the router) and moves its routed rows.
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4,
+                   int block = -1);
 
 // Parameters of one unit: `sharded` divides over tp ranks, `replicated` does not, `experts`
 // (a mixture of experts' routed experts) over the ep ranks.
@@ -89,6 +92,12 @@ PackChoice choose_pack_weights(const PackInputs& in);
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link);   // ring
 double allgather_seconds(double bytes, int ranks, const LinkSpec& link);   // bytes = the gathered whole
 double p2p_seconds(double bytes, const LinkSpec& link);
+// An all-to-all where each rank holds `bytes` spread evenly over the ranks: (n - 1)/n leave it.
+double all_to_all_seconds(double bytes, int ranks, const LinkSpec& link);
+// One mixture-of-experts layer's exchange in one direction for one microbatch (the forward's,
+// or the backward's): its routed rows (N k x C, f32) to their experts' ranks and back, over
+// ep ranks spaced tp apart, and the counts before them.
+double expert_exchange_seconds(const ClusterSpec& c, const ModelConfig& model, int tp, int ep, int B, int T);
 // The link a group of `size` ranks spaced `stride` apart uses: inside a node when the
 // group fits in one (ranks are numbered node by node), else between nodes.
 const LinkSpec& group_link(const ClusterSpec& c, int stride, int size);
@@ -99,8 +108,10 @@ struct ActionTimes {
   double F = 0, I = 0, W = 0;
   double tp_comm = 0;  // of F + I
 };
+// `block` as for unit_work (a mixture of experts' products are per expert: measured rates are
+// taken at an expert's rows).
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode);
+                       const std::string& precision, Recompute mode, int block = -1);
 
 // One AdamW step over `params` f32 parameters (28 bytes each: p, g, m, v read; p, m, v written).
 double adamw_seconds(double params, const DeviceSpec& d);

@@ -34,7 +34,7 @@ struct PlanOptions {
 
 struct Layout {
   int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
-  int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (taken from the config, not enumerated)
+  int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (enumerated where the model has experts)
   std::string schedule = "1f1b";
   int microbatches = 1;      // per replica
   int microbatch_size = 1;   // sequences
@@ -50,6 +50,7 @@ struct Prediction {
   RankMemory memory;  // of the rank that holds the most
   // Where the critical rank's step goes (they add up to step_s).
   double compute_s = 0, tp_comm_s = 0, bubble_s = 0, dp_s = 0, optimizer_s = 0, other_s = 0;
+  double ep_comm_s = 0;   // the expert all-to-alls' time not hidden in F&B pairs
   int critical_rank = 0;  // pipeline rank
 };
 
