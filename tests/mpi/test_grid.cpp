@@ -178,12 +178,12 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
 }
 
 // Tensor-parallel experts (each expert's width split over tp, as the dense MLP's) beside
-// dp, pp and ep, on the same model and reference: every grid with tp = 2, 1f1b and
-// dualpipev (its F&B pairs taking turns under tp; at pp = 1 with ep = 2 where dp allows),
+// dp, pp and ep, on the same model and reference: grids with tp = 2 (8 ranks: ep = 4), 1f1b and
+// dualpipev (its F&B pairs taking turns under tp; with ep = dp),
 // zb-h1 with ZeRO-1; and bf16 (ep = dp) against the single-rank bf16 run.
 TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
   std::vector<GridCase> grids;
-  for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}})
+  for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}, {4, 1, 2}})
     if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
   if (grids.empty()) GTEST_SKIP() << "no grid of the list with tp has " << world_size() << " ranks";
   for (GridCase g : grids) {
