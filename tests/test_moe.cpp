@@ -313,7 +313,8 @@ TEST(MoeModel, StepStatisticsSumMicrobatchesAndAverageTheLosses) {
 }
 
 // The cost model's parameter count (the planner's and the run header's memory estimate's)
-// is what the model declares, experts included; a token's FLOPs count only its experts.
+// is what the model declares, experts included (on a rank: its ep and tp share); a token's
+// FLOPs count only its experts.
 TEST(MoeModel, CostModelCountsEveryExpertAndFlopsOnlyTheActiveOnes) {
   ModelConfig m = tiny_moe(1);
   m.n_layer = 4;
@@ -334,6 +335,12 @@ TEST(MoeModel, CostModelCountsEveryExpertAndFlopsOnlyTheActiveOnes) {
   double on_rank = 0;
   for (const auto& p : half.params()) on_rank += static_cast<double>(p.numel());
   EXPECT_DOUBLE_EQ(unit_params(m, UnitKind::Mlp, 1).on_rank(1, 2), on_rank);
+  // Under ep = 2 and tp = 2 as well: a quarter of each routed expert matrix, half the shared.
+  ParameterStore quarter;
+  MoeMlp split(m, 1, quarter, ExpertParallel{1, 2}, TensorParallel{1, 2});
+  on_rank = 0;
+  for (const auto& p : quarter.params()) on_rank += static_cast<double>(p.numel());
+  EXPECT_DOUBLE_EQ(unit_params(m, UnitKind::Mlp, 1).on_rank(2, 2), on_rank);
 }
 
 }  // namespace

@@ -86,9 +86,10 @@ struct BlockBytes {
 // A mixture of experts' MLP (moe_mlp.cpp), N k routed rows: x, n (N x C), the logits (E,
 // on the host), the rows' inputs and outputs (2 C), gate, up and SwiGLU (3 F), the shared experts' (3 S);
 // for the weight pass dy, dn, the logits' gradient, the rows' output gradient (C), dg, du
-// (2 F), the shared experts' (2 S). Statistics and indices: RMSNorm's, 3 per row.
-BlockBytes moe_stash(const ModelConfig& cfg, double N) {
-  const double C = cfg.d_model, E = cfg.n_experts, k = cfg.top_k, F = cfg.expert_ffn(),
+// (2 F), the shared experts' (2 S). Statistics and indices: RMSNorm's, 3 per row. Under tp
+// F and S are a rank's share of the width.
+BlockBytes moe_stash(const ModelConfig& cfg, double N, int tp) {
+  const double C = cfg.d_model, E = cfg.n_experts, k = cfg.top_k, F = double(cfg.expert_ffn()) / tp,
                S = static_cast<double>(cfg.n_shared_experts) * F;
   return {N * (2 * C + E + k * (2 * C + 3 * F) + 3 * S) + N * (2 * C + E + k * (C + 2 * F) + 2 * S), N * (1 + 3 * k)};
 }
@@ -103,7 +104,7 @@ BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp
   }
   const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
   if (mode == Recompute::Full) return {N * C, 0};
-  if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N);
+  if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N, tp);
   const bool attention = kind == PieceKind::Attention, selective = mode == Recompute::Selective;
   const double NH = static_cast<double>(cfg.n_head) / tp;
   const double per_head = keeps == AttentionKeeps::kCausalBlocks ? static_cast<double>(causal_block_elements(T))
