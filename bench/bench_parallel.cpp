@@ -17,6 +17,7 @@
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5] [--moe]
+//                                                        [--shared-experts 0]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   {
     KokkosSession kokkos(argc, argv);
-    int layers = 12, seq_len = 128, batch = 8, steps = 5;
+    int layers = 12, seq_len = 128, batch = 8, steps = 5, shared_experts = 0;
     // Command-line names of the layouts, in the order they run.
     const std::vector<std::pair<std::string, std::string>> all = {
         {"dp-returns-memory", "dp, glibc's malloc policy"},
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "ep",
                                "ep-dualpipev", "ep-dualpipev-in-order"}));
     app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
+    app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
       cfg.model.n_experts = 8;
       cfg.model.top_k = 2;
       cfg.model.expert_ffn_hidden = 768;
+      cfg.model.n_shared_experts = shared_experts;
       if (only.empty()) only = {"dp", "ep", "ep-dualpipev", "ep-dualpipev-in-order"};
     } else if (only.empty()) {
       for (const auto& [flag, kind] : all)
@@ -137,8 +140,10 @@ int main(int argc, char** argv) {
     const double tokens = static_cast<double>(batch) * seq_len;
     if (rank == 0)
       fmt::print("{} {} layers, d_model 768, global batch {} x {} tokens; BLAS {}, 1 thread/rank\n",
-                 moe ? "Llama, a mixture of 8 experts of width 768 (top 2) in every block," : "GPT-2", layers, batch,
-                 seq_len, blas_kernel_name());
+                 moe ? fmt::format("Llama, a mixture of 8 experts of width 768 (top 2){} in every block,",
+                                   shared_experts > 0 ? fmt::format(" and {} shared", shared_experts) : "")
+                     : "GPT-2",
+                 layers, batch, seq_len, blas_kernel_name());
     // dp with the reducer's progress thread (comm.progress_us = 1000, the default), without
     // it, and with ZeRO-1 (buckets reduced to their owners, the update sharded); then tp.
     std::vector<double> singles;  // this rank's single-rank steps, every round of every layout
