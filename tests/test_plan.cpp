@@ -616,6 +616,11 @@ TEST(Planner, ExpertParallelismIsEnumeratedPricedAndHiddenInPairs) {
   EXPECT_EQ(plan(cfg, c, o).candidates, 6);
   c.device.memory_bytes = whole.memory.total() - 1;
   for (const auto& [l, p] : plan(cfg, c, o).ranked) EXPECT_GT(l.ep, 1) << describe(l);
+  o.only_ep = {2};  // --ep 2
+  for (const auto& [l, p] : plan(cfg, c, o).ranked) EXPECT_EQ(l.ep, 2) << describe(l);
+  o.only_ep = {3};
+  expect_one_line_error([&] { plan(cfg, c, o); }, {"has ep in [3]: ep must divide dp and model.n_experts (8)"});
+  o.only_ep.clear();
   // dualpipev's pairs on dp 2 x pp 2 with ep 2 hide part of the exchanges; in order, none.
   c.device.memory_bytes = 16 * 1073741824.0;
   const Prediction paired = predicted(2, 2, 2, "dualpipev", 2, 4);

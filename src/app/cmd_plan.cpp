@@ -25,7 +25,7 @@ namespace {
 struct PlanCliOptions {
   std::string config, cluster, output;
   std::vector<std::string> overrides, precisions, schedules, recompute;
-  std::vector<int> tp, pp, virtual_stages;
+  std::vector<int> tp, pp, ep, virtual_stages;
   std::string zero1;  // "": both; on | off
   int nodes = 0, global_batch = 0, top = 5;
   bool json = false, calibrate = false;
@@ -142,6 +142,7 @@ int run_plan(const PlanCliOptions& o) {
   po.schedules = o.schedules;
   po.only_tp = o.tp;
   po.only_pp = o.pp;
+  po.only_ep = o.ep;
   po.only_virtual = o.virtual_stages;
   if (!o.recompute.empty()) po.recompute = o.recompute;
   if (!o.zero1.empty()) po.zero1 = {o.zero1 == "on"};
@@ -156,8 +157,10 @@ int run_plan(const PlanCliOptions& o) {
 
 void add_plan_command(CLI::App& app, CommandRunner& runner) {
   auto o = std::make_shared<PlanCliOptions>();
-  CLI::App* sub = app.add_subcommand("plan", "Rank the layouts (grid, schedule, microbatches, recomputation, ZeRO-1, "
-                                             "precision) of a model on a cluster, or measure this machine");
+  CLI::App* sub = app.add_subcommand("plan",
+                                     "Rank the layouts (grid, schedule, microbatches, recomputation, ZeRO-1, "
+                                     "precision, expert parallelism) of a model on a cluster, or measure "
+                                     "this machine");
   sub->add_option("config", o->config, "TOML config file (model, train.global_batch, train.seq_len)")->required();
   sub->add_option("--cluster", o->cluster, "The cluster file (CLUSTER.toml)");
   sub->add_option("--nodes", o->nodes, "Nodes to plan for (default: the cluster file's)")->check(CLI::PositiveNumber);
@@ -169,6 +172,7 @@ void add_plan_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--schedule", o->schedules, "Only this schedule (repeatable; default: every registered one)");
   sub->add_option("--tp", o->tp, "Only this tensor-parallel size (repeatable)");
   sub->add_option("--pp", o->pp, "Only this pipeline size (repeatable)");
+  sub->add_option("--ep", o->ep, "Only this expert-parallel size (repeatable; a model with experts)");
   sub->add_option("--virtual-stages", o->virtual_stages, "Only this many stages per pipeline rank (repeatable)");
   sub->add_option("--recompute", o->recompute, "Only this recomputation: none | selective | full (repeatable)")
       ->check(CLI::IsMember({"none", "selective", "full"}));

@@ -358,6 +358,7 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
             Built& b = cache.get(name, pp, v, m);
             if (!b.ok) continue;
             for (int ep : ep_options(model, dp, cluster.device.kind)) {
+              if (!allowed(o.only_ep, ep)) continue;
               Layout l;
               l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.virtual_stages = v, l.schedule = name;
               l.microbatches = m, l.microbatch_size = per_replica / m;
@@ -376,6 +377,9 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
         "no dp x pp x tp grid of {} devices fits: tp must divide devices_per_node ({}), n_head ({}) and the "
         "key/value heads ({}); pp at most n_layer ({}); dp must divide the global batch ({})",
         res.devices, per_node, model.n_head, model.kv_heads(), model.n_layer, res.global_batch);
+  if (res.candidates == 0 && !o.only_ep.empty())
+    fail("no layout of {} on {} devices has ep in [{}]: ep must divide dp and model.n_experts ({}), on CPU devices",
+         cfg.source, res.devices, fmt::join(o.only_ep, ", "), model.n_experts);
   if (fits.empty())
     fail("no layout of {} on {} devices fits in {} per device ({} less the {} reserve): the smallest needs {} ({})",
          cfg.source, res.devices, gib(res.usable_memory), gib(cluster.device.memory_bytes),

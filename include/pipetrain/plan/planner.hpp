@@ -27,6 +27,7 @@ struct PlanOptions {
   std::vector<std::string> recompute{"none", "selective", "full"};
   std::vector<bool> zero1{false, true};
   std::vector<int> only_tp, only_pp;  // empty: any that divides
+  std::vector<int> only_ep;           // empty: any ep_options allows (a model with experts)
   std::vector<int> only_virtual;      // empty: 1, 2, 4, ... up to max_virtual_stages
   int max_virtual_stages = 4;  // interleaved and looped schedules try 2, 4, ... up to this
   double dp_bucket_mb = 25;
