@@ -17,68 +17,13 @@
 #include "pipetrain/plan/planner.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/schedule/registry.hpp"
+#include "plan_fixtures.hpp"
 #include "test_files.hpp"
 
 namespace pipetrain {
 namespace {
 
-using testing::expect_one_line_error;
-
-// A small valid cluster file; one key per line so that a test can drop any one of them.
-const char* kCluster = R"(name = "test"
-nodes = 2
-devices_per_node = 4
-[device]
-kind = "cuda"
-memory_gib = 16
-reserve_gib = 1
-peak_tflops = { fp32 = 10, bf16 = 100 }
-gemm_efficiency = 0.5
-memory_bandwidth_gbs = 1000
-layer_overhead_us = 0
-[intra_node]
-bandwidth_gbs = 100
-latency_us = 2
-[inter_node]
-bandwidth_gbs = 10
-latency_us = 5
-)";
-
-std::string without_line(const std::string& text, const std::string& starts) {
-  std::string out;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t end = text.find('\n', at);
-    const std::string line = text.substr(at, end - at);
-    if (line.rfind(starts, 0) != 0) out += line + "\n";
-    at = end == std::string::npos ? text.size() : end + 1;
-  }
-  return out;
-}
-
-ModelConfig tiny_gpt2() {
-  ModelConfig m;
-  m.n_layer = 4, m.n_head = 4, m.d_model = 64, m.vocab_size = 300, m.max_seq_len = 32;
-  return m;
-}
-
-Config tiny_config(int global_batch = 4) {
-  Config c;
-  c.model = tiny_gpt2();
-  c.train.seq_len = 32;
-  c.train.global_batch = global_batch;
-  c.source = "tiny.toml";
-  return c;
-}
-
-ClusterSpec node_of(int devices, double memory_gib = 16) {
-  ClusterSpec c = parse_cluster(kCluster, "test.toml");
-  c.nodes = 1;
-  c.devices_per_node = devices;
-  c.device.memory_bytes = memory_gib * 1073741824.0;
-  c.device.reserve_bytes = 0;
-  return c;
-}
+using namespace testing;
 
 TEST(ClusterFile, ShippedExamplesLoad) {
   int n = 0;
@@ -163,20 +108,6 @@ TEST(ClusterFile, MeasuredRatesInterpolateInLogTokens) {
   EXPECT_NEAR(r.head_at(200), 2, 1e-12);
 }
 
-// Counts what ModelStage declares for units [unit, unit + count), on one rank of tp.
-UnitParams declared(const ModelConfig& m, int unit, int count, int tp_size) {
-  ParameterStore one;
-  ModelStage a(m, unit, unit + count, one, TensorParallel{0, tp_size});
-  double replicated = 0, total = 0;
-  for (const auto& p : one.params()) {
-    total += static_cast<double>(p.numel());
-    int64_t global = 1;
-    for (auto d : p.global_shape) global *= d;
-    if (global == p.numel()) replicated += static_cast<double>(p.numel());
-  }
-  return {(total - replicated) * tp_size, replicated};
-}
-
 TEST(CostModel, UnitParametersMatchTheModelsDeclarations) {
   ModelConfig llama = tiny_gpt2();
   llama.arch = "llama", llama.n_kv_head = 2, llama.tie_embeddings = false;
@@ -202,29 +133,6 @@ TEST(CostModel, UnitParametersMatchTheModelsDeclarations) {
           EXPECT_DOUBLE_EQ(got.replicated, want.replicated) << m.arch << " unit " << unit;
         }
       }
-    }
-}
-
-// A mixture of experts' MLP half and its block: what the cost model counts is what the layer
-// declares on one of tp ranks, bf16's widened copies included (the experts' matrices keep
-// theirs even where products are native bf16: Parameter::f32_products).
-TEST(CostModel, MixtureOfExpertsParametersMatchTheDeclarations) {
-  ModelConfig m = tiny_gpt2();
-  m.arch = "llama", m.n_kv_head = 2, m.tie_embeddings = false;
-  m.n_experts = 4, m.top_k = 2, m.expert_ffn_hidden = 32, m.n_shared_experts = 1;
-  for (int tp : {1, 2})
-    for (const auto& [unit, count, kind] : {std::tuple{2, 1, UnitKind::Mlp}, std::tuple{1, 2, UnitKind::Block}}) {
-      const UnitParams want = declared(m, unit, count, tp), got = unit_params(m, kind, 0);
-      EXPECT_DOUBLE_EQ(got.on_rank(tp), want.on_rank(tp)) << "unit " << unit << " tp " << tp;
-      if (tp == 2) {
-        EXPECT_DOUBLE_EQ(got.replicated, want.replicated) << "unit " << unit;
-      }
-      ParameterStore one;
-      ModelStage a(m, unit, unit + count, one, TensorParallel{0, tp});
-      double widened = 0;
-      for (const auto& p : one.params())
-        if (ParameterStore::needs_widened_copy(p, true)) widened += static_cast<double>(p.numel());
-      EXPECT_DOUBLE_EQ(widened_params(m, kind, tp, true, 0), widened) << "unit " << unit << " tp " << tp;
     }
 }
 
@@ -581,53 +489,6 @@ TEST(Planner, VocabularyParallelLayoutsArePricedAndChosenWhereTheyWin) {
   EXPECT_EQ(sliced.blocks_per_stage, (std::vector<double>{1, 1, 1, 1}));
   EXPECT_LT(p.memory.total(), q.memory.total());
   EXPECT_LT(p.step_s, q.step_s);
-}
-
-// A mixture of experts on 4 CPU ranks: the planner tries ep 1, 2 and 4 on dp 4, each rank
-// holding 1/ep of the experts' parameters and their state; it prices one
-// microbatch's exchanges per MoE layer in F and in I, and an F&B pair hides them behind its
-// partner's compute.
-TEST(Planner, ExpertParallelismIsEnumeratedPricedAndHiddenInPairs) {
-  Config cfg = tiny_config(8);
-  cfg.model.arch = "llama", cfg.model.n_kv_head = 2, cfg.model.tie_embeddings = false;
-  cfg.model.n_experts = 8, cfg.model.top_k = 2, cfg.model.expert_ffn_hidden = 256;
-  ClusterSpec c = node_of(4);
-  c.device.kind = "cpu";
-  auto predicted = [&](int dp, int pp, int ep, const std::string& sched, int v, int m) {
-    Layout l;
-    l.dp = dp, l.pp = pp, l.ep = ep, l.schedule = sched, l.virtual_stages = v;
-    l.microbatches = m, l.microbatch_size = 8 / dp / m;
-    return predict(cfg, c, l);
-  };
-  const Prediction whole = predicted(4, 1, 1, "1f1b", 1, 2), split = predicted(4, 1, 4, "1f1b", 1, 2);
-  const double experts = 4 * 3.0 * 64 * 256 * 8;
-  // weights, gradients, moments, and the dp bucket (as large as the gradients here): 20 bytes each
-  EXPECT_NEAR(whole.memory.total() - split.memory.total(), 20 * experts * 3 / 4, 1.0);
-  EXPECT_EQ(whole.ep_comm_s, 0);
-  const double exchange = expert_exchange_seconds(c, cfg.model, 1, 4, 1, 32);
-  EXPECT_GT(exchange, 0);
-  EXPECT_NEAR(split.ep_comm_s, 2 * 4 * 2 * exchange, 1e-12);  // F and I, 4 MoE layers, 2 microbatches
-  EXPECT_NEAR(split.compute_s + split.tp_comm_s + split.ep_comm_s + split.bubble_s + split.dp_s + split.optimizer_s +
-                  split.other_s,
-              split.step_s, 1e-12);
-  // The plan: dp 4 alone, m 1 or 2, ep 1, 2 or 4; where the experts do not fit whole, split.
-  PlanOptions o;
-  o.top = 100, o.only_tp = {1}, o.only_pp = {1}, o.precisions = {"fp32"}, o.recompute = {"none"}, o.zero1 = {false};
-  EXPECT_EQ(plan(cfg, c, o).candidates, 6);
-  c.device.memory_bytes = whole.memory.total() - 1;
-  for (const auto& [l, p] : plan(cfg, c, o).ranked) EXPECT_GT(l.ep, 1) << describe(l);
-  o.only_ep = {2};  // --ep 2
-  for (const auto& [l, p] : plan(cfg, c, o).ranked) EXPECT_EQ(l.ep, 2) << describe(l);
-  o.only_ep = {3};
-  expect_one_line_error([&] { plan(cfg, c, o); }, {"has ep in [3]: ep must divide dp and model.n_experts (8)"});
-  o.only_ep.clear();
-  // dualpipev's pairs on dp 2 x pp 2 with ep 2 hide part of the exchanges; in order, none.
-  c.device.memory_bytes = 16 * 1073741824.0;
-  const Prediction paired = predicted(2, 2, 2, "dualpipev", 2, 4);
-  cfg.schedule.overlap = false;
-  const Prediction in_order = predicted(2, 2, 2, "dualpipev", 2, 4);
-  EXPECT_GT(in_order.ep_comm_s, 0);
-  EXPECT_LT(paired.ep_comm_s, in_order.ep_comm_s);
 }
 
 TEST(Planner, PrunesWhatDoesNotFitAndNamesTheSmallest) {

@@ -31,11 +31,6 @@ Shard qkv_rows(int C, TensorParallel tp) {  // this rank's heads of Q, K and V
   const int64_t n = C / tp.size, o = tp.rank * n;
   return {0, {{o, n}, {C + o, n}, {2 * C + o, n}}};
 }
-Shard slice(int dim, int64_t total, TensorParallel tp) {
-  if (tp.size == 1) return {};
-  const int64_t n = total / tp.size;
-  return {dim, {{tp.rank * n, n}}};
-}
 
 // Row-parallel output: partial products summed over the tensor-parallel ranks (in f32),
 // then the (replicated) bias and the residual; without tensor parallelism all in the product.
@@ -82,7 +77,7 @@ GptAttention::GptAttention(const ModelConfig& cfg, int index, ParameterStore& p,
       ln1b_(p.declare(key(index, "ln1.b"), {C_}, Init::Zeros)),
       qkvw_(p.declare_shard(key(index, "attn.qkv.w"), {3 * C_, C_}, qkv_rows(C_, tp), Init::Normal, 0.02)),
       qkvb_(p.declare_shard(key(index, "attn.qkv.b"), {3 * C_}, qkv_rows(C_, tp), Init::Zeros)),
-      projw_(p.declare_shard(key(index, "attn.proj.w"), {C_, C_}, slice(1, C_, tp), Init::Normal,
+      projw_(p.declare_shard(key(index, "attn.proj.w"), {C_, C_}, tp_slice(1, C_, tp), Init::Normal,
                              0.02 / std::sqrt(2.0 * cfg.n_layer))),
       projb_(p.declare(key(index, "attn.proj.b"), {C_}, Init::Zeros)) {}
 
@@ -92,9 +87,9 @@ GptMlp::GptMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorParal
       Fl_(4 * cfg.d_model / tp.size),
       ln2w_(p.declare(key(index, "ln2.w"), {C_}, Init::Ones)),
       ln2b_(p.declare(key(index, "ln2.b"), {C_}, Init::Zeros)),
-      fcw_(p.declare_shard(key(index, "mlp.fc.w"), {4 * C_, C_}, slice(0, 4 * C_, tp), Init::Normal, 0.02)),
-      fcb_(p.declare_shard(key(index, "mlp.fc.b"), {4 * C_}, slice(0, 4 * C_, tp), Init::Zeros)),
-      fcprojw_(p.declare_shard(key(index, "mlp.proj.w"), {C_, 4 * C_}, slice(1, 4 * C_, tp), Init::Normal,
+      fcw_(p.declare_shard(key(index, "mlp.fc.w"), {4 * C_, C_}, tp_slice(0, 4 * C_, tp), Init::Normal, 0.02)),
+      fcb_(p.declare_shard(key(index, "mlp.fc.b"), {4 * C_}, tp_slice(0, 4 * C_, tp), Init::Zeros)),
+      fcprojw_(p.declare_shard(key(index, "mlp.proj.w"), {C_, 4 * C_}, tp_slice(1, 4 * C_, tp), Init::Normal,
                                0.02 / std::sqrt(2.0 * cfg.n_layer))),
       fcprojb_(p.declare(key(index, "mlp.proj.b"), {C_}, Init::Zeros)) {}
 

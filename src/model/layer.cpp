@@ -1,9 +1,15 @@
-// parse_recompute(), to_string(Recompute) and Layer's default steps (pipetrain/model/layer.hpp).
+// tp_slice(), parse_recompute(), to_string(Recompute) and Layer's default steps (pipetrain/model/layer.hpp).
 #include "pipetrain/model/layer.hpp"
 
 #include "pipetrain/core/error.hpp"
 
 namespace pipetrain {
+
+Shard tp_slice(int dim, int64_t total, TensorParallel tp) {
+  if (tp.size == 1) return {};
+  const int64_t n = total / tp.size;
+  return {dim, {{tp.rank * n, n}}};
+}
 
 Recompute parse_recompute(const std::string& mode) {
   if (mode == "none") return Recompute::None;

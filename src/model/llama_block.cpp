@@ -37,11 +37,6 @@ Shard qkv_rows(const ModelConfig& cfg, TensorParallel tp) {
   const int64_t Q = int64_t{cfg.n_head} * hs, KV = int64_t{cfg.kv_heads()} * hs;
   return {0, {{tp.rank * q, q}, {Q + tp.rank * kv, kv}, {Q + KV + tp.rank * kv, kv}}};
 }
-Shard slice(int dim, int64_t total, TensorParallel tp) {
-  if (tp.size == 1) return {};
-  const int64_t n = total / tp.size;
-  return {dim, {{tp.rank * n, n}}};
-}
 
 Tensor f32_like(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
 
@@ -92,7 +87,7 @@ LlamaAttention::LlamaAttention(const ModelConfig& cfg, int index, ParameterStore
       n1w_(p.declare(key(index, "attn_norm.w"), {C_}, Init::Ones)),
       qkvw_(p.declare_shard(key(index, "attn.qkv.w"), {(cfg.n_head + 2 * cfg.kv_heads()) * int64_t{hs_}, C_},
                             qkv_rows(cfg, tp), Init::Normal, 0.02)),
-      ow_(p.declare_shard(key(index, "attn.o.w"), {C_, C_}, slice(1, C_, tp), Init::Normal,
+      ow_(p.declare_shard(key(index, "attn.o.w"), {C_, C_}, tp_slice(1, C_, tp), Init::Normal,
                           0.02 / std::sqrt(2.0 * cfg.n_layer))) {
   if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
 }
@@ -103,9 +98,10 @@ LlamaMlp::LlamaMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorP
       Fl_(cfg.ffn() / tp.size),
       eps_(static_cast<float>(cfg.norm_eps)),
       n2w_(p.declare(key(index, "mlp_norm.w"), {C_}, Init::Ones)),
-      gatew_(p.declare_shard(key(index, "mlp.gate.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
-      upw_(p.declare_shard(key(index, "mlp.up.w"), {cfg.ffn(), C_}, slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
-      downw_(p.declare_shard(key(index, "mlp.down.w"), {C_, cfg.ffn()}, slice(1, cfg.ffn(), tp), Init::Normal,
+      gatew_(
+          p.declare_shard(key(index, "mlp.gate.w"), {cfg.ffn(), C_}, tp_slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      upw_(p.declare_shard(key(index, "mlp.up.w"), {cfg.ffn(), C_}, tp_slice(0, cfg.ffn(), tp), Init::Normal, 0.02)),
+      downw_(p.declare_shard(key(index, "mlp.down.w"), {C_, cfg.ffn()}, tp_slice(1, cfg.ffn(), tp), Init::Normal,
                              0.02 / std::sqrt(2.0 * cfg.n_layer))) {}
 
 void LlamaAttention::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {

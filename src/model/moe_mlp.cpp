@@ -84,14 +84,6 @@ Shard expert_columns(int E, int64_t C, int64_t F, ExpertParallel ep, TensorParal
   return s;
 }
 
-// A shared-expert matrix's tp slice along `dim` of its `width` (rows of gate and up,
-// columns of down).
-Shard shared_slice(int dim, int64_t width, TensorParallel tp) {
-  if (tp.size == 1) return {};
-  const int64_t n = width / tp.size;
-  return {dim, {{tp.rank * n, n}}};
-}
-
 Parameter& declare_experts(ParameterStore& p, const std::string& name, std::vector<int64_t> shape, Shard shard,
                            ExpertParallel ep, double std) {
   Parameter& w = p.declare_shard(name, std::move(shape), std::move(shard), Init::Normal, std);
@@ -213,9 +205,9 @@ MoeMlp::MoeMlp(const ModelConfig& cfg, int index, ParameterStore& p, ExpertParal
   }
   if (SF_ > 0) {
     const int64_t SF = int64_t{SF_} * tp.size;
-    sgatew_ = &p.declare_shard(key(index, "moe.shared_gate.w"), {SF, C_}, shared_slice(0, SF, tp), Init::Normal, 0.02);
-    supw_ = &p.declare_shard(key(index, "moe.shared_up.w"), {SF, C_}, shared_slice(0, SF, tp), Init::Normal, 0.02);
-    sdownw_ = &p.declare_shard(key(index, "moe.shared_down.w"), {C_, SF}, shared_slice(1, SF, tp), Init::Normal,
+    sgatew_ = &p.declare_shard(key(index, "moe.shared_gate.w"), {SF, C_}, tp_slice(0, SF, tp), Init::Normal, 0.02);
+    supw_ = &p.declare_shard(key(index, "moe.shared_up.w"), {SF, C_}, tp_slice(0, SF, tp), Init::Normal, 0.02);
+    sdownw_ = &p.declare_shard(key(index, "moe.shared_down.w"), {C_, SF}, tp_slice(1, SF, tp), Init::Normal,
                                0.02 / std::sqrt(2.0 * cfg.n_layer));
     sgatew_->f32_products = supw_->f32_products = sdownw_->f32_products = true;
   }

@@ -216,17 +216,13 @@ double allgather_seconds(double bytes, int ranks, const LinkSpec& link) {
 
 double p2p_seconds(double bytes, const LinkSpec& link) { return link.latency + bytes / link.bandwidth; }
 
-double all_to_all_seconds(double bytes, int ranks, const LinkSpec& link) {
-  if (ranks <= 1) return 0;
-  const double n = ranks;
-  return (n - 1) * link.latency + (n - 1) / n * bytes / link.bandwidth;
-}
-
 double expert_exchange_seconds(const ClusterSpec& c, const ModelConfig& model, int tp, int ep, int B, int T) {
   if (ep <= 1) return 0;
   const LinkSpec& link = group_link(c, tp, ep);
+  // An all-to-all of `bytes` held per rank moves what an all-gather of that whole does:
+  // (n - 1)/n of it leaves each rank, in n - 1 messages.
   const double rows = 4.0 * B * T * model.top_k * model.d_model;
-  return all_to_all_seconds(4.0 * ep, ep, link) + 2.0 * all_to_all_seconds(rows, ep, link);
+  return allgather_seconds(4.0 * ep, ep, link) + 2.0 * allgather_seconds(rows, ep, link);
 }
 
 const LinkSpec& group_link(const ClusterSpec& c, int stride, int size) {

@@ -148,8 +148,8 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
   const ModelConfig& model = cx.cfg.model;
   const int S = sched.num_stages, T = cx.cfg.train.seq_len;
   std::map<UnitKind, ActionTimes> times, moe_times;
-  int first_moe = -1;
-  for (int b = model.n_layer - 1; b >= 0; --b)
+  int first_moe = -1;  // a mixture's block (any: they cost alike)
+  for (int b = 0; b < model.n_layer && first_moe < 0; ++b)
     if (model.moe(b)) first_moe = b;
   for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head}) {
     times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute);

@@ -28,6 +28,8 @@ class Communicator;
 struct TensorParallel {
   int rank = 0, size = 1;
 };
+// This rank's 1/tp of `total` along dimension `dim` (whole without tensor parallelism).
+Shard tp_slice(int dim, int64_t total, TensorParallel tp);
 
 // This rank's place among the expert-parallel ranks of its stage (parallel.ep): it holds
 // experts [rank E / size, (rank + 1) E / size) of each mixture-of-experts layer.

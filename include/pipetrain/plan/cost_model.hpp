@@ -4,7 +4,7 @@
 // docs/cost-model.md writes the formulas down.
 // Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
 // rank_dense_weight_params, multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
-// allreduce_seconds, allgather_seconds, p2p_seconds, all_to_all_seconds, expert_exchange_seconds, group_link,
+// allreduce_seconds, allgather_seconds, p2p_seconds, expert_exchange_seconds, group_link,
 // adamw_seconds, gradient_passes_seconds, MemoryInputs, RankMemory, rank_memory.
 #pragma once
 #include <string>
@@ -92,8 +92,6 @@ PackChoice choose_pack_weights(const PackInputs& in);
 double allreduce_seconds(double bytes, int ranks, const LinkSpec& link);   // ring
 double allgather_seconds(double bytes, int ranks, const LinkSpec& link);   // bytes = the gathered whole
 double p2p_seconds(double bytes, const LinkSpec& link);
-// An all-to-all where each rank holds `bytes` spread evenly over the ranks: (n - 1)/n leave it.
-double all_to_all_seconds(double bytes, int ranks, const LinkSpec& link);
 // One mixture-of-experts layer's exchange in one direction for one microbatch (the forward's,
 // or the backward's): its routed rows (N k x C, f32) to their experts' ranks and back, over
 // ep ranks spaced tp apart, and the counts before them.
