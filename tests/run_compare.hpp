@@ -43,6 +43,7 @@ struct RunResult {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> params;     // after the last step
   std::map<std::string, std::vector<float>> grads0;     // step 0's reduced gradient (before any update)
+  double grad_norm0 = 0;                                // and its global norm (the step's metric)
   std::vector<int> peaks;
   std::vector<double> bytes_sent;         // pipeline bytes this rank sent, per step
   std::vector<int> copies_refreshed;      // runtime.pack_weights: copies refreshed while waiting, per step
@@ -63,6 +64,7 @@ inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend) {
     r.copies_refreshed.push_back(trainer.last_stats().copies_refreshed);
     r.lr_sum += m.lr;
     if (s == 0) {
+      r.grad_norm0 = m.grad_norm;
       const std::vector<float> g = trainer.reduced_gradients();
       for (const auto& p : trainer.params().params())
         r.grads0[p.name] = std::vector<float>(g.begin() + p.offset, g.begin() + p.offset + p.numel());
@@ -149,6 +151,8 @@ inline void expect_same_run(const RunResult& got, const RunResult& ref, const Co
   // applies); the parameter differences allowed below move it by far less.
   for (size_t s = 0; s < ref.losses.size(); ++s)
     EXPECT_NEAR(got.losses[s], ref.losses[s], e * ref.losses[s]) << "step " << s << " on rank " << world_rank();
+  // The global norm of step 0's gradients: each tensor within e relative, so the norm too.
+  EXPECT_NEAR(got.grad_norm0, ref.grad_norm0, e * ref.grad_norm0) << "step 0's gradient norm on rank " << world_rank();
   ASSERT_FALSE(got.params.empty());
   for (const auto& [name, values] : got.grads0) {
     const Parameter& meta = got.meta.at(name);

@@ -1,6 +1,6 @@
 // The planner on mixtures of experts: the cost model's per-rank count against the layer's
-// declarations (ep and tp shares, bf16's widened copies), and ep's enumeration, all-to-all
-// pricing and F&B-pair hiding.
+// declarations (ep and tp shares, bf16's widened copies), ZeRO-1's share of the experts' moments,
+// and ep's enumeration, all-to-all pricing and F&B-pair hiding.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -36,6 +36,18 @@ TEST(ExpertCostModel, ParametersMatchTheDeclarations) {
         if (ParameterStore::needs_widened_copy(p, true)) widened += static_cast<double>(p.numel());
       EXPECT_DOUBLE_EQ(widened_params(m, kind, tp, true, 0), widened) << "unit " << unit << " tp " << tp;
     }
+}
+
+// ZeRO-1's moments: those of the parameters every ep rank holds alike over dp, the experts'
+// over the dp / ep ranks that hold them.
+TEST(ExpertCostModel, ZeroOneSplitsTheExpertsMomentsOverTheirHolders) {
+  MemoryInputs in;
+  in.params = 1000, in.experts = 600, in.dp = 4, in.ep = 2, in.zero1 = true;
+  EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8.0 * (400.0 / 4 + 600.0 / 2));
+  in.ep = 4;  // each rank the only holder of its experts
+  EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8.0 * (400.0 / 4 + 600.0));
+  in.zero1 = false;
+  EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8.0 * 1000);
 }
 
 // A mixture of experts on 4 CPU ranks: the planner tries ep 1, 2 and 4 on dp 4, each rank
@@ -76,6 +88,9 @@ TEST(ExpertPlanner, EnumeratedPricedAndHiddenInPairs) {
   o.only_ep = {3};
   expect_one_line_error([&] { plan(cfg, c, o); }, {"has ep in [3]: ep must divide dp and model.n_experts (8)"});
   o.only_ep.clear();
+  o.zero1 = {false, true};  // ZeRO-1 beside every ep
+  EXPECT_EQ(plan(cfg, c, o).candidates, 12);
+  o.zero1 = {false};
   // dualpipev's pairs on dp 2 x pp 2 with ep 2 hide part of the exchanges; in order, none.
   c.device.memory_bytes = 16 * 1073741824.0;
   const Prediction paired = predicted(2, 2, 2, "dualpipev", 2, 4);

@@ -154,7 +154,9 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   MemoryInputs in;
   in.params = static_cast<double>(trainer.params().numel());
   in.not_updated = static_cast<double>(trainer.params().not_updated());
+  in.experts = static_cast<double>(trainer.params().numel() - trainer.params().expert_begin());
   in.dp = grid.dp();
+  in.ep = grid.ep();
   in.zero1 = cfg.parallel.zero1;
   in.bf16 = bf16;
   in.widened = static_cast<double>(trainer.params().widened_numel());

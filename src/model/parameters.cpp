@@ -60,8 +60,19 @@ Parameter* ParameterStore::find(const std::string& name) {
   return nullptr;
 }
 
-void ParameterStore::allocate(MemoryPool& pool, Backend& backend, bool moments, int64_t align, bool grads) {
-  total_ = std::max<int64_t>((total_ + align - 1) / align * align, align);
+void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayout& layout) {
+  const auto padded = [](int64_t n, int64_t align) { return (n + align - 1) / align * align; };
+  int64_t at = 0;  // every parameter 16-float aligned
+  for (const bool experts : {false, true}) {
+    for (auto& p : params_)
+      if (p.expert_parallel == experts) {
+        p.offset = at;
+        at += padded(p.numel(), 16);
+      }
+    if (!experts) at = expert_begin_ = std::max(padded(at, layout.align), layout.align);
+  }
+  total_ = expert_begin_ + padded(at - expert_begin_, layout.expert_align);
+  const bool moments = layout.moments, grads = layout.grads;
   const int64_t n = total_;
   values_ = Tensor::empty(pool, {n});
   if (grads) grads_ = Tensor::empty(pool, {n});
@@ -113,8 +124,9 @@ bool ParameterStore::needs_widened_copy(const Parameter& p, bool native_bf16_pro
 void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {
   compute_bf16_ = Tensor::empty(pool, {total_}, DType::BF16);
   const bool native = backend.bf16_products_native();
-  int64_t widened = 0;  // each 16-float aligned, as in the flat buffers
-  for (auto& p : params_) {
+  int64_t widened = 0;  // each 16-float aligned, in the flat buffers' order
+  for (Parameter* q : in_flat_order()) {
+    Parameter& p = *q;
     p.compute_bf16 = compute_bf16_.view(p.offset, p.shape);
     p.compute_offset = -1;
     if (needs_widened_copy(p, native)) {
@@ -130,23 +142,28 @@ void ParameterStore::allocate_compute(MemoryPool& pool, Backend& backend) {
 void ParameterStore::refresh_compute(MemoryPool& /*pool*/, Backend& backend) {
   if (!compute_bf16_.defined()) return;
   backend.cast_to_bf16(compute_bf16_.bf16_data(), values_.f32(), static_cast<size_t>(total_));
-  // The widened copies: consecutive widened parameters lie alike in both buffers (the same
-  // order and alignment), so each run of them is one cast, padding included.
+  // The widened copies: consecutive widened parameters mostly lie alike in both buffers
+  // (the same order and alignment), so each such run of them is one cast, padding included.
   const Parameter* run = nullptr;
   int64_t run_n = 0;
   auto flush = [&] {
     if (run) backend.cast_to_f32(run->compute.f32(), run->compute_bf16.bf16_data(), static_cast<size_t>(run_n));
     run = nullptr;
   };
-  for (const auto& p : params_) {
-    if (p.compute_offset < 0) {
-      flush();
-      continue;
-    }
-    if (!run) run = &p;
-    run_n = p.offset - run->offset + p.numel();
+  for (const Parameter* p : in_flat_order()) {
+    if (run && (p->compute_offset < 0 || p->compute_offset - run->compute_offset != p->offset - run->offset)) flush();
+    if (p->compute_offset < 0) continue;
+    if (!run) run = p;
+    run_n = p->offset - run->offset + p->numel();
   }
   flush();
+}
+
+std::vector<Parameter*> ParameterStore::in_flat_order() {
+  std::vector<Parameter*> order;
+  for (auto& p : params_) order.push_back(&p);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  return order;
 }
 
 void ParameterStore::zero_grads(Backend& backend) {

@@ -293,11 +293,16 @@ double adamw_seconds(double params, const DeviceSpec& d) { return 28.0 * params 
 
 double gradient_passes_seconds(double params, const DeviceSpec& d) { return 8.0 * params / d.memory_bandwidth; }
 
+double zero1_share(double params, double experts, int dp, int ep) {
+  return (params - experts) / dp + experts * ep / dp;
+}
+
 RankMemory rank_memory(const MemoryInputs& in) {
   RankMemory m;
   m.weights = 4.0 * in.params;
   m.gradients = 4.0 * in.params;
-  m.optimizer = in.zero1 && in.dp > 1 ? 8.0 * in.params / in.dp : 8.0 * (in.params - in.not_updated);
+  m.optimizer =
+      8.0 * (in.zero1 && in.dp > 1 ? zero1_share(in.params, in.experts, in.dp, in.ep) : in.params - in.not_updated);
   m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
   m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
   m.activations = in.largest_stash * in.peak_inflight + in.recompute + in.vocab_stash * in.vocab_inflight;

@@ -45,6 +45,7 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
 // every rank holds its slice of the table(s) instead.
 struct Holdings {
   double params = 0, widened = 0, dense = 0, largest_stash = 0;
+  double experts = 0;  // of params, the routed experts' (expert-parallel under ep > 1)
   bool embedding = false, head = false, block = false;
 };
 Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule& s,
@@ -66,6 +67,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
       h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true, p.block) : params;
       pieces.push_back(p);
       h.params += params;
+      if (!table) h.experts += unit_params(model, p.kind, p.block).experts / (l.ep * l.tp);
       h.embedding = h.embedding || p.kind == UnitKind::Embedding;
       h.head = h.head || p.kind == UnitKind::Head;
       h.block = h.block || is_block_part(p.kind);
@@ -232,8 +234,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
     const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
+    const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =
-        adamw_seconds(updated / (l.zero1 && l.dp > 1 ? l.dp : 1), c.device) + gradient_passes_seconds(params, c.device);
+        adamw_seconds(l.zero1 && l.dp > 1 ? zero1_share(updated, experts, l.dp, l.ep) : updated, c.device) +
+        gradient_passes_seconds(params, c.device);
     // The table's summed gradient comes back to the head's rank before its update, and
     // the updated table back to the embedding's rank.
     const double tied = tied_pair ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
@@ -241,7 +245,9 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     MemoryInputs in;
     in.params = params;
     in.not_updated = tied_pair && embedding ? up_head.sharded / tp : 0.0;  // the embedding's copy of the table
+    in.experts = experts;
     in.dp = l.dp;
+    in.ep = l.ep;
     in.zero1 = l.zero1;
     in.bf16 = bf16;
     in.widened = widened;

@@ -284,7 +284,7 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
     for (const auto& rc : o.recompute)
       for (bool z : o.zero1)
         for (bool vp : vocab) {
-          if (z && (l.dp == 1 || l.ep > 1)) continue;  // ZeRO-1 does not shard expert-parallel parameters yet
+          if (z && l.dp == 1) continue;
           Layout v = l;
           v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;
           ++res.candidates;

@@ -15,13 +15,18 @@ DataParallelReducer::DataParallelReducer(ParameterStore& params, const std::map<
       pool_(pool),
       bucket_elems_(std::max<int64_t>(16, static_cast<int64_t>(options.bucket_bytes / sizeof(float)))),
       shard_elems_(options.shard_elems),
+      expert_shard_elems_(options.expert_shard_elems),
       late_(options.late),
       expert_dp_(options.expert_dp),
       at_end_(options.at_end),
       progress_(options.progress) {
-  if (shard_elems_ > 0 && shard_elems_ * dp.size() != params.numel())
+  if (shard_elems_ > 0 && shard_elems_ * dp.size() != params.expert_begin())
     fail("ZeRO-1: {} ranks x {} elements do not cover the {} of the gradient buffer", dp.size(), shard_elems_,
-         params.numel());
+         params.expert_begin());
+  const int64_t experts = params.numel() - params.expert_begin();
+  if (shard_elems_ > 0 && experts > 0 && (!expert_dp_ || expert_shard_elems_ * expert_dp_->size() != experts))
+    fail("ZeRO-1: the expert-dp ranks x {} elements do not cover the {} of the expert-parallel gradients",
+         expert_shard_elems_, experts);
   for (const auto& [s, stage] : stages) {
     auto& layers = stage->layers();
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -70,15 +75,18 @@ void DataParallelReducer::launch(int64_t lo, int64_t hi) {
     const int64_t b = std::min(hi, a + bucket_elems_);
     if (shard_elems_ == 0) {
       inflight_.push_back(dp_.allreduce_sum(params_.grads().view(a, {b - a}), backend_.stream()));
-    } else {  // ZeRO-1: each part to the rank owning it
-      for (int64_t x = a; x < b;) {
-        const int64_t owner = x / shard_elems_, y = std::min(b, (owner + 1) * shard_elems_);
-        inflight_.push_back(
-            dp_.reduce_sum(params_.grads().view(x, {y - x}), static_cast<int>(owner), backend_.stream()));
-        x = y;
-      }
+    } else {
+      reduce_to_owners(dp_, a, b, 0, shard_elems_);
     }
     ++buckets_;
+  }
+}
+
+void DataParallelReducer::reduce_to_owners(Communicator& group, int64_t lo, int64_t hi, int64_t base, int64_t shard) {
+  for (int64_t x = lo; x < hi;) {
+    const int64_t owner = (x - base) / shard, y = std::min(hi, base + (owner + 1) * shard);
+    inflight_.push_back(group.reduce_sum(params_.grads().view(x, {y - x}), static_cast<int>(owner), backend_.stream()));
+    x = y;
   }
 }
 
@@ -92,11 +100,12 @@ void DataParallelReducer::launch_open() {
 void DataParallelReducer::add_ready(const Parameter& p) {
   const int64_t lo = p.offset, hi = p.offset + p.numel();
   if (p.expert_parallel) {  // another group's reduction: never in a bucket with the rest
-    if (shard_elems_ > 0) fail("ZeRO-1 does not shard expert-parallel parameters ({})", p.name);
-    if (expert_dp_ && expert_dp_->size() > 1) {
-      hold_progress();
+    if (!expert_dp_ || expert_dp_->size() == 1) return;
+    hold_progress();
+    if (shard_elems_ > 0)
+      reduce_to_owners(*expert_dp_, lo, hi, params_.expert_begin(), expert_shard_elems_);
+    else
       inflight_.push_back(expert_dp_->allreduce_sum(params_.grads().view(lo, {hi - lo}), backend_.stream()));
-    }
     return;
   }
   const auto padded = [](int64_t x) { return (x + 15) / 16 * 16; };

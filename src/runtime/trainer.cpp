@@ -204,14 +204,17 @@ ProgressThread* Trainer::mpi_progress() {
 
 void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1) {
   Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
-  if (zero1) {  // this rank's range of the flat buffer: its gradients (reduced in place) and moments
-    const int64_t n = params_.numel() / grid_.dp();
-    shard_lo_ = n * grid_.coords().dp;
-    shard_hi_ = shard_lo_ + n;
-    grad_shard_ = params_.grads().view(shard_lo_, {n});
+  if (zero1) {  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
+    const int64_t experts = params_.numel() - params_.expert_begin();
+    const int64_t n = params_.expert_begin() / grid_.dp(), e = experts / (grid_.dp() / grid_.ep());
+    const int64_t d = grid_.coords().dp;
+    owned_.push_back({n * d, n * (d + 1), 0});
+    if (e > 0)
+      owned_.push_back(
+          {params_.expert_begin() + e * (d / grid_.ep()), params_.expert_begin() + e * (d / grid_.ep() + 1), n});
     for (Tensor* t : {&m_shard_, &v_shard_}) {
-      *t = Tensor::empty(*pool_, {n});
-      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+      *t = Tensor::empty(*pool_, {n + e});
+      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n + e));
     }
   }
   if (grid_.dp() > 1) {
@@ -222,7 +225,8 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
     o.expert_dp = &grid_.expert_dp_comm();
     if (zero1) {
-      o.shard_elems = shard_hi_ - shard_lo_;
+      o.shard_elems = owned_[0].hi - owned_[0].lo;
+      if (owned_.size() > 1) o.expert_shard_elems = owned_[1].hi - owned_[1].lo;
       if (pair) o.late = params_.find("wte");  // after its copies' pair sum
     }
     reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
@@ -291,7 +295,13 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const int last = cfg.model.tied() && !vocab_parallel_ ? schedule_.stage_to_rank.back() : first;
   if (training && !zero1 && first != last && me == first)
     if (Parameter* wte = params_.find("wte")) wte->updated = false;
-  params_.allocate(*pool_, backend_, training && !zero1, 16 * grid.dp(), training);
+  // (ZeRO-1 shards the part every ep rank holds alike over dp, the expert-parallel part over
+  // the dp / ep ranks holding the same experts.)
+  params_.allocate(*pool_, backend_,
+                   {.moments = training && !zero1,
+                    .grads = training,
+                    .align = 16 * grid.dp(),
+                    .expert_align = 16 * (grid.dp() / grid.ep())});
   if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
   if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
@@ -358,7 +368,7 @@ int64_t Trainer::tokens_per_step() const { return static_cast<int64_t>(cfg_.trai
 // Each replica's loss is already scaled by 1/global tokens, so summing gradients over
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void Trainer::reduce_gradients() {
-  if (grad_shard_.defined()) {  // ZeRO-1: the pair sum first, then the held-back wte goes to its owners
+  if (zero1()) {  // ZeRO-1: the pair sum first, then the held-back wte goes to its owners
     if (tied_) {
       tied_->finish();
       tied_->settle();  // wte.grad is reduced in place next: the sum's transfer must be done with it
@@ -370,27 +380,35 @@ void Trainer::reduce_gradients() {
   if (tied_) tied_->finish();  // the last stage receives the sum later, for its update
 }
 
-namespace {
-// Calls f(param, lo, hi) for the part [lo, hi) of each parameter (offsets into the flat
-// buffer) that lies inside [range_lo, range_hi).
 template <typename F>
-void for_each_in_range(ParameterStore& params, int64_t range_lo, int64_t range_hi, F&& f) {
-  for (auto& p : params.params()) {
-    const int64_t lo = std::max(p.offset, range_lo), hi = std::min(p.offset + p.numel(), range_hi);
-    if (lo < hi) f(p, lo, hi);
-  }
+void Trainer::for_each_owned(F&& f) {
+  for (const OwnedRange& r : owned_)
+    for (auto& p : params_.params()) {
+      const int64_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.numel(), r.hi);
+      if (lo < hi) f(p, lo, hi, r);
+    }
 }
-}  // namespace
+
+void Trainer::gather_owned(const Tensor& src, const Tensor& dst) {
+  const int64_t split = params_.expert_begin(), n = params_.numel();
+  std::vector<std::unique_ptr<CommRequest>> parts;
+  parts.push_back(comms_->dp().all_gather(src.view(owned_[0].lo, {owned_[0].hi - owned_[0].lo}), dst.view(0, {split}),
+                                          backend_.stream()));
+  if (owned_.size() > 1)
+    parts.push_back(grid_.expert_dp_comm().all_gather(src.view(owned_[1].lo, {owned_[1].hi - owned_[1].lo}),
+                                                      dst.view(split, {n - split}), backend_.stream()));
+  for (auto& p : parts) p->wait();
+}
 
 // One reduction over the flat gradient buffer (its padding is zero), less the parameters
 // that do not count (the last stage's tied-embedding copy): one launch, not one per tensor.
 double Trainer::local_grad_squares() {
   double sq = 0;
-  if (grad_shard_.defined()) {  // ZeRO-1: each dp rank holds the reduced gradients of its shard
-    sq = backend_.sum_squares(grad_shard_.f32(), static_cast<size_t>(grad_shard_.numel()));
-    for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
-      if (!counts_in_norm(p))
-        sq -= backend_.sum_squares(grad_shard_.f32() + (lo - shard_lo_), static_cast<size_t>(hi - lo));
+  if (zero1()) {  // ZeRO-1: each rank holds the reduced gradients of its ranges
+    const float* g = params_.grads().f32();
+    for (const OwnedRange& r : owned_) sq += backend_.sum_squares(g + r.lo, static_cast<size_t>(r.hi - r.lo));
+    for_each_owned([&](const Parameter& p, int64_t lo, int64_t hi, const OwnedRange&) {
+      if (!counts_in_norm(p)) sq -= backend_.sum_squares(g + lo, static_cast<size_t>(hi - lo));
     });
   } else {
     // Runs of adjacent counted parameters (with the zero padding between them), so the
@@ -420,7 +438,7 @@ double Trainer::local_grad_squares() {
 void Trainer::optimizer_step(int step, double lr, float grad_scale) {
   fault::point("optimizer");
   Parameter* wte = tied_ ? params_.find("wte") : nullptr;  // the tied table: updated on the last stage only
-  if (!grad_shard_.defined()) {
+  if (!zero1()) {
     if (tied_) {
       tied_->receive_sum();
       // The table before the rest, so its new values travel while the rest is updated.
@@ -432,17 +450,16 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
     params_.refresh_compute(*pool_, backend_);
     return;
   }
-  // ZeRO-1: update this rank's shard, then gather every shard's new values.
-  for_each_in_range(params_, shard_lo_, shard_hi_, [&](const Parameter& p, int64_t lo, int64_t hi) {
+  // ZeRO-1: update this rank's ranges, then gather every rank's new values.
+  for_each_owned([&](const Parameter& p, int64_t lo, int64_t hi, const OwnedRange& r) {
     if ((&p == wte && !tied_->updates_table()) || !p.trained) return;
-    const int64_t o = lo - shard_lo_;
+    const int64_t o = r.at + (lo - r.lo);
     const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
-    backend_.adamw(params_.values().f32() + lo, grad_shard_.f32() + o, m_shard_.f32() + o, v_shard_.f32() + o,
+    backend_.adamw(params_.values().f32() + lo, params_.grads().f32() + lo, m_shard_.f32() + o, v_shard_.f32() + o,
                    static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(cfg_.train.beta1),
                    static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1, grad_scale);
   });
-  const Tensor& values = params_.values();
-  comms_->dp().all_gather(values.view(shard_lo_, {shard_hi_ - shard_lo_}), values, backend_.stream())->wait();
+  gather_owned(params_.values(), params_.values());
   if (tied_) {  // after the gather: it carries the first stage's stale copy of the table
     tied_->start_values();
     tied_->finish_values();
@@ -501,7 +518,7 @@ StepMetrics Trainer::train_step(int step) {
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
                     local_expert_grad_squares(), local_grad_squares()};
-  if (grad_shard_.defined() || grid_.dp() == 1) {
+  if (zero1() || grid_.dp() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
     grid_.world().allreduce_sum(sums, 3);
@@ -538,12 +555,12 @@ StepMetrics Trainer::train_step(int step) {
 std::vector<float> Trainer::reduced_gradients() {
   if (tied_) tied_->receive_sum();
   std::vector<float> out(static_cast<size_t>(params_.numel()));
-  if (!grad_shard_.defined()) {
+  if (!zero1()) {
     backend_.to_host(out.data(), params_.grads().raw(), out.size() * sizeof(float));
     return out;
   }
-  Tensor all = Tensor::empty(*pool_, {grad_shard_.numel() * grid_.dp()});
-  comms_->dp().all_gather(grad_shard_, all, backend_.stream())->wait();
+  Tensor all = Tensor::empty(*pool_, {params_.numel()});
+  gather_owned(params_.grads(), all);
   backend_.to_host(out.data(), all.raw(), out.size() * sizeof(float));
   return out;
 }

@@ -59,7 +59,6 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
   // The whole model's parameter list (names and global shapes), the same on every rank.
   ParameterStore all;
   ModelStage whole(cfg_.model, 0, model_num_units(cfg_.model), all);
-  const bool zero1 = grad_shard_.defined();
   std::vector<CheckpointTensor> out;
   const std::vector<std::pair<std::string, int>> kinds =
       moments ? std::vector<std::pair<std::string, int>>{{"params/", 0}, {"adam_m/", 1}, {"adam_v/", 2}}
@@ -72,19 +71,20 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
       t.global_shape = g.global_shape;
       if (Parameter* p = params_.find(g.name)) {
         t.shard = p->shard;
-        if (kind == 0 || !zero1) {
+        if (kind == 0 || !zero1()) {
           const Tensor& src = kind == 0 ? p->value : kind == 1 ? p->m : p->v;
           t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
           // The first replica writes; an expert-parallel part, the first rank holding it.
           const int writer = p->expert_parallel ? grid_.coords().dp / grid_.ep() : grid_.coords().dp;
           t.write = writer == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
-          // ZeRO-1: this dp rank holds the moments of the flat range [shard_lo_, shard_hi_)
-          // only, and writes / reads exactly that part of the tensor.
-          const int64_t lo = std::max(p->offset, shard_lo_), hi = std::min(p->offset + p->numel(), shard_hi_);
-          if (lo < hi) {
-            t.data = (kind == 1 ? m_shard_.f32() : v_shard_.f32()) + (lo - shard_lo_);
-            if (hi - lo < p->numel()) {  // a tensor cut by the slice boundary: its part only
+          // ZeRO-1: this rank holds the moments of its owned ranges only, and writes /
+          // reads exactly that part of the tensor.
+          for (const OwnedRange& r : owned_) {
+            const int64_t lo = std::max(p->offset, r.lo), hi = std::min(p->offset + p->numel(), r.hi);
+            if (lo >= hi) continue;
+            t.data = (kind == 1 ? m_shard_.f32() : v_shard_.f32()) + r.at + (lo - r.lo);
+            if (hi - lo < p->numel()) {  // a tensor cut by the range's boundary: its part only
               t.flat_begin = lo - p->offset;
               t.flat_end = hi - p->offset;
             }
@@ -108,7 +108,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.dp = grid_.dp();
   meta.pp = grid_.pp();
   meta.tp = grid_.tp();
-  meta.zero1 = grad_shard_.defined();
+  meta.zero1 = zero1();
   meta.schedule = schedule_.name;
   meta.tokenizer = tokenizer_;
   // Written straight from the live buffers: ZeRO-1 ranks write their moment shards, so

@@ -167,6 +167,26 @@ timeout 300 "$MPIEXEC" -np 1 "$PIPETRAIN" "${moe[@]}" --set train.microbatches=4
   --resume mtp/step_00000003.h5 --metrics g.jsonl >/dev/null
 same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts saved on tp=2 with ep=2, resumed on one rank"
 
+echo "== Mixture of experts under ZeRO-1 on dp=4 with ep=2: two ranks share each expert's moments"
+zep=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero1=true --set train.microbatches=1)
+timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${moe[@]}" "${zep[@]}" --set checkpoint.dir=mz --set checkpoint.every=3 \
+  --metrics mz.jsonl >/dev/null
+mkdir mzres
+cp mz/step_00000003.h5 mzres/
+PIPETRAIN_STAGE_CHECKPOINTS=1 timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${moe[@]}" "${zep[@]}" --set checkpoint.dir=mzres \
+  --set checkpoint.every=3 --resume mzres/step_00000003.h5 --metrics mzres.jsonl >/dev/null
+same_losses mz.jsonl mzres.jsonl 0 "mixture of experts under ZeRO-1 resumed on the same grid"
+for group in /adam_m /adam_v /params; do h5diff mz/step_00000006.h5 mzres/step_00000006.h5 $group $group; done
+# Across the boundary both ways: its slices resumed on one rank; ep=2 without ZeRO-1 resumed in slices.
+rm -f g.jsonl
+timeout 300 "$MPIEXEC" -np 1 "$PIPETRAIN" "${moe[@]}" --set train.microbatches=4 --set checkpoint.dir=zx \
+  --resume mz/step_00000003.h5 --metrics g.jsonl >/dev/null
+same_losses mz.jsonl g.jsonl 1e-5 "mixture of experts saved under ZeRO-1 with ep=2, resumed on one rank"
+rm -f g.jsonl
+timeout 300 "$MPIEXEC" -np 4 "$PIPETRAIN" "${moe[@]}" "${zep[@]}" --set checkpoint.dir=zx --resume mep/step_00000003.h5 \
+  --metrics g.jsonl >/dev/null
+same_losses mep.jsonl g.jsonl 1e-5 "mixture of experts saved with ep=2, resumed under ZeRO-1 on dp=4"
+
 echo "== ZeRO-1 on dp=2: each rank writes and reads only its slice of the moments"
 z1=(--set parallel.dp=2 --set parallel.zero1=true)
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${z1[@]}" --set checkpoint.dir=z1 --set checkpoint.every=3 \

@@ -17,6 +17,16 @@ class Backend;
 
 enum class Init { Normal, Ones, Zeros };
 
+// How ParameterStore::allocate lays out the flat buffers: the parameters every
+// expert-parallel rank holds alike first, then the expert-parallel ones as one run
+// [expert_begin(), numel()), so ZeRO-1 can shard each part over the ranks that hold it.
+struct FlatLayout {
+  bool moments = true;        // without: the AdamW state lives elsewhere (ZeRO-1 shards)
+  bool grads = true;          // without: no gradients either (inference: the values alone)
+  int64_t align = 16;         // the first part's length is a multiple of this
+  int64_t expert_align = 16;  // and the expert-parallel part's
+};
+
 struct Parameter {
   std::string name;
   std::vector<int64_t> shape;         // local shape
@@ -60,11 +70,9 @@ class ParameterStore {
   // A tensor-parallel shard of a parameter whose global shape is `global_shape`.
   Parameter& declare_shard(const std::string& name, std::vector<int64_t> global_shape, Shard shard,
                            Init init, double init_std = 0.0);
-  // Lays out the flat buffers (their length a multiple of `align`); grads and moments
-  // are zeroed. The moment buffers cover the updated parameters only. Without `moments`
-  // the AdamW state lives elsewhere (ZeRO-1 shards); without
-  // `grads` there are no gradients either (inference: the values alone).
-  void allocate(MemoryPool& pool, Backend& backend, bool moments = true, int64_t align = 16, bool grads = true);
+  // Lays out the flat buffers (FlatLayout) and zeroes grads and moments. The moment
+  // buffers cover the updated parameters only.
+  void allocate(MemoryPool& pool, Backend& backend, const FlatLayout& layout = {});
   // GPT-2 initialisation: each parameter from its own named random stream over its
   // global shape, then this rank's shard taken out, so the values do not depend on
   // which rank, stage or tensor-parallel slice holds the parameter.
@@ -82,14 +90,16 @@ class ParameterStore {
   const std::deque<Parameter>& params() const { return params_; }
   Parameter* find(const std::string& name);
   int64_t numel() const { return total_; }  // flat buffer length (with alignment padding)
+  int64_t expert_begin() const { return expert_begin_; }  // where the expert-parallel part starts
   int64_t count() const;                     // parameter elements (the model's size)
   int64_t not_updated() const;               // elements of the parameters another rank updates
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
 
  private:
+  std::vector<Parameter*> in_flat_order();
   std::deque<Parameter> params_;  // deque: references stay valid as we declare
-  int64_t total_ = 0;
+  int64_t total_ = 0, expert_begin_ = 0;
   Tensor values_, grads_, m_, v_, compute_, compute_bf16_;
 };
 

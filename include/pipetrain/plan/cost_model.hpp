@@ -117,12 +117,18 @@ double adamw_seconds(double params, const DeviceSpec& d);
 // parameter) and the norm (4 read; clipping is folded into AdamW's gradient scale).
 double gradient_passes_seconds(double params, const DeviceSpec& d);
 
+// ZeRO-1: of a rank's `params`, the ones it updates: its dp share of those every ep rank
+// holds alike, its dp / ep share of its `experts`.
+double zero1_share(double params, double experts, int dp, int ep);
+
 // What one pipeline rank holds. stashes[k]: bytes one microbatch keeps in the k-th stage
 // this rank runs; peak_inflight: the schedule's most (microbatch, stage) stashes alive.
 struct MemoryInputs {
   double params = 0;             // on this rank (its tp shard)
   double not_updated = 0;        // of those, the ones another rank updates: no moments here (not under ZeRO-1)
+  double experts = 0;            // of those, the expert-parallel ones (ZeRO-1 shards them over dp / ep)
   int dp = 1;
+  int ep = 1;
   bool zero1 = false;
   bool bf16 = false;
   double widened = 0;            // bf16: of the parameters, those also kept widened to f32

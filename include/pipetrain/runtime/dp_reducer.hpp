@@ -24,7 +24,9 @@
 //
 // Expert parallelism (parallel.ep): a parameter split over the ep ranks (expert_parallel)
 // differs between them; its gradient, final like any other, goes out on its own as an
-// all-reduce over the ranks holding the same experts (none when ep = dp).
+// all-reduce over the ranks holding the same experts (none when ep = dp). Under ZeRO-1 those
+// ranks share out the flat buffer's expert-parallel part [expert_begin, end) as the dp
+// ranks share out the rest, and each piece is reduced to its owner among them.
 #pragma once
 #include <map>
 #include <memory>
@@ -46,6 +48,7 @@ class DataParallelReducer {
     size_t bucket_bytes = 25u << 20;     // parallel.dp_bucket_mb
     ProgressThread* progress = nullptr;  // held while buckets are in flight, so they advance between polls
     int64_t shard_elems = 0;             // ZeRO-1: > 0, the elements each dp rank owns (reduce, not all-reduce)
+    int64_t expert_shard_elems = 0;      // ZeRO-1: of the expert-parallel part, each expert-dp rank's
     Parameter* late = nullptr;           // reduced only by finish() (ZeRO-1's tied embedding)
     std::vector<Parameter*> at_end;      // held by no stage's layer (the vocabulary slice's): reduced by finish()
     Communicator* expert_dp = nullptr;   // the ranks holding this rank's experts (expert_parallel parameters)
@@ -69,6 +72,9 @@ class DataParallelReducer {
   void add_ready(const Parameter& p);
   void launch_open();
   void launch(int64_t lo, int64_t hi);
+  // ZeRO-1: [lo, hi) reduced over `group`, each piece to its owner (rank r owns
+  // [base + r x shard, base + (r + 1) x shard)).
+  void reduce_to_owners(Communicator& group, int64_t lo, int64_t hi, int64_t base, int64_t shard);
   void hold_progress();
   void release_progress();
 
@@ -77,7 +83,7 @@ class DataParallelReducer {
   Backend& backend_;
   MemoryPool& pool_;
   int64_t bucket_elems_;
-  int64_t shard_elems_;
+  int64_t shard_elems_, expert_shard_elems_;
   Parameter* late_;
   Communicator* expert_dp_;
   std::vector<Parameter*> at_end_;

@@ -152,10 +152,11 @@ class Trainer {
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
+  // Of this rank's expert-parallel parameters (parallel.ep; none under ZeRO-1, whose
+  // shards local_grad_squares covers).
   double local_expert_grad_squares();
   void update_selection_biases();         // model.router_bias_rate: from the step's loads
-  void expert_metrics(StepMetrics& out);  // the step's routing, summed over the ranks  // this rank's expert-parallel
-                                          // parameters' (parallel.ep)
+  void expert_metrics(StepMetrics& out);  // the step's routing, summed over the ranks
   // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
   bool once_over_tp(const Parameter& p) const;
   // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that
@@ -186,10 +187,21 @@ class Trainer {
   ProgressThread* mpi_progress();
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
-  // ZeRO-1: this dp rank's shard [shard_lo_, shard_hi_) of the flat buffers; grad_shard_ is
-  // that range of the gradient buffer (the reducer sums it there in place), m/v its moments.
-  int64_t shard_lo_ = 0, shard_hi_ = 0;
-  Tensor grad_shard_, m_shard_, v_shard_;
+  // ZeRO-1: the ranges [lo, hi) of the flat buffers this rank owns: its dp share of the
+  // part every ep rank holds alike and, under parallel.ep, its expert-dp share of the
+  // expert-parallel part (ParameterStore::expert_begin). The reducer sums their gradients
+  // there in place; their moments start at `at` in m_shard_ / v_shard_.
+  struct OwnedRange {
+    int64_t lo, hi, at;
+  };
+  std::vector<OwnedRange> owned_;
+  Tensor m_shard_, v_shard_;
+  bool zero1() const { return !owned_.empty(); }
+  // Calls f(param, lo, hi, range) for the part [lo, hi) of each parameter in each owned range.
+  template <typename F>
+  void for_each_owned(F&& f);
+  // src's owned ranges into every rank's dst (each part gathered over the ranks holding it).
+  void gather_owned(const Tensor& src, const Tensor& dst);
   AdamW optimizer_;
   int mb_size_;
   int64_t model_params_ = 0;
