@@ -3,7 +3,8 @@
 // (B > NH) and with the larger query blocks of long sequences, GPT-2-sized rows
 // (C = 768, V = 50257), a skewed token batch for the deterministic embedding
 // scatter (bit-identical to the CPU, and run to run), and the explicit
-// to_device/to_host transfers, and the mixture-of-experts row kernels. Skips with
+// to_device/to_host transfers, and the mixture-of-experts row kernels; head sizes past
+// the flash kernels', empty batches and decoding over a long cache. Skips with
 // "no GPU: <reason>" without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_reference.hpp"
@@ -85,22 +87,56 @@ AttnResult attention(Backend& be, const Vec& qkv, const Vec& dout, int B, int T,
   return {out.host(), dq.host()};
 }
 
+struct AttnShape {
+  int B, T, C, NH;
+};
+// The GPU's attention forward and backward against the CPU's on random values.
+void expect_attention_matches(Backend& gpu, Backend& cpu, AttnShape s) {
+  SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+  const Vec qkv = random_vec(size_t(s.B) * s.T * 3 * s.C, 200, -2.0f, 2.0f);
+  const Vec dout = random_vec(size_t(s.B) * s.T * s.C, 201);
+  const AttnResult g = attention(gpu, qkv, dout, s.B, s.T, s.C, s.NH);
+  const AttnResult c = attention(cpu, qkv, dout, s.B, s.T, s.C, s.NH);
+  EXPECT_TRUE(near(g.out, c.out, 1e-5));
+  EXPECT_TRUE(near(g.dqkv, c.dqkv, 1e-4));
+}
+
 TEST_F(CudaVsCpu, AttentionShapes) {
-  struct Shape {
-    int B, T, C, NH;
-  };
   // B > NH (cuBLAS batches over sequences), T = 300 (five 64-row blocks), T = 1030
   // (192-row query blocks and a short last one).
-  for (Shape s : {Shape{5, 70, 16, 2}, Shape{2, 300, 64, 4}, Shape{1, 1030, 32, 2}}) {
-    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C
-                                      << " NH=" << s.NH);
-    const Vec qkv = random_vec(size_t(s.B) * s.T * 3 * s.C, 200, -2.0f, 2.0f);
-    const Vec dout = random_vec(size_t(s.B) * s.T * s.C, 201);
-    const AttnResult g = attention(*gpu_, qkv, dout, s.B, s.T, s.C, s.NH);
-    const AttnResult c = attention(*cpu_, qkv, dout, s.B, s.T, s.C, s.NH);
-    EXPECT_TRUE(near(g.out, c.out, 1e-5));
-    EXPECT_TRUE(near(g.dqkv, c.dqkv, 1e-4));
+  for (AttnShape s : {AttnShape{5, 70, 16, 2}, AttnShape{2, 300, 64, 4}, AttnShape{1, 1030, 32, 2}})
+    expect_attention_matches(*gpu_, *cpu_, s);
+}
+
+// Head sizes past the flash kernels' 128 (the probability path: 256) and at it (128), and
+// empty batches (B = 0 or T = 0: nothing to do, where a zero-sized grid would fail to launch).
+TEST_F(CudaVsCpu, AttentionHeadSizesAndEmptyBatches) {
+  for (AttnShape s : {AttnShape{2, 70, 512, 2}, AttnShape{1, 130, 256, 2}}) expect_attention_matches(*gpu_, *cpu_, s);
+  for (const auto& [B, T] : {std::pair{0, 16}, std::pair{2, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T);
+    auto pool = MemoryPool::create(*gpu_);
+    Buf<float> q(*gpu_, Vec(48, 1.0f)), d(*gpu_, Vec(16, 1.0f)), out(*gpu_, Vec(16, 5.0f)), dq(*gpu_, Vec(48, 7.0f));
+    auto stash = gpu_->attention_forward(out.get(), q.get(), B, T, 16, 2, 2, *pool, DType::F32);
+    gpu_->attention_backward(dq.get(), d.get(), q.get(), *stash, B, T, 16, 2, 2, *pool);
+    EXPECT_EQ(out.host(), Vec(16, 5.0f));
+    EXPECT_EQ(dq.host(), Vec(48, 7.0f));
   }
+}
+
+// Decoding against a long cache: 16 000 keys' scores (62.5 KiB) need more than the 48 KiB
+// of shared memory a block gets without opting in.
+TEST_F(CudaVsCpu, DecodeAttentionOverALongCache) {
+  const int NH = 4, NKV = 2, hs = 16, pos = 16000, n = 2, L = pos + n;
+  const Vec q = random_vec(size_t(n) * NH * hs, 220), k = random_vec(size_t(L) * NKV * hs, 221);
+  const Vec v = random_vec(size_t(L) * NKV * hs, 222);
+  Vec got, want;
+  for (Backend* be : {gpu_.get(), cpu_.get()}) {
+    Buf<float> bq(*be, q), bk(*be, k), bv(*be, v), out(*be, Vec(size_t(n) * NH * hs, NAN));
+    be->attention_decode(out.get(), bq.get(), NH * hs, bk.get(), bv.get(), NKV * hs, n, pos, NH, NKV, hs);
+    (be == gpu_.get() ? got : want) = out.host();
+  }
+  // Sums of L terms in another order: ~sqrt(L) u = 7.5e-6 each (random-walk rounding), a few in a row.
+  EXPECT_TRUE(near(got, want, 1e-4));
 }
 
 TEST_F(CudaVsCpu, Gpt2SizedRows) {

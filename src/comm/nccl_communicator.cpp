@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,23 +52,40 @@ struct Event {
   bool recorded = false;  // false until the operation is launched (an open group's)
 };
 
+// Fails (after aborting the communicator, which never blocks) when NCCL reports an
+// asynchronous error: a peer that died or a network failure would otherwise leave this rank
+// waiting on an event that never completes until the watchdog fires.
+void check_async(ncclComm_t comm, const std::string& name) {
+  ncclResult_t r = ncclSuccess;
+  check(ncclCommGetAsyncError(comm, &r), "async error query", name);
+  if (r == ncclSuccess || r == ncclInProgress) return;
+  (void)ncclCommAbort(comm);
+  fail("NCCL on the {} communicator failed while an operation was in flight: {} (a peer failed or left)", name,
+       ncclGetErrorString(r));
+}
+
 // An operation's completion: an event recorded on its stream right after it (after the
 // group's launch for an operation inside group_begin / group_end).
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(std::shared_ptr<Event> event, std::string comm, double& timer)
-      : event_(std::move(event)), comm_(std::move(comm)), timer_(timer) {}
+  NcclRequest(std::shared_ptr<Event> event, ncclComm_t nccl, std::string comm, double& timer)
+      : event_(std::move(event)), nccl_(nccl), comm_(std::move(comm)), timer_(timer) {}
+  // Polls the event and NCCL's error state in turn (not cudaEventSynchronize, which would
+  // wait on a dead peer for ever).
   void wait() override {
     if (!event_->recorded) fail("an NCCL operation on the {} communicator was waited for inside its group", comm_);
     watchdog::Waiting waiting("an NCCL operation on the " + comm_ + " communicator");
     const double t0 = MPI_Wtime();
-    check_cuda(cudaEventSynchronize(event_->event), "event synchronize", comm_);
+    while (!test()) std::this_thread::sleep_for(std::chrono::microseconds(20));
     timer_ += MPI_Wtime() - t0;
   }
   bool test() override {
     if (!event_->recorded) return false;  // its group is not launched yet
     const cudaError_t e = cudaEventQuery(event_->event);
-    if (e == cudaErrorNotReady) return false;
+    if (e == cudaErrorNotReady) {
+      check_async(nccl_, comm_);
+      return false;
+    }
     check_cuda(e, "event query", comm_);
     return true;
   }
@@ -78,6 +97,7 @@ class NcclRequest final : public CommRequest {
 
  private:
   std::shared_ptr<Event> event_;
+  ncclComm_t nccl_;
   std::string comm_;
   double& timer_;
 };
@@ -86,12 +106,20 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm comm, std::string name, int device)
       : host_(std::make_unique<MpiCommunicator>(comm, name)), name_(std::move(name)), device_(device) {
-    ncclUniqueId id{};
-    if (host_->rank() == 0) check(ncclGetUniqueId(&id), "get unique id", name_);
-    if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_->comm()) != MPI_SUCCESS)
+    // Rank 0's id goes out with its outcome, so a failure there ends every rank with its
+    // message instead of leaving the others in the broadcast.
+    struct {
+      ncclUniqueId id;
+      ncclResult_t status;
+    } root{};
+    if (host_->rank() == 0) root.status = ncclGetUniqueId(&root.id);
+    if (MPI_Bcast(&root, sizeof root, MPI_BYTE, 0, host_->comm()) != MPI_SUCCESS)
       fail("broadcasting the NCCL id on the {} communicator failed", name_);
+    if (root.status != ncclSuccess)
+      fail("NCCL get unique id on rank 0 of the {} communicator failed: {}", name_, ncclGetErrorString(root.status));
     check_cuda(cudaSetDevice(device_), "set device", name_);
-    check(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()), "init", name_);
+    // A rank whose init fails throws at once: the job's fail-fast handler ends the others.
+    check(ncclCommInitRank(&comm_, host_->size(), root.id, host_->rank()), "init", name_);
   }
   ~NcclCommunicator() override {
     // While an error unwinds a peer may be gone: abort (never blocks) instead of destroy.
@@ -213,7 +241,7 @@ class NcclCommunicator final : public Communicator {
       pending_.emplace_back(event, s);  // the operations are launched by group_end
     else
       record(*event, s);
-    return std::make_unique<NcclRequest>(std::move(event), name_, comm_s_);
+    return std::make_unique<NcclRequest>(std::move(event), comm_, name_, comm_s_);
   }
 
   std::unique_ptr<MpiCommunicator> host_;

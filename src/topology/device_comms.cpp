@@ -3,8 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cstring>
-#include <functional>
+#include <string_view>
 #include <vector>
 
 #include "pipetrain/comm/nccl_communicator.hpp"
@@ -22,28 +21,42 @@ MPI_Comm dup(const MpiCommunicator& c) {
 }
 
 // NCCL runs one rank per GPU: refuses (on every rank of `group`) two ranks of the group on
-// the same node and device.
+// the same GPU.
 // `p2p`: the group is one comm.p2p chooses for (the message then says how to share a GPU).
-void check_distinct_gpus(const MpiCommunicator& group, int device, const std::string& what, bool p2p) {
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  MPI_Get_processor_name(host, &len);
-  struct Where {
-    size_t node;
-    int device;
-  } mine{std::hash<std::string>{}(std::string(host, static_cast<size_t>(len))), device};
-  std::vector<Where> all(static_cast<size_t>(group.size()));
-  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, group.comm());
-  for (size_t a = 0; a < all.size(); ++a)
-    for (size_t b = a + 1; b < all.size(); ++b)
-      if (all[a].node == all[b].node && all[a].device == all[b].device)
-        fail("{} over NCCL: ranks {} and {} of the {} group share GPU cuda:{} on one node (NCCL needs one GPU per "
-             "rank; start one rank per GPU{})",
-             what, a, b, group.name(), all[a].device,
-             p2p ? ", or set comm.p2p = \"mpi\"" : "");
+void check_distinct_gpus(const MpiCommunicator& group, const DeviceAllocator& device, const std::string& what,
+                         bool p2p) {
+  constexpr size_t kWidth = MPI_MAX_PROCESSOR_NAME + 32;
+  std::string mine = gpu_identity(device);
+  mine.resize(kWidth, '\0');
+  std::vector<char> all(kWidth * static_cast<size_t>(group.size()));
+  MPI_Allgather(mine.data(), static_cast<int>(kWidth), MPI_CHAR, all.data(), static_cast<int>(kWidth), MPI_CHAR,
+                group.comm());
+  std::vector<std::string> ids;
+  for (int r = 0; r < group.size(); ++r) ids.emplace_back(all.data() + kWidth * static_cast<size_t>(r));
+  if (const auto shared = ranks_sharing_a_gpu(ids))
+    fail(
+        "{} over NCCL: ranks {} and {} of the {} group share GPU {} (NCCL needs one GPU per rank; start one rank "
+        "per GPU{})",
+        what, shared->first, shared->second, group.name(), ids[static_cast<size_t>(shared->first)],
+        p2p ? ", or set comm.p2p = \"mpi\"" : "");
 }
 
 }  // namespace
+
+std::string gpu_identity(const DeviceAllocator& device) {
+  if (std::string id = device.hardware_id(); !id.empty()) return id;
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  return fmt::format("{}:cuda:{}", std::string_view(host, static_cast<size_t>(len)), device.device().index);
+}
+
+std::optional<std::pair<int, int>> ranks_sharing_a_gpu(const std::vector<std::string>& ids) {
+  for (size_t a = 0; a < ids.size(); ++a)
+    for (size_t b = a + 1; b < ids.size(); ++b)
+      if (ids[a] == ids[b]) return std::pair{static_cast<int>(a), static_cast<int>(b)};
+  return std::nullopt;
+}
 
 DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string& p2p, int tied_first,
                          int tied_last) {
@@ -68,7 +81,7 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
                   std::unique_ptr<Communicator>& own) -> Communicator* {
     if (nccl && group.size() > 1) {
       if (!have_nccl) fail("{} over NCCL on GPUs: {}", what, why);
-      check_distinct_gpus(group, gpu, what, p2p_group);
+      check_distinct_gpus(group, device, what, p2p_group);
       own = make_nccl_communicator(dup(group), group.name(), gpu);
       parts.push_back(group.name() + " nccl");
     } else {

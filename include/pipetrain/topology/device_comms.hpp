@@ -7,13 +7,24 @@
 // metrics) always go over the Grid's MPI communicators.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/core/device_allocator.hpp"
 #include "pipetrain/topology/grid.hpp"
 
 namespace pipetrain {
+
+// What names a rank's GPU to its peers: its UUID (DeviceAllocator::hardware_id), which does
+// not depend on the ordinal CUDA_VISIBLE_DEVICES gives it (under the shipped Slurm scripts
+// every rank sees its GPU as device 0); where the backend names none, the node and the ordinal.
+std::string gpu_identity(const DeviceAllocator& device);
+// The first two ranks whose identities are equal: they would share one GPU. None: every
+// rank has its own.
+std::optional<std::pair<int, int>> ranks_sharing_a_gpu(const std::vector<std::string>& ids);
 
 class DeviceComms {
  public:

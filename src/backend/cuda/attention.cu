@@ -158,10 +158,22 @@ __global__ void attention_decode_kernel(float* out, const float* q, int ldq, con
 }
 }  // namespace
 
+int attention_decode_max_keys() {
+  int device = 0, optin = 0;
+  PIPETRAIN_CUDA_CHECK(cudaGetDevice(&device));
+  PIPETRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attr{};
+  PIPETRAIN_CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_decode_kernel));
+  return (optin - static_cast<int>(attr.sharedSizeBytes)) / static_cast<int>(sizeof(float));
+}
+
 void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const float* k, const float* v, int ldkv,
                       int n, int pos, int NH, int NKV, int hs) {
   if (n <= 0) return;
-  const size_t shared = static_cast<size_t>(pos + n) * sizeof(float);  // the caller checks it fits in 48 KiB
+  const size_t shared = static_cast<size_t>(pos + n) * sizeof(float);  // the caller checks attention_decode_max_keys
+  if (shared > 48 * 1024)  // beyond the default dynamic limit: opt in (per kernel, not per launch)
+    PIPETRAIN_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared)));
   attention_decode_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), 128, shared, ctx.stream>>>(
       out, q, ldq, k, v, ldkv, pos, NH, NKV, hs, 1.0f / sqrtf(static_cast<float>(hs)));
   check_launch("attention_decode");

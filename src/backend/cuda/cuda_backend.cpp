@@ -47,6 +47,16 @@ namespace {
 
 std::string version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
 
+// nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string gpu_uuid(const cudaUUID_t& id) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += fmt::format("{:02x}", static_cast<unsigned char>(id.bytes[i]));
+  }
+  return out;
+}
+
 // "90,80a" -> "sm_90, sm_80a"
 std::string arch_list() {
   std::string in = PIPETRAIN_CUDA_ARCHS, out;
@@ -109,6 +119,7 @@ class CudaBackend final : public Backend {
   DeviceId device() const override { return {DeviceKind::Cuda, device_}; }
   Stream& stream() override { return stream_; }
   std::string name() const override { return name_; }
+  std::string hardware_id() const override { return uuid_; }
   bool bf16_products_native() const override { return true; }
 
   // ---- memory ----
@@ -265,8 +276,10 @@ class CudaBackend final : public Backend {
   void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
                         int pos, int NH, int NKV, int hs) override {
     if (NKV < 1 || NH % NKV != 0) fail("attention_decode: {} query heads do not group over {} key/value heads", NH, NKV);
-    if ((pos + n) * sizeof(float) > 48 * 1024)
-      fail("attention_decode: {} cached tokens exceed the 48 KiB of shared memory a block's scores use", pos + n);
+    if (decode_max_keys_ < 0) decode_max_keys_ = cuda::attention_decode_max_keys();
+    if (pos + n > decode_max_keys_)
+      fail("attention_decode: {} cached tokens exceed the {} a block's scores fit in this GPU's shared memory", pos + n,
+           decode_max_keys_);
     cuda::attention_decode(ctx(), out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
   }
   using Backend::attention_backward;  // the bf16-qkv forms: widened, then these
@@ -438,6 +451,7 @@ class CudaBackend final : public Backend {
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.scratch, cuda::kScratchBytes));
     PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtCreate(&ctx_.lt));
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, cuda::kLtWorkspaceBytes));
+    uuid_ = gpu_uuid(prop.uuid);
     const int sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     ctx_.max_blocks = static_cast<unsigned>(sms) * 8u;
     int runtime = 0, blas = 0;
@@ -507,6 +521,9 @@ class CudaBackend final : public Backend {
   cuda::Ctx ctx_;
   CudaStream stream_{device_, &ctx_.stream};
   std::string name_;
+  std::string uuid_;
+  int decode_max_keys_ = -1;  // cuda::attention_decode_max_keys, asked at the first decode  // "GPU-" and the 16 bytes
+                              // of cudaDeviceProp::uuid, as nvidia-smi prints it
 };
 
 }  // namespace

@@ -108,6 +108,10 @@ void bias_backward(const Ctx& ctx, float* dbias, const float* dout, int N, int C
 
 // ---- GELU (gelu.cu) ----
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t n);
+// A product's epilogue by kernel, in place on C (M x N, leading dimension ldc): adds
+// bias[n] to every row (when bias), then, when pre_gelu, keeps that in pre_gelu (same
+// layout) and stores gelu of it.
+void matrix_epilogue(const Ctx& ctx, float* C, int M, int N, int ldc, const float* bias, float* pre_gelu);
 void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, size_t n);
 
 // ---- LayerNorm (layernorm.cu) ----
@@ -143,8 +147,12 @@ void rmsnorm_backward_input(const Ctx& ctx, float* dinp, const float* dout, cons
                             const float* rstd, int N, int C);
 void rmsnorm_backward_weight(const Ctx& ctx, float* dweight, const float* dout, const float* inp, const float* rstd,
                              int N, int C);
+// The scores of pos + n keys live in shared memory: at most attention_decode_max_keys().
 void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const float* k, const float* v, int ldkv,
                       int n, int pos, int NH, int NKV, int hs);
+// The device's opt-in shared memory per block, less the decode kernel's static shared
+// memory (its reductions'), in floats.
+int attention_decode_max_keys();
 void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
           int pos0);
 // moe_rows.cu

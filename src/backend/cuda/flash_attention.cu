@@ -233,6 +233,7 @@ dim3 row_grid(int B, int T, int heads) {
 
 void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                              int NKV) {
+  if (B <= 0 || T <= 0) return;  // no rows: an empty grid is an invalid launch
   const Heads H{C, NH, NKV, C / NH};
   const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
   flash_forward_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(out, lse, qkv, T, H, scale);
@@ -241,6 +242,7 @@ void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float
 
 void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH, int NKV) {
+  if (B <= 0 || T <= 0) return;
   const Heads H{C, NH, NKV, C / NH};
   const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
   const size_t rows = static_cast<size_t>(B) * NH * T;

@@ -43,7 +43,29 @@ __global__ void gelu_backward_kernel(float* dinp, const float* __restrict__ inp,
   }
 }
 
+__global__ void matrix_epilogue_kernel(float* c, int M, int N, int ldc, const float* __restrict__ bias,
+                                       float* pre_gelu) {
+  const size_t total = static_cast<size_t>(M) * N;
+  for (size_t i = grid_index(); i < total; i += grid_stride()) {
+    const size_t at = (i / N) * ldc + i % N;
+    float x = c[at] + (bias ? bias[i % N] : 0.0f);
+    if (pre_gelu) {
+      pre_gelu[at] = x;
+      const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+      x = x / (1.0f + clamped_exp(-2.0f * u));
+    }
+    c[at] = x;
+  }
+}
+
 }  // namespace
+
+void matrix_epilogue(const Ctx& ctx, float* C, int M, int N, int ldc, const float* bias, float* pre_gelu) {
+  const size_t n = static_cast<size_t>(M) * N;
+  if (n == 0) return;
+  matrix_epilogue_kernel<<<grid_for(n, kThreads, ctx), kThreads, 0, ctx.stream>>>(C, M, N, ldc, bias, pre_gelu);
+  check_launch("matrix_epilogue");
+}
 
 void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t n) {
   if (n == 0) return;
