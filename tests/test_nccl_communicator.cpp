@@ -1,6 +1,7 @@
 // The NCCL communicator's build: present exactly when the build says it links NCCL, and
-// refusing, with the reason, where it is absent. Its collectives run on a GPU machine
-// (scripts/gpu-check.sh); here a GPU-less rank checks what it can.
+// refusing, with the reason, where it is absent. Its collectives, and a rank's group of
+// a send to and a receive from itself, run on a GPU machine (scripts/gpu-check.sh); here a
+// GPU-less rank checks what it can.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,6 +45,32 @@ TEST(NcclCommunicator, OneRankAllReduceOnTheGpu) {
   auto cpu = make_cpu_backend();
   auto host_pool = MemoryPool::create(*cpu);
   EXPECT_THROW(comm->allreduce_sum(Tensor::empty(*host_pool, {5}), be->stream()), Error);
+}
+
+// A rank's send to and receive from itself, launched as one group (as the pipeline's
+// transfers are): the requests complete once the group is launched, through the real event
+// and error-polling logic (wait, then test).
+TEST(NcclCommunicator, OneRankSendsToItselfInAGroup) {
+  std::string why;
+  if (!nccl_available(&why) || !cuda_available(&why)) GTEST_SKIP() << why;
+  MPI_Comm self = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_SELF, &self);
+  auto be = make_cuda_backend(0);
+  auto pool = MemoryPool::create(*be);
+  auto comm = make_nccl_communicator(self, "test", be->device().index);
+  const Tensor out = Tensor::empty(*pool, {7}), in = Tensor::empty(*pool, {7});
+  const float host[7] = {1, -2, 3, -4, 5, -6, 7};
+  be->to_device(out.raw(), host, sizeof host);
+  comm->group_begin();
+  auto sent = comm->send(out, 0, 0, be->stream());
+  auto received = comm->recv(in, 0, 0, be->stream());
+  EXPECT_FALSE(received->test());  // inside the open group: not launched yet
+  comm->group_end();
+  received->wait();
+  EXPECT_TRUE(sent->test());
+  float back[7] = {};
+  be->to_host(back, in.raw(), sizeof back);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(back[i], host[i]);
 }
 
 }  // namespace
