@@ -139,6 +139,28 @@ TEST_F(CudaVsCpu, DecodeAttentionOverALongCache) {
   EXPECT_TRUE(near(got, want, 1e-4));
 }
 
+// Token checks deferred to one per step: the calls do not wait; check_deferred reports the
+// first recorded check that failed, with the CPU's message and the offending value, once.
+TEST_F(CudaVsCpu, DeferredTokenChecksReportTheFirstBadId) {
+  const int B = 2, T = 4, C = 8;
+  Buf<float> wte(*gpu_, random_vec(size_t(16) * C, 230)), wpe(*gpu_, random_vec(size_t(T) * C, 231));
+  Buf<float> out(*gpu_, Vec(size_t(B) * T * C));
+  Buf<int32_t> good(*gpu_, {1, 2, 3, 4, 5, 6, 7, 8}), bad(*gpu_, {1, 2, 3, 4, 5, -7, 7, -9}),
+      worse(*gpu_, {1, -3, 3, 4, 5, 6, 7, 8});
+  gpu_->defer_checks(true);
+  for (Buf<int32_t>* tokens : {&good, &bad, &worse})
+    gpu_->embedding_forward(out.get(), tokens->get(), wte.get(), wpe.get(), B, T, C);
+  try {
+    gpu_->check_deferred();
+    ADD_FAILURE() << "no error for the negative tokens";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "embedding: token -7 at position 5 is negative");
+  }
+  gpu_->check_deferred();  // reported once, then clear
+  gpu_->defer_checks(false);
+  EXPECT_THROW(gpu_->embedding_forward(out.get(), worse.get(), wte.get(), wpe.get(), B, T, C), Error);
+}
+
 TEST_F(CudaVsCpu, Gpt2SizedRows) {
   const int N = 64, C = 768;
   const Vec x = random_vec(size_t(N) * C, 210, -3.0f, 5.0f), w = random_vec(C, 211),

@@ -38,6 +38,12 @@ class Backend : public DeviceAllocator {
   // against it: see comm/communicator.hpp).
   virtual Stream& stream() = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS Haswell)"
+  // Checks of device data (token ids, targets) that would make a device backend wait for
+  // its stream at every call: with defer_checks(true) they are recorded on the stream and
+  // check_deferred() reports the first one that failed (the same message, with the
+  // offending value), waiting once; the trainer does so once a step. The CPU checks at once.
+  virtual void defer_checks(bool /*on*/) {}
+  virtual void check_deferred() {}
 
   // ---- memory (device memory; the pool in core sits on top of these) ----
   // allocate / deallocate: DeviceAllocator (64-byte aligned; Error when out of memory).

@@ -20,7 +20,23 @@ __global__ void first_out_of_range_kernel(unsigned long long* first, const int32
   }
 }
 
+__global__ void record_out_of_range_kernel(unsigned long long* record, const int32_t* __restrict__ v, size_t n,
+                                           int64_t lo, int64_t hi) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    const int64_t x = v[i];
+    if (x < lo || x >= hi) atomicMin(record, static_cast<unsigned long long>(i) << 32 | static_cast<uint32_t>(v[i]));
+  }
+}
+
 }  // namespace
+
+void record_out_of_range(const Ctx& ctx, unsigned long long* record, const int32_t* v, int64_t n, int64_t lo,
+                         int64_t hi) {
+  if (n <= 0) return;
+  const size_t count = static_cast<size_t>(n);
+  record_out_of_range_kernel<<<grid_for(count, kThreads, ctx), kThreads, 0, ctx.stream>>>(record, v, count, lo, hi);
+  check_launch("deferred range check");
+}
 
 int64_t first_out_of_range(const Ctx& ctx, const int32_t* v, int64_t n, int64_t lo, int64_t hi,
                            int32_t* value) {

@@ -452,6 +452,8 @@ class CudaBackend final : public Backend {
     PIPETRAIN_CUBLAS_CHECK(cublas().cublasLtCreate(&ctx_.lt));
     PIPETRAIN_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, cuda::kLtWorkspaceBytes));
     uuid_ = gpu_uuid(prop.uuid);
+    PIPETRAIN_CUDA_CHECK(cudaMalloc(&deferred_slots_, kDeferredSlots * sizeof *deferred_slots_));
+    PIPETRAIN_CUDA_CHECK(cudaMemset(deferred_slots_, 0xff, kDeferredSlots * sizeof *deferred_slots_));
     const int sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     ctx_.max_blocks = static_cast<unsigned>(sms) * 8u;
     int runtime = 0, blas = 0;
@@ -471,6 +473,8 @@ class CudaBackend final : public Backend {
     if (ctx_.scratch != nullptr) (void)cudaFree(ctx_.scratch);
     if (ctx_.lt != nullptr) (void)cublas().cublasLtDestroy(ctx_.lt);
     if (ctx_.lt_workspace != nullptr) (void)cudaFree(ctx_.lt_workspace);
+    if (deferred_slots_ != nullptr) (void)cudaFree(deferred_slots_);
+    deferred_slots_ = nullptr;
     ctx_ = cuda::Ctx{};
     (void)cudaGetLastError();
   }
@@ -490,18 +494,51 @@ class CudaBackend final : public Backend {
 
   // The checks of the CPU backend, with the same messages; those that look at
   // device data wait for the stream (once per call, before any output is written).
-  void check_tokens(const int32_t* tokens, int64_t n) const {
-    int32_t value = 0;
-    const int64_t i = cuda::first_out_of_range(ctx(), tokens, n, 0, int64_t{1} << 32, &value);
-    if (i >= 0) fail("embedding: token {} at position {} is negative", value, i);
+  void check_tokens(const int32_t* tokens, int64_t n) { check_ids({"embedding", 0, int64_t{1} << 32}, tokens, n); }
+  void check_targets(const char* kernel, const int32_t* targets, int N, int V) {
+    check_ids({kernel, 0, V}, targets, N);
   }
-  void check_targets(const char* kernel, const int32_t* targets, int N, int V) const {
-    int32_t value = 0;
-    const int64_t i = cuda::first_out_of_range(ctx(), targets, N, 0, V, &value);
-    if (i >= 0) {
-      fail("{}: target {} at row {} is outside the vocabulary [0, {})", kernel, value, i, V);
+  // Ids (tokens, targets) inside [lo, hi): at once, or recorded for check_deferred.
+  struct IdCheck {
+    const char* kernel;
+    int64_t lo, hi;
+    [[noreturn]] void fail_at(int64_t i, int32_t value) const {
+      if (hi == int64_t{1} << 32) fail("{}: token {} at position {} is negative", kernel, value, i);
+      fail("{}: target {} at row {} is outside the vocabulary [0, {})", kernel, value, i, hi);
     }
+  };
+  void check_ids(const IdCheck& c, const int32_t* ids, int64_t n) {
+    if (!defer_) {
+      int32_t value = 0;
+      const int64_t i = cuda::first_out_of_range(ctx(), ids, n, c.lo, c.hi, &value);
+      if (i >= 0) c.fail_at(i, value);
+      return;
+    }
+    if (deferred_.size() == kDeferredSlots) check_deferred();  // full: settle these first (rare)
+    cuda::record_out_of_range(ctx(), deferred_slots_ + deferred_.size(), ids, n, c.lo, c.hi);
+    deferred_.push_back(c);
   }
+
+ public:
+  void defer_checks(bool on) override {
+    if (!on) check_deferred();
+    defer_ = on;
+  }
+  // One wait for every check recorded since the last: the first that failed, in order.
+  void check_deferred() override {
+    if (deferred_.empty()) return;
+    std::vector<unsigned long long> got(deferred_.size());
+    PIPETRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(got.data(), deferred_slots_, got.size() * sizeof got[0], cudaMemcpyDeviceToHost, ctx().stream));
+    sync();
+    const std::vector<IdCheck> checks = std::move(deferred_);
+    deferred_.clear();
+    PIPETRAIN_CUDA_CHECK(cudaMemsetAsync(deferred_slots_, 0xff, got.size() * sizeof got[0], ctx().stream));
+    for (size_t k = 0; k < got.size(); ++k)
+      if (got[k] != ~0ull) checks[k].fail_at(static_cast<int64_t>(got[k] >> 32), static_cast<int32_t>(got[k]));
+  }
+
+ private:
   static void check_ce_args(const char* kernel, int N, int Vl, int col_begin, int V) {
     if (V <= 0 || N < 0 || Vl < 0 || col_begin < 0) {
       fail("{}: need V > 0 and N, Vl, col_begin >= 0, got N={} Vl={} col_begin={} V={}", kernel,
@@ -522,6 +559,12 @@ class CudaBackend final : public Backend {
   CudaStream stream_{device_, &ctx_.stream};
   std::string name_;
   std::string uuid_;
+  // Deferred id checks (defer_checks): kDeferredSlots device records, all bits set when
+  // clear, and what each recorded check reports.
+  static constexpr size_t kDeferredSlots = 256;
+  unsigned long long* deferred_slots_ = nullptr;
+  std::vector<IdCheck> deferred_;
+  bool defer_ = false;
   int decode_max_keys_ = -1;  // cuda::attention_decode_max_keys, asked at the first decode  // "GPU-" and the 16 bytes
                               // of cudaDeviceProp::uuid, as nvidia-smi prints it
 };

@@ -76,6 +76,10 @@ inline unsigned row_threads(int64_t len) { return len >= 4096 ? 512 : len >= 102
 void fill(const Ctx& ctx, float* x, float value, size_t n);
 // C[i, j] = beta * C[i, j] (0 when beta == 0) for an M x N matrix with row stride ldc.
 void scale_matrix(const Ctx& ctx, float* C, int M, int N, int ldc, float beta);
+// Deferred: records into *record the first v[i] outside [lo, hi) as (i << 32 | (uint32) v[i])
+// (atomicMin: the lowest index wins; all bits set when none; n < 2^32). No wait.
+void record_out_of_range(const Ctx& ctx, unsigned long long* record, const int32_t* v, int64_t n, int64_t lo,
+                         int64_t hi);
 // Index of the first v[i] outside [lo, hi), and that value in *value; -1 if none.
 // Waits for the stream.
 int64_t first_out_of_range(const Ctx& ctx, const int32_t* v, int64_t n, int64_t lo, int64_t hi,
