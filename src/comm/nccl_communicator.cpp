@@ -120,11 +120,18 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaSetDevice(device_), "set device", name_);
     // A rank whose init fails throws at once: the job's fail-fast handler ends the others.
     check(ncclCommInitRank(&comm_, host_->size(), root.id, host_->rank()), "init", name_);
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create", name_);
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event create", name_);
   }
   ~NcclCommunicator() override {
     // While an error unwinds a peer may be gone: abort (never blocks) instead of destroy.
-    if (std::uncaught_exceptions() > 0) (void)ncclCommAbort(comm_);
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    if (unwinding)
+      (void)ncclCommAbort(comm_);
     else (void)ncclCommDestroy(comm_);
+    if (!unwinding) (void)cudaStreamSynchronize(stream_);
+    (void)cudaEventDestroy(ready_);
+    (void)cudaStreamDestroy(stream_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -223,13 +230,17 @@ class NcclCommunicator final : public Communicator {
           name_);
     return done(s);
   }
-  // The stream's handle, after checking that tensor and stream are on this device.
-  cudaStream_t on_device(const char* op, const Tensor& t, const char* what, Stream& stream) const {
+  // The communicator's own stream, ordered after the work already on the caller's (so the
+  // operation overlaps what the caller enqueues next), after checking that tensor and stream
+  // are on this device. Requests complete on it: wait_on(stream) orders a stream after them.
+  cudaStream_t on_device(const char* op, const Tensor& t, const char* what, Stream& stream) {
     const DeviceId mine{DeviceKind::Cuda, device_};
     if (t.device() != mine || stream.device() != mine)
       fail("{} on the {} communicator (NCCL on {}): {} is {} and the stream is on {}", op, name_, mine.str(), what,
            t.describe(), stream.device().str());
-    return static_cast<cudaStream_t>(stream.native_handle());
+    check_cuda(cudaEventRecord(ready_, static_cast<cudaStream_t>(stream.native_handle())), "event record", name_);
+    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "stream wait", name_);
+    return stream_;
   }
   void record(Event& e, cudaStream_t s) {
     check_cuda(cudaEventRecord(e.event, s), "event record", name_);
@@ -248,6 +259,8 @@ class NcclCommunicator final : public Communicator {
   std::string name_;
   int device_;
   ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // every operation runs here (its own, beside the compute stream)
+  cudaEvent_t ready_ = nullptr;    // the caller's stream up to an operation (reused: waits capture it)
   bool in_group_ = false;
   std::vector<std::pair<std::shared_ptr<Event>, cudaStream_t>> pending_;  // recorded at group_end
 };

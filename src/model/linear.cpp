@@ -25,7 +25,8 @@ int rows_of(const Tensor& t) { return static_cast<int>(t.numel() / t.dim(t.ndim(
 bool tensor_parallel(const MicrobatchContext& ctx) { return ctx.tp && ctx.tp->size() > 1; }
 
 void tp_allreduce(const MicrobatchContext& ctx, const Tensor& x) {
-  if (tensor_parallel(ctx)) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait();
+  // The stream, not the host, waits (on a GPU the sum runs on the communicator's stream).
+  if (tensor_parallel(ctx)) ctx.tp->allreduce_sum(x, ctx.backend->stream())->wait_on(ctx.backend->stream());
 }
 
 void linear_forward(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,

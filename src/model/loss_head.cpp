@@ -41,9 +41,9 @@ void parallel_crossentropy(const MicrobatchContext& ctx, float* losses, float* l
   float* rowmax = stats.f32();
   float* sums = rowmax + N;
   be.crossentropy_local_max(rowmax, logits, N, Vl, col_begin, V);
-  ctx.tp->allreduce_max(stats.view(0, {N}), be.stream())->wait();
+  ctx.tp->allreduce_max(stats.view(0, {N}), be.stream())->wait_on(be.stream());
   be.crossentropy_local_sums(sums, sums + N, logits, rowmax, ctx.targets.i32(), N, Vl, col_begin, V);
-  ctx.tp->allreduce_sum(stats.view(N, {2, N}), be.stream())->wait();
+  ctx.tp->allreduce_sum(stats.view(N, {2, N}), be.stream())->wait_on(be.stream());
   be.crossentropy_finish(losses, logits, rowmax, sums, sums + N, ctx.targets.i32(), N, Vl, col_begin, V,
                          ctx.loss_scale);
 }
