@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, batch = 8, steps = 5, shared_experts = 0;
+    double capacity_factor = 0;
     // Command-line names of the layouts, in the order they run.
     const std::vector<std::pair<std::string, std::string>> all = {
         {"dp-returns-memory", "dp, glibc's malloc policy"},
@@ -112,6 +113,8 @@ int main(int argc, char** argv) {
                                "ep-dualpipev", "ep-dualpipev-in-order"}));
     app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
     app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
+    app.add_option("--capacity-factor", capacity_factor,
+                   "--moe: model.capacity_factor (0: dropless); 1 caps every expert at the mean load");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
       cfg.model.top_k = 2;
       cfg.model.expert_ffn_hidden = 768;
       cfg.model.n_shared_experts = shared_experts;
+      cfg.model.capacity_factor = capacity_factor;
       if (only.empty()) only = {"dp", "ep", "ep-dualpipev", "ep-dualpipev-in-order"};
     } else if (only.empty()) {
       for (const auto& [flag, kind] : all)
