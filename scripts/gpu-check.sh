@@ -4,8 +4,9 @@
 # one under its own time limit and all of them inside PIPETRAIN_GPU_CHECK_BUDGET seconds
 # (default 540: 9 minutes, the build included). One summary line per check:
 #   gpu-check: NAME: PASS|FAIL|SKIP — detail
-# Checks: kernels (every CUDA kernel test against the CPU backend; PASS only when CUDA
-# cases ran, never when all skipped), cudnn-attention, demo-fp32 (20 GPU steps against the
+# Checks: kernels (every CUDA kernel test against the CPU backend, the mixture-of-experts
+# row kernels and grouped products among them; PASS only when CUDA cases ran, never when
+# all skipped), cudnn-attention, demo-fp32 (20 GPU steps against the
 # CPU, 1e-4 relative), demo-bf16 (within the derived bound), two-ranks-one-gpu (pp = 2 over
 # host-staged MPI), nccl-one-gpu (a one-rank NCCL group: all-reduce, a send to and a
 # receive from itself), nccl-two-gpus (tp = 2 and pp = 2 over NCCL; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck on the

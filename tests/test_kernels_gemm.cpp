@@ -1,10 +1,11 @@
 // Kernel harness for the matrix products: gemm (every transpose, both betas, padded
 // leading dimensions), gemm_bias (a dense layer's output with its bias and residual),
-// the bf16 products and their epilogues, and the strided batch, each against the double
+// the bf16 products and their epilogues, the grouped products and the strided batch, each against the double
 // reference of kernel_reference.hpp on every backend present.
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,43 @@ TEST_P(KernelGemmTest, GemmBf16AndItsEpilogues) {
   EXPECT_THROW(be().gemm_bf16(false, false, 2, 2, 2, 1.0f, a.get(), 2, b.get(), 2, 1.0f, c.get(), 2,
                               Backend::Epilogue::kBias, nullptr),
                Error);
+}
+
+// Grouped products (a mixture of experts' one per expert): each against the double
+// reference, with an empty problem (M = 0) and one with no reduction (K = 0: C = beta C) among
+// them, every transpose and both betas; `between` runs after each product where the backend
+// runs them in turn (the CPU), never more often.
+TEST_P(KernelGemmTest, GemmGrouped) {
+  struct Shape {
+    int M, N, K;
+  };
+  const std::vector<Shape> shapes = {{37, 29, 53}, {0, 29, 53}, {5, 29, 53}, {11, 29, 0}, {64, 29, 53}};
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<Vec> As, Bs, Cs, want;
+        std::vector<std::unique_ptr<DevBuf<float>>> bufs;
+        std::vector<GemmProblem> problems;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const auto [M, N, K] = shapes[i];
+          const int lda = ta ? M + 1 : K + 2, ldb = tb ? K + 3 : N, ldc = N + 4;
+          As.push_back(random_vec(size_t(ta ? K : M) * lda + 1, 40 + i));
+          Bs.push_back(random_vec(size_t(tb ? N : K) * ldb + 1, 50 + i));
+          Cs.push_back(random_vec(size_t(M) * ldc + 1, 60 + i));
+          want.push_back(Cs.back());
+          ref::gemm(ta, tb, M, N, K, 0.7, As[i].data(), lda, Bs[i].data(), ldb, beta, Cs[i].data(), want[i].data(),
+                    ldc);
+          for (const Vec* v : {&As[i], &Bs[i], &Cs[i]}) bufs.push_back(std::make_unique<DevBuf<float>>(be(), *v));
+          const size_t at = bufs.size();
+          problems.push_back({M, N, K, bufs[at - 3]->get(), lda, bufs[at - 2]->get(), ldb, bufs[at - 1]->get(), ldc});
+        }
+        int calls = 0;
+        be().gemm_grouped(ta, tb, 0.7f, beta, problems, [&] { ++calls; });
+        EXPECT_LE(calls, static_cast<int>(shapes.size()));
+        for (size_t i = 0; i < shapes.size(); ++i)
+          EXPECT_TRUE(close(bufs[3 * i + 2]->host(), want[i], 1e-5, 1e-5))
+              << "problem " << i << " ta=" << ta << " tb=" << tb << " beta=" << beta;
+      }
 }
 
 TEST_P(KernelGemmTest, GemmStridedBatched) {

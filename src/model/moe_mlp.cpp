@@ -1,6 +1,7 @@
 // The mixture-of-experts MLP half (pipetrain/model/moe_mlp.hpp): forward, the two
 // backward halves. Routing runs on the host (moe_routing.hpp); its index arrays go to the
-// device once per microbatch. Products are one sgemm per expert over its rows; under bf16
+// device once per microbatch. Products are grouped, one per expert over its rows
+// (Backend::gemm_grouped: an sgemm each on the CPU, one cuBLAS grouped call on CUDA); under bf16
 // they read the weights' rounded values and the stored activations, as the dense layers'
 // f32 products do (precision.hpp), and the routed rows travel as f32.
 #include "pipetrain/model/moe_mlp.hpp"
@@ -101,18 +102,19 @@ Tensor experts_forward(const MicrobatchContext& ctx, MoeStash& s, const Paramete
   const ExpertExchange& ex = *s.exchange;
   const Tensor g = ex.local_tensor(F), u = ex.local_tensor(F), a = ex.local_tensor(F), o = ex.local_tensor(C);
   const float* xp = s.xp.f32();
+  const auto between = [&] { ctx.between_products(); };
+  std::vector<GemmProblem> pg, pu, pd;
   each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
-    be.gemm(false, true, e.rows, F, C, 1.0f, xp + e.rc, C, weight_of(gate) + e.w, C, 0.0f, g.f32() + e.rf, F);
-    be.gemm(false, true, e.rows, F, C, 1.0f, xp + e.rc, C, weight_of(up) + e.w, C, 0.0f, u.f32() + e.rf, F);
-    ctx.between_products();
+    pg.push_back({e.rows, F, C, xp + e.rc, C, weight_of(gate) + e.w, C, g.f32() + e.rf, F});
+    pu.push_back({e.rows, F, C, xp + e.rc, C, weight_of(up) + e.w, C, u.f32() + e.rf, F});
+    pd.push_back({e.rows, C, F, a.f32() + e.rf, F, weight_of(down) + e.w, F, o.f32() + e.rc, C});
   });
+  be.gemm_grouped(false, true, 1.0f, 0.0f, pg, between);
+  be.gemm_grouped(false, true, 1.0f, 0.0f, pu, between);
   s.g = store(ctx, g), s.u = store(ctx, u);
   be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
   s.a = store(ctx, a);
-  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
-    be.gemm(false, true, e.rows, C, F, 1.0f, a.f32() + e.rf, F, weight_of(down) + e.w, F, 0.0f, o.f32() + e.rc, C);
-    ctx.between_products();
-  });
+  be.gemm_grouped(false, true, 1.0f, 0.0f, pd, between);
   return o;
 }
 
@@ -125,17 +127,19 @@ Tensor experts_backward(const MicrobatchContext& ctx, MoeStash& s, const Tensor&
   const ExpertExchange& ex = *s.exchange;
   s.dout = store(ctx, dout);
   const Tensor dg = ex.local_tensor(F), du = ex.local_tensor(F), dxp = ex.local_tensor(C);
+  std::vector<GemmProblem> pd, pg, pu;
   each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
-    be.gemm(false, false, e.rows, F, C, 1.0f, dout.f32() + e.rc, C, weight_of(down) + e.w, F, 0.0f, dg.f32() + e.rf, F);
+    pd.push_back({e.rows, F, C, dout.f32() + e.rc, C, weight_of(down) + e.w, F, dg.f32() + e.rf, F});
+    pg.push_back({e.rows, C, F, dg.f32() + e.rf, F, weight_of(gate) + e.w, C, dxp.f32() + e.rc, C});
+    pu.push_back({e.rows, C, F, du.f32() + e.rf, F, weight_of(up) + e.w, C, dxp.f32() + e.rc, C});
   });
+  be.gemm_grouped(false, false, 1.0f, 0.0f, pd);
   be.swiglu_backward(dg.f32(), du.f32(), dg.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(),
                      static_cast<size_t>(dg.numel()));
   s.dg = store(ctx, dg), s.du = store(ctx, du);
-  each_expert(ex.local(), C, F, [&](const ExpertRows& e) {
-    be.gemm(false, false, e.rows, C, F, 1.0f, dg.f32() + e.rf, F, weight_of(gate) + e.w, C, 0.0f, dxp.f32() + e.rc, C);
-    be.gemm(false, false, e.rows, C, F, 1.0f, du.f32() + e.rf, F, weight_of(up) + e.w, C, 1.0f, dxp.f32() + e.rc, C);
-    ctx.between_products();
-  });
+  const auto between = [&] { ctx.between_products(); };
+  be.gemm_grouped(false, false, 1.0f, 0.0f, pg, between);  // dxp = dg Gate_e, then + du Up_e
+  be.gemm_grouped(false, false, 1.0f, 1.0f, pu, between);
   return dxp;
 }
 
@@ -342,12 +346,14 @@ void MoeMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   const int N = ctx.B * ctx.T, C = C_, F = F_;
   const Tensor dout = working_f32(ctx, s.dout), a = working_f32(ctx, s.a), dg = working_f32(ctx, s.dg),
                du = working_f32(ctx, s.du), xp = working_f32(ctx, s.xp);
+  std::vector<GemmProblem> pd, pg, pu;
   each_expert(s.exchange->local(), C, F, [&](const ExpertRows& x) {
-    be.gemm(true, false, C, F, x.rows, 1.0f, dout.f32() + x.rc, C, a.f32() + x.rf, F, 1.0f, downw_.grad.f32() + x.w, F);
-    be.gemm(true, false, F, C, x.rows, 1.0f, dg.f32() + x.rf, F, xp.f32() + x.rc, C, 1.0f, gatew_.grad.f32() + x.w, C);
-    be.gemm(true, false, F, C, x.rows, 1.0f, du.f32() + x.rf, F, xp.f32() + x.rc, C, 1.0f, upw_.grad.f32() + x.w, C);
-    ctx.between_products();
+    pd.push_back({C, F, x.rows, dout.f32() + x.rc, C, a.f32() + x.rf, F, downw_.grad.f32() + x.w, F});
+    pg.push_back({F, C, x.rows, dg.f32() + x.rf, F, xp.f32() + x.rc, C, gatew_.grad.f32() + x.w, C});
+    pu.push_back({F, C, x.rows, du.f32() + x.rf, F, xp.f32() + x.rc, C, upw_.grad.f32() + x.w, C});
   });
+  const auto between = [&] { ctx.between_products(); };
+  for (const auto* p : {&pd, &pg, &pu}) be.gemm_grouped(true, false, 1.0f, 1.0f, *p, between);
   const Tensor n = working_f32(ctx, s.n);
   if (SF_ > 0) {
     const Tensor dy = working_f32(ctx, s.dy), sa = working_f32(ctx, s.sa), dsg = working_f32(ctx, s.dsg),

@@ -11,13 +11,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pipetrain/backend/bf16_products.hpp"
+#include "pipetrain/backend/gemm_problem.hpp"
 #include "pipetrain/core/device_allocator.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/memory_pool.hpp"
-#include "pipetrain/core/tensor.hpp"
 #include "pipetrain/core/stream.hpp"
+#include "pipetrain/core/tensor.hpp"
 
 namespace pipetrain {
 
@@ -105,6 +107,19 @@ class Backend : public DeviceAllocator {
                                     const float* A, int lda, long stride_a, const float* B, int ldb,
                                     long stride_b, float beta, float* C, int ldc, long stride_c,
                                     int batch) = 0;
+
+  // ---- grouped products (a mixture of experts': one product per expert, each its own M) ----
+  // For every problem, C = alpha * op(A) * op(B) + beta * C (as gemm), the transposes and
+  // scalars shared. This default runs them in order, calling `between` after each (the
+  // executor's chance to progress a paused exchange, comm/steps.hpp): the CPU's one
+  // well-packed sgemm per expert. CUDA: one cuBLAS grouped call.
+  virtual void gemm_grouped(bool trans_a, bool trans_b, float alpha, float beta,
+                            const std::vector<GemmProblem>& problems, const std::function<void()>& between = {}) {
+    for (const GemmProblem& p : problems) {
+      gemm(trans_a, trans_b, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc);
+      if (between) between();
+    }
+  }
 
   // ---- bf16 matrix products (train.precision = "bf16") ----
   // C = alpha * op(A) * op(B) + beta * C with A and B in bf16, products accumulated in f32

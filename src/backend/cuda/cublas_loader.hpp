@@ -13,7 +13,8 @@ namespace pipetrain::cuda {
 // clang-format off
 #define PIPETRAIN_CUBLAS_FUNCTIONS(X)                                                                       \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) X(cublasGetVersion_v2)  \
-  X(cublasGetStatusName) X(cublasGetStatusString) X(cublasSgemm_v2) X(cublasSgemmStridedBatched)
+  X(cublasGetStatusName) X(cublasGetStatusString) X(cublasSgemm_v2) X(cublasSgemmStridedBatched)            \
+  X(cublasSgemmGroupedBatched)
 #define PIPETRAIN_CUBLASLT_FUNCTIONS(X)                                                                     \
   X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)                 \
   X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)               \

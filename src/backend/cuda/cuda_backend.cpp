@@ -175,6 +175,10 @@ class CudaBackend final : public Backend {
             const float* B, int ldb, float beta, float* C, int ldc) override {
     cuda::gemm(ctx(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  void gemm_grouped(bool trans_a, bool trans_b, float alpha, float beta, const std::vector<GemmProblem>& problems,
+                    const std::function<void()>& /*between: one launch, the host is free meanwhile*/) override {
+    cuda::gemm_grouped(ctx(), trans_a, trans_b, alpha, beta, problems);
+  }
   // The product, then the bias and the residual with the elementwise kernels (row by row
   // when C has padding columns).
   void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,

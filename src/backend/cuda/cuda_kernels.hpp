@@ -13,8 +13,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cublas_loader.hpp"
+#include "pipetrain/backend/gemm_problem.hpp"
 
 namespace pipetrain::cuda {
 
@@ -86,6 +88,9 @@ int64_t first_out_of_range(const Ctx& ctx, const int32_t* v, int64_t n, int64_t 
                            int32_t* value);
 
 // ---- matrix products (gemm.cpp: cuBLAS, row-major through the operand swap) ----
+// Every problem in one cuBLAS grouped call (Backend::gemm_grouped).
+void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float beta,
+                  const std::vector<GemmProblem>& problems);
 void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
 // bf16 A and B, f32 accumulation and C, epilogue 0 none, 1 bias, 2 bias + GELU (aux

@@ -4,6 +4,8 @@
 // (B, A) swapped with (N, M) and the same transpose flags. K = 0 means C = beta C
 // (handled here: cuBLAS's leading-dimension checks would trip on it).
 // Math mode (pure fp32 or TF32) is set on the handle by the backend.
+#include <vector>
+
 #include "cuda_kernels.hpp"
 
 namespace pipetrain::cuda {
@@ -18,6 +20,47 @@ void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float
   PIPETRAIN_CUBLAS_CHECK(cublas().cublasSgemm(ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
                                               &beta, C, ldc));
+}
+
+void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float beta,
+                  const std::vector<GemmProblem>& problems) {
+  // One group per problem (cuBLAS groups share shapes); pointer arrays go to the device.
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<int> m, n, k, lda, ldb, ldc;
+  std::vector<const float*> a, b;
+  std::vector<float*> c;
+  for (const GemmProblem& p : problems) {
+    if (p.M <= 0 || p.N <= 0) continue;
+    if (p.K <= 0) {  // C = beta C, as gemm does
+      scale_matrix(ctx, p.C, p.M, p.N, p.ldc, beta);
+      continue;
+    }
+    ta.push_back(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N), tb.push_back(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    m.push_back(p.N), n.push_back(p.M), k.push_back(p.K);  // swapped: row-major to column-major, as gemm
+    a.push_back(p.B), lda.push_back(p.ldb), b.push_back(p.A), ldb.push_back(p.lda), c.push_back(p.C),
+        ldc.push_back(p.ldc);
+  }
+  const size_t count = m.size();
+  if (count == 0) return;
+  if (3 * count * sizeof(void*) > kScratchBytes) {  // more than the scratch holds: one product at a time
+    for (const GemmProblem& p : problems)
+      gemm(ctx, trans_a, trans_b, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc);
+    return;
+  }
+  std::vector<const void*> pointers;
+  pointers.insert(pointers.end(), a.begin(), a.end());
+  pointers.insert(pointers.end(), b.begin(), b.end());
+  pointers.insert(pointers.end(), c.begin(), c.end());
+  auto** device = static_cast<void**>(ctx.scratch);  // used in stream order, like every scratch
+  PIPETRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(device, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, ctx.stream));
+  const std::vector<float> alphas(count, alpha), betas(count, beta);
+  const std::vector<int> sizes(count, 1);
+  PIPETRAIN_CUBLAS_CHECK(cublas().cublasSgemmGroupedBatched(
+      ctx.blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), alphas.data(),
+      reinterpret_cast<const float* const*>(device), lda.data(), reinterpret_cast<const float* const*>(device + count),
+      ldb.data(), betas.data(), reinterpret_cast<float* const*>(device + 2 * count), ldc.data(),
+      static_cast<int>(count), sizes.data()));
 }
 
 void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K,
