@@ -66,7 +66,7 @@ check_kernels() {
 }
 
 check_cudnn_attention() {
-  echo "detail: this build has no cuDNN attention yet (the flash kernels run; see docs/gpu.md)"
+  echo "detail: this build has no cuDNN attention yet (the flash kernels run; the plan: docs/gpu-cudnn-attention.md)"
   return 77
 }
 
