@@ -1,0 +1,125 @@
+// PipelineExecutor::Impl's computations (executor_impl.hpp): a stage's forward, backward
+// input and backward weight over its layers, with stashes and recomputation.
+#include "executor_impl.hpp"
+
+namespace pipetrain {
+
+Tensor PipelineExecutor::Impl::forward_input(const Action& a) {
+  fault::point("forward");
+  ModelStage& st = stage(a);
+  Tensor x;
+  if (a.stage > 0) x = take_input(a, {kActivation, a.microbatch, a.stage});
+  StageStash& ss = stashes[{a.microbatch, a.stage}];
+  ss.ctx = make_context(a.microbatch, a.stage, st);
+  if (vocab() && a.stage == 0)  // the slices' lookups, summed
+    x = layer_util::store(ss.ctx, collective_result(Coll::EmbedSum, a.microbatch, to_string(a)));
+  return x;
+}
+
+Steps<> PipelineExecutor::Impl::forward(Action a, bool frees) {
+  Tensor x = forward_input(a);
+  ModelStage& st = stage(a);
+  StageStash& ss = stash_of(a);
+  ss.ctx.ep = ex.ep_;
+  auto& layers = st.layers();
+  ss.layers.resize(layers.size());
+  ss.inputs.resize(layers.size());
+  const bool full = ss.ctx.recompute == Recompute::Full && ss.ctx.loss_scale != 0;  // evaluation keeps nothing anyway
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const bool again = full && layers[i]->recomputable();
+    if (again) ss.inputs[i] = x;
+    x = co_await layers[i]->forward_steps(ss.ctx, x, ss.layers[i]);
+    if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
+    between_layers();
+  }
+  if (st.has_head() && !vocab()) {
+    const int64_t n = x.numel();
+    ex.backend_.copy(losses.view(losses_kept * n, {n}).raw(), x.raw(), x.bytes());
+    ++losses_kept;
+  }
+  stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
+  if (frees) stashes.erase({a.microbatch, a.stage});  // forward only: nothing to keep
+  if (st.has_head() && vocab())
+    hidden[a.microbatch] = std::move(x);  // the final norm's output, for every rank's output slice
+  else if (!st.has_head())
+    outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, std::move(x));
+}
+
+StageStash& PipelineExecutor::Impl::stash_of(const Action& a) {
+  auto it = stashes.find({a.microbatch, a.stage});
+  if (it == stashes.end()) fail("rank {}: {} runs before the forward of its microbatch", me, to_string(a));
+  return it->second;
+}
+
+Tensor PipelineExecutor::Impl::backward_input_gradient(const Action& a) {
+  fault::point("backward");
+  ModelStage& st = stage(a);
+  StageStash& ss = stash_of(a);
+  if (!st.has_head()) return take_input(a, {static_cast<int>(Transfer::Gradient), a.microbatch, a.stage});
+  if (!vocab()) return {};
+  const Tensor merged = collective_result(Coll::HiddenGrad, a.microbatch, to_string(a));
+  Tensor dx = Tensor::empty(ex.pool_, {merged.shape()[0], static_cast<int64_t>(ex.d_model_)});
+  VocabSlice::hidden_grad(ss.ctx, merged, dx);
+  return layer_util::store(ss.ctx, dx);
+}
+
+Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t index) {
+  Tensor dy = backward_input_gradient(a);
+  ModelStage& st = stage(a);
+  StageStash& ss = stash_of(a);
+  ss.ctx.ep = ex.ep_backward_;
+  auto& layers = st.layers();
+  for (size_t i = layers.size(); i-- > 0;) {
+    if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
+      co_await layers[i]->forward_steps(ss.ctx, ss.inputs[i], ss.layers[i]);
+      ss.inputs[i] = {};
+    }
+    dy = co_await layers[i]->backward_input_steps(ss.ctx, dy, *ss.layers[i]);
+    if (a.op == Op::B) {
+      layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+      weights_done(a, i, index);
+      if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
+    } else {
+      between_layers();
+    }
+  }
+  if (frees) stashes.erase({a.microbatch, a.stage});
+  if (a.stage > 0)
+    outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
+  else if (vocab())
+    embed_grad[a.microbatch] = std::move(dy);  // for every rank's embedding slice
+}
+
+void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t index) {
+  fault::point("backward");
+  ModelStage& st = stage(a);
+  const double c0 = now();
+  StageStash& ss = stash_of(a);
+  auto& layers = st.layers();
+  for (size_t i = layers.size(); i-- > 0;) {
+    layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+    weights_done(a, i, index);
+    if (frees) ss.layers[i].reset();
+  }
+  if (frees) stashes.erase({a.microbatch, a.stage});
+  compute_done(to_string(a), c0);
+}
+
+Steps<> PipelineExecutor::Impl::compute(const Instr& in, size_t index) {
+  if (in.action.op == Op::F) return forward(in.action, in.frees_stash);
+  return backward_input(in.action, in.frees_stash, index);
+}
+
+void PipelineExecutor::Impl::weights_done(const Action& a, size_t layer, size_t index) {
+  if (hooks.layer_grads_final && last_weight_action[a.stage] == index)
+    hooks.layer_grads_final(a.stage, static_cast<int>(layer));
+  between_layers();  // keeps in-flight reductions moving
+}
+
+void PipelineExecutor::Impl::compute_done(const std::string& name, double c0, double waited) {
+  const double c1 = now();
+  stats.compute_s += c1 - c0 - waited;
+  if (trace) stats.events.push_back({name, me, c0, c1 - c0});
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,198 @@
+// PipelineExecutor::Impl (pipetrain/runtime/executor.hpp), private to the executor's files:
+// one step's state and the instructions' work. executor.cpp moves data (the step's tokens,
+// receives, sends, hand-offs, contexts) and runs the program; executor_compute.cpp runs a
+// stage's F, B, I and W; executor_pairs.cpp drives an F&B pair's two computations;
+// executor_vocab.cpp runs the vocabulary slices' pieces and collectives.
+#pragma once
+#include <fmt/format.h>
+
+#include <chrono>
+#include <climits>
+#include <deque>
+#include <optional>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/core/fault.hpp"
+#include "pipetrain/core/watchdog.hpp"
+#include "pipetrain/model/precision.hpp"
+#include "pipetrain/model/vocab_slice.hpp"
+#include "pipetrain/runtime/executor.hpp"
+
+namespace pipetrain {
+
+namespace executor_detail {
+
+using Clock = std::chrono::steady_clock;
+
+struct Key {
+  int kind, microbatch, stage;  // Transfer kind; stage = the consumer
+  auto operator<=>(const Key&) const = default;
+};
+inline Key key_of(const Instr& i) { return {static_cast<int>(i.kind), i.microbatch, i.stage}; }
+constexpr int kActivation = static_cast<int>(Transfer::Activation);
+
+// Everything one (microbatch, stage) keeps between its F and its last backward action.
+// Under full recomputation a recomputable layer keeps only its input (inputs[i]) until
+// backward_input runs its forward again.
+struct StageStash {
+  MicrobatchContext ctx;
+  std::vector<std::unique_ptr<Stash>> layers;
+  std::vector<Tensor> inputs;
+};
+
+struct PendingRecv {
+  Tensor buffer;
+  int peer = -1;
+  std::unique_ptr<CommRequest> request;
+};
+
+struct PendingSend {
+  Tensor buffer;  // kept alive until the send completes
+  std::unique_ptr<CommRequest> request;
+};
+
+// A posted collective of the vocabulary slices: its buffer, kept until it completes.
+struct PendingColl {
+  Tensor buffer;
+  std::unique_ptr<CommRequest> request;
+};
+
+}  // namespace executor_detail
+
+// The Impl's files are the executor's own: its helper types without the prefix.
+using namespace executor_detail;
+
+struct PipelineExecutor::Impl {
+  Impl(PipelineExecutor& e, const MicrobatchLoader& l, int b, int t, int rank, float scale, bool tr,
+       const ExecutorHooks& h)
+      : ex(e), load(l), B(b), T(t), me(rank), loss_scale(scale), trace(tr), hooks(h) {}
+  PipelineExecutor& ex;
+  const MicrobatchLoader& load;
+  int B, T, me;
+  float loss_scale;
+  bool trace;
+  const ExecutorHooks& hooks;
+  std::map<int, size_t> last_weight_action;  // stage -> index of its last B or W in the program
+  size_t current = 0;                        // index of the running instruction
+  Clock::time_point t0 = Clock::now();
+  ExecutorStats stats;
+  std::map<std::pair<int, int>, StageStash> stashes;  // (microbatch, stage)
+  std::map<Key, Tensor> outputs;                      // computed, until their SEND or MOVE
+  std::map<Key, Tensor> handoff;                      // moved to a consumer on this rank
+  std::map<Key, PendingRecv> recvs;
+  std::deque<PendingSend> sends;
+  // The step's data, moved once: every microbatch this rank's embedding or head reads
+  // (slot[m] is its place in the buffers), and the head's token losses, copied back to the
+  // host once at the end — no host synchronisation per microbatch.
+  std::map<int, int64_t> slot;
+  Tensor tokens, targets, losses;
+  int64_t losses_kept = 0;
+  // Vocabulary parallelism: each microbatch's slice results until their collective takes
+  // them (EF's partial lookup, the last stage's hidden states, OF's softmax partials of their
+  // gradient, the first stage's input gradient), the posted collectives, OF's stashes.
+  std::map<int, Tensor> partial_lookup, hidden, hidden_grad, embed_grad;
+  std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
+  std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
+  std::map<int, VocabOutputStash> output_stash;
+  CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
+  bool vocab() const { return ex.vocab_.slice != nullptr; }
+
+  void load_step_data(const std::vector<Instr>& program);
+  // The head's losses of this run, summed in the order they were computed.
+  void sum_losses();
+
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+  // Megatron's scatter-gather: every tensor that crosses stages is replicated over the
+  // stage's tp ranks, so each tp rank moves only its 1/tp slice between stages and the
+  // receiving tp ranks all-gather the whole (bytes per rank divided by tp, values unchanged).
+  bool scatter(const Tensor& t) const { return ex.tp_ && ex.tp_->size() > 1 && t.numel() % ex.tp_->size() == 0; }
+  Tensor my_slice(const Tensor& t) const;
+
+  // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
+  void post(const Instr& in);
+
+  // SEND: the output goes out as soon as it exists; completed sends free their buffers.
+  void send(const Instr& in);
+
+  // MOVE: a hand-off to a stage of this rank.
+  void move(const Instr& in) { handoff.emplace(key_of(in), take_output(in)); }
+
+  Tensor take_output(const Instr& in);
+
+  // The input of action `a`: handed over on this rank, or a posted receive waited on now.
+  Tensor take_input(const Action& a, Key key);
+
+  ModelStage& stage(const Action& a);
+
+  // What every computation of this run shares: backend, pool, shapes, loss scale, storage.
+  MicrobatchContext run_context() const;
+
+  MicrobatchContext make_context(int m, int stage, const ModelStage& st);
+
+  // ---- vocabulary parallelism ----
+  MicrobatchContext vocab_context(int m);
+  Tensor take(std::map<int, Tensor>& from, int m, const Instr& in);
+  // COLL: posts the collective on this rank's data (or into a buffer for its result).
+  void post_collective(const Instr& in);
+  // Between two layers: the dp reducer's poll, and one test of a vocabulary collective in
+  // flight. Any test advances every pending request of the process (Open MPI's progress
+  // engine), so a collective another rank waits for moves on during this rank's products.
+  // (A progress thread woken every millisecond did the same at 10-15% of the step where
+  // ranks have no core to spare: bench/RESULTS.md.) In an F&B pair, the paused partner's
+  // all-to-all is tested too.
+  void between_layers();
+  // The result of a posted collective, waited for now.
+  Tensor collective_result(Coll which, int m, const std::string& who);
+  // VOCAB: this rank's slice of microbatch m.
+  void vocab_piece(const Instr& in);
+
+  // F's input, waited for now (a receive, a hand-off, or under vocabulary parallelism the
+  // slices' lookups), and its stash's context.
+  Tensor forward_input(const Action& a);
+
+  Steps<> forward(Action a, bool frees);
+
+  StageStash& stash_of(const Action& a);
+
+  // B or I's output gradient, waited for now: a receive, a hand-off, or under vocabulary
+  // parallelism every slice's softmax partials, merged.
+  Tensor backward_input_gradient(const Action& a);
+
+  // B or I; `index`: its place in the program.
+  Steps<> backward_input(Action a, bool frees, size_t index);
+
+  void backward_weight(const Action& a, bool frees, size_t index);
+
+  // An F, B or I as Steps; each takes its input at its first step.
+  Steps<> compute(const Instr& in, size_t index);
+
+  // The time a computation waits, at a pause, for its exchange: the exposed part.
+  void wait_paused(const Steps<>& t);
+  double waited() const { return stats.exchange_wait_s + stats.wait_s; }
+  // One computation alone: each pause waits.
+  void drive(Steps<> t, const std::string& name);
+  // The F&B pair at program[i] (validate_program: only the F's output stands between it and
+  // the next compute, its partner): overlapped, or one after the other. Returns the
+  // partner's index.
+  size_t pair(const std::vector<Instr>& program, size_t i, bool overlap);
+
+  // An F&B pair, overlapped: each runs until its next pause, then the other goes on — the
+  // F starts — if it can (not started, or its exchange arrived); else whichever can first.
+  // While one's all-to-all is in flight the other computes and tests it between products,
+  // which moves it on; when neither can go on, the exposed wait tests both until one can.
+  // Without tensor parallelism each computation's collectives are its own (forwards and
+  // backwards exchange over their own communicators; only the backward reduces
+  // gradients), so ranks may interleave differently. Under tp their collectives share the
+  // tp group: the two then take turns in a fixed order, waiting where they must.
+  void drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output, const std::string& name);
+
+  // After the stage's last weight action of the step, each layer's gradient is final.
+  void weights_done(const Action& a, size_t layer, size_t index);
+
+  // A computation from c0 to now, less `waited` blocked on its exchanges.
+  void compute_done(const std::string& name, double c0, double waited = 0);
+};
+
+}  // namespace pipetrain
