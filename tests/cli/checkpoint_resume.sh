@@ -149,8 +149,10 @@ timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${moe[@]}" --set parallel.dp=2 --set 
   --metrics mres.jsonl >/dev/null
 same_losses mep.jsonl mres.jsonl 0 "mixture of experts resumed on the same grid"
 h5diff mep/step_00000006.h5 mres/step_00000006.h5 /params /params  # the selection bias too, bitwise
-# Last, tp = 2 beside ep = 2: each rank reads its tp columns of its experts' rows.
-for grid in "2 2 parallel.dp=2" "1 4 parallel.dp=1" "4 2 parallel.dp=2 parallel.tp=2 parallel.ep=2"; do
+# Last, tp = 2 beside ep = 2: each rank reads its tp columns of its experts' rows (under
+# ZeRO-1, its slice of those for the moments).
+for grid in "2 2 parallel.dp=2" "1 4 parallel.dp=1" "4 2 parallel.dp=2 parallel.tp=2 parallel.ep=2" \
+  "4 2 parallel.dp=2 parallel.tp=2 parallel.ep=2 parallel.zero1=true"; do
   read -r np mb rest <<<"$grid"
   sets=()
   for s in $rest; do sets+=(--set "$s"); done
