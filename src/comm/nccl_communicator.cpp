@@ -52,14 +52,13 @@ struct Event {
   bool recorded = false;  // false until the operation is launched (an open group's)
 };
 
-// Fails (after aborting the communicator, which never blocks) when NCCL reports an
-// asynchronous error: a peer that died or a network failure would otherwise leave this rank
-// waiting on an event that never completes until the watchdog fires.
+// Fails when NCCL reports an asynchronous error: a peer that died or a network failure
+// would otherwise leave this rank waiting on an event that never completes until the
+// watchdog fires. (The communicator's destructor aborts it as the error unwinds.)
 void check_async(ncclComm_t comm, const std::string& name) {
   ncclResult_t r = ncclSuccess;
   check(ncclCommGetAsyncError(comm, &r), "async error query", name);
   if (r == ncclSuccess || r == ncclInProgress) return;
-  (void)ncclCommAbort(comm);
   fail("NCCL on the {} communicator failed while an operation was in flight: {} (a peer failed or left)", name,
        ncclGetErrorString(r));
 }
@@ -126,10 +125,12 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     // While an error unwinds a peer may be gone: abort (never blocks) instead of destroy.
     const bool unwinding = std::uncaught_exceptions() > 0;
-    if (unwinding)
+    if (unwinding) {
       (void)ncclCommAbort(comm_);
-    else (void)ncclCommDestroy(comm_);
-    if (!unwinding) (void)cudaStreamSynchronize(stream_);
+    } else {
+      (void)cudaStreamSynchronize(stream_);
+      (void)ncclCommDestroy(comm_);
+    }
     (void)cudaEventDestroy(ready_);
     (void)cudaStreamDestroy(stream_);
   }

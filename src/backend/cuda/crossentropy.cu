@@ -15,7 +15,9 @@ __global__ void crossentropy_kernel(float* losses, float* logits,
   const int64_t n = blockIdx.x;
   float* x = logits + n * Vp;
   const int t = targets[n];
-  const float xt = x[t];  // read before any thread overwrites the row
+  // Read before any thread overwrites the row; a target outside [0, V) (reported by the
+  // deferred check after the step) reads nothing.
+  const float xt = t >= 0 && t < V ? x[t] : 0.0f;
 
   float m = -INFINITY;
   for (int c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, x[c]);

@@ -280,7 +280,10 @@ class CudaBackend final : public Backend {
   void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
                         int pos, int NH, int NKV, int hs) override {
     if (NKV < 1 || NH % NKV != 0) fail("attention_decode: {} query heads do not group over {} key/value heads", NH, NKV);
-    if (decode_max_keys_ < 0) decode_max_keys_ = cuda::attention_decode_max_keys();
+    if (decode_max_keys_ < 0) {
+      bind();  // this device's attributes
+      decode_max_keys_ = cuda::attention_decode_max_keys();
+    }
     if (pos + n > decode_max_keys_)
       fail("attention_decode: {} cached tokens exceed the {} a block's scores fit in this GPU's shared memory", pos + n,
            decode_max_keys_);
@@ -496,8 +499,9 @@ class CudaBackend final : public Backend {
   }
   void sync() const { PIPETRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
 
-  // The checks of the CPU backend, with the same messages; those that look at
-  // device data wait for the stream (once per call, before any output is written).
+  // The checks of the CPU backend, with the same messages; those that look at device data
+  // wait for the stream once per call, before any output is written, or under defer_checks
+  // are read back once a step (the kernels meanwhile read no row for a bad id).
   void check_tokens(const int32_t* tokens, int64_t n) { check_ids({"embedding", 0, int64_t{1} << 32}, tokens, n); }
   void check_targets(const char* kernel, const int32_t* targets, int N, int V) {
     check_ids({kernel, 0, V}, targets, N);
@@ -562,15 +566,14 @@ class CudaBackend final : public Backend {
   cuda::Ctx ctx_;
   CudaStream stream_{device_, &ctx_.stream};
   std::string name_;
-  std::string uuid_;
+  std::string uuid_;  // "GPU-" and the 16 bytes of cudaDeviceProp::uuid, as nvidia-smi prints them
   // Deferred id checks (defer_checks): kDeferredSlots device records, all bits set when
   // clear, and what each recorded check reports.
   static constexpr size_t kDeferredSlots = 256;
   unsigned long long* deferred_slots_ = nullptr;
   std::vector<IdCheck> deferred_;
   bool defer_ = false;
-  int decode_max_keys_ = -1;  // cuda::attention_decode_max_keys, asked at the first decode  // "GPU-" and the 16 bytes
-                              // of cudaDeviceProp::uuid, as nvidia-smi prints it
+  int decode_max_keys_ = -1;  // cuda::attention_decode_max_keys, asked at the first decode
 };
 
 }  // namespace

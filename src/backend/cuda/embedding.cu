@@ -16,7 +16,9 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* __restrict__
                                          size_t total) {
   for (size_t i = grid_index(); i < total; i += grid_stride()) {
     const size_t n = i / C, c = i % C;
-    out[i] = wte[static_cast<size_t>(tokens[n]) * C + c] + wpe[(n % T) * C + c];
+    // A negative token (reported by the deferred check after the step) reads no row.
+    const int32_t tok = tokens[n];
+    out[i] = (tok >= 0 ? wte[static_cast<size_t>(tok) * C + c] : 0.0f) + wpe[(n % T) * C + c];
   }
 }
 

@@ -22,13 +22,17 @@ void gemm(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K, float
                                               &beta, C, ldc));
 }
 
-void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float beta,
+#if CUBLAS_VER_MAJOR > 12 || (CUBLAS_VER_MAJOR == 12 && CUBLAS_VER_MINOR >= 5)
+namespace {
+
+// One cuBLAS grouped call, a group per problem (cuBLAS groups share shapes); the pointer
+// arrays go to the device through the scratch buffer (in stream order, like every use of it).
+void grouped_call(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float beta,
                   const std::vector<GemmProblem>& problems) {
-  // One group per problem (cuBLAS groups share shapes); pointer arrays go to the device.
   std::vector<cublasOperation_t> ta, tb;
   std::vector<int> m, n, k, lda, ldb, ldc;
-  std::vector<const float*> a, b;
-  std::vector<float*> c;
+  std::vector<const void*> a, b;
+  std::vector<void*> c;
   for (const GemmProblem& p : problems) {
     if (p.M <= 0 || p.N <= 0) continue;
     if (p.K <= 0) {  // C = beta C, as gemm does
@@ -37,21 +41,15 @@ void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float
     }
     ta.push_back(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N), tb.push_back(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
     m.push_back(p.N), n.push_back(p.M), k.push_back(p.K);  // swapped: row-major to column-major, as gemm
-    a.push_back(p.B), lda.push_back(p.ldb), b.push_back(p.A), ldb.push_back(p.lda), c.push_back(p.C),
-        ldc.push_back(p.ldc);
+    a.push_back(p.B), lda.push_back(p.ldb), b.push_back(p.A), ldb.push_back(p.lda);
+    c.push_back(p.C), ldc.push_back(p.ldc);
   }
   const size_t count = m.size();
   if (count == 0) return;
-  if (3 * count * sizeof(void*) > kScratchBytes) {  // more than the scratch holds: one product at a time
-    for (const GemmProblem& p : problems)
-      gemm(ctx, trans_a, trans_b, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc);
-    return;
-  }
-  std::vector<const void*> pointers;
-  pointers.insert(pointers.end(), a.begin(), a.end());
+  std::vector<const void*> pointers(a);
   pointers.insert(pointers.end(), b.begin(), b.end());
   pointers.insert(pointers.end(), c.begin(), c.end());
-  auto** device = static_cast<void**>(ctx.scratch);  // used in stream order, like every scratch
+  auto** device = static_cast<void**>(ctx.scratch);
   PIPETRAIN_CUDA_CHECK(
       cudaMemcpyAsync(device, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, ctx.stream));
   const std::vector<float> alphas(count, alpha), betas(count, beta);
@@ -61,6 +59,21 @@ void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float
       reinterpret_cast<const float* const*>(device), lda.data(), reinterpret_cast<const float* const*>(device + count),
       ldb.data(), betas.data(), reinterpret_cast<float* const*>(device + 2 * count), ldc.data(),
       static_cast<int>(count), sizes.data()));
+}
+
+}  // namespace
+#endif
+
+void gemm_grouped(const Ctx& ctx, bool trans_a, bool trans_b, float alpha, float beta,
+                  const std::vector<GemmProblem>& problems) {
+#if CUBLAS_VER_MAJOR > 12 || (CUBLAS_VER_MAJOR == 12 && CUBLAS_VER_MINOR >= 5)
+  if (cublas().cublasSgemmGroupedBatched && 3 * problems.size() * sizeof(void*) <= kScratchBytes)
+    return grouped_call(ctx, trans_a, trans_b, alpha, beta, problems);
+#endif
+  // One at a time: a cuBLAS without grouped products (before 12.5), or more pointers than
+  // the scratch buffer holds.
+  for (const GemmProblem& p : problems)
+    gemm(ctx, trans_a, trans_b, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc);
 }
 
 void gemm_strided_batched(const Ctx& ctx, bool trans_a, bool trans_b, int M, int N, int K,
