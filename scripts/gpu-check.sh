@@ -51,7 +51,7 @@ build_gpu() {
 # PASS only when the CUDA cases ran: on a GPU machine a case skipped for want of a GPU
 # ("no GPU: ...") means the tests could not use it.
 check_kernels() {
-  "$build/bin/pipetrain_tests" --gtest_filter='*cuda*:*Cuda*:Nccl*'
+  "$build/bin/pipetrain_tests" --gtest_filter='*cuda*:*Cuda*:*Nccl*'
   local rc=$? ran skipped no_gpu
   ran=$(grep -c '^\[       OK \]' "$logs/kernels.log")
   skipped=$(grep -c '^\[  SKIPPED \]' "$logs/kernels.log")
@@ -75,8 +75,13 @@ corpus() {  # the demo's data, a few MB of text, once
   head -c 2000000 inputs/austen.txt >"$logs/corpus.txt"
   "$PT" data text "$logs/corpus.txt" -o "$logs/corpus.h5" >/dev/null
 }
-demo() {
-  corpus && "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" --set log.every=100 \
+demo() {  # [-n RANKS] ARGS...: the demo's training, on one rank or RANKS under mpiexec
+  local launch=()
+  if [ "${1:-}" = -n ]; then
+    launch=(mpiexec -n "$2")
+    shift 2
+  fi
+  corpus && "${launch[@]}" "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" --set log.every=100 \
     --set train.lr_schedule=constant --set train.warmup_steps=0 "$@"
 }
 
@@ -110,17 +115,15 @@ check_demo_bf16() { demo_vs_cpu bf16 0.31; }
 # rank), against one rank.
 check_two_ranks_one_gpu() {
   mpi_env
-  corpus || return 1
-  mpiexec -n 2 "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" --set log.every=100 \
-    --set train.lr_schedule=constant --set train.warmup_steps=0 --set train.steps=10 --set parallel.pp=2 \
-    --set runtime.device=cuda --set comm.p2p=mpi --metrics "$logs/pp2.jsonl" || return 1
+  demo -n 2 --set train.steps=10 --set parallel.pp=2 --set runtime.device=cuda --set comm.p2p=mpi \
+    --metrics "$logs/pp2.jsonl" || return 1
   demo --set train.steps=10 --set runtime.device=cuda --metrics "$logs/pp1.jsonl" || return 1
   compare "$logs/pp2.jsonl" "$logs/pp1.jsonl" 1e-4
 }
 
 # One rank's NCCL group through the real communicator, events and error polling.
 check_nccl_one_gpu() {
-  "$build/bin/pipetrain_tests" --gtest_filter='NcclCommunicator.OneRank*'
+  "$build/bin/pipetrain_tests" --gtest_filter='OneRankNccl.*'
   local rc=$?
   if [ "$rc" -eq 0 ]; then echo "detail: a one-rank all-reduce and a send to itself in a group"; fi
   if [ "$rc" -eq 77 ]; then echo "detail: skipped on a GPU machine: $(grep -m1 -B1 'SKIPPED' "$logs/nccl-one-gpu.log" | head -1)"; fi
@@ -137,9 +140,8 @@ check_nccl_two_gpus() {
   mpi_env
   [ -s "$logs/pp1.jsonl" ] || demo --set train.steps=10 --set runtime.device=cuda --metrics "$logs/pp1.jsonl" || return 1
   for grid in parallel.tp=2 parallel.pp=2; do
-    mpiexec -n 2 "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" --set log.every=100 \
-      --set train.lr_schedule=constant --set train.warmup_steps=0 --set train.steps=10 --set "$grid" \
-      --set runtime.device=cuda --set comm.p2p=nccl --metrics "$logs/nccl.jsonl" || return 1
+    demo -n 2 --set train.steps=10 --set "$grid" --set runtime.device=cuda --set comm.p2p=nccl \
+      --metrics "$logs/nccl.jsonl" || return 1
     echo "detail: $grid" && compare "$logs/nccl.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
 }
@@ -222,7 +224,7 @@ step() {  # NAME: runs check_NAME (or build_gpu) within its limit and what is le
   [ "$t" -le "$left" ] || t=$left
   run_limited "$t" "$fn" "$logs/$name.log"
   rc=$?
-  detail=$(grep '^detail: ' "$logs/$name.log" | sed 's/^detail: //' | paste -sd ';' - | sed 's/;/; /g')
+  detail=$(grep '^detail: ' "$logs/$name.log" | sed 's/^detail: //' | awk 'NR > 1 { printf "; " } { printf "%s", $0 }')
   if [ $rc -eq 124 ]; then
     line "$name" FAIL "killed after ${t} s${detail:+ ($detail)}; log $logs/$name.log"
   elif [ $rc -eq 77 ]; then

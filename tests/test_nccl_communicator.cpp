@@ -4,6 +4,7 @@
 // GPU-less rank checks what it can.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "pipetrain/backend/cuda.hpp"
@@ -26,14 +27,24 @@ TEST(NcclCommunicator, AvailableExactlyWhenBuiltWithNccl) {
 #endif
 }
 
-TEST(NcclCommunicator, OneRankAllReduceOnTheGpu) {
-  std::string why;
-  if (!nccl_available(&why) || !cuda_available(&why)) GTEST_SKIP() << why;
-  MPI_Comm self = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_SELF, &self);
-  auto be = make_cuda_backend(0);
-  auto pool = MemoryPool::create(*be);
-  auto comm = make_nccl_communicator(self, "test", be->device().index);
+// One rank's NCCL group on GPU 0 (skipped, with the reason, without NCCL or a GPU).
+class OneRankNccl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!nccl_available(&why) || !cuda_available(&why)) GTEST_SKIP() << why;
+    MPI_Comm self = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_SELF, &self);
+    be = make_cuda_backend(0);
+    pool = MemoryPool::create(*be);
+    comm = make_nccl_communicator(self, "test", be->device().index);
+  }
+  std::unique_ptr<Backend> be;
+  std::shared_ptr<MemoryPool> pool;
+  std::unique_ptr<Communicator> comm;
+};
+
+TEST_F(OneRankNccl, AllReduceOnTheGpu) {
   const Tensor t = Tensor::empty(*pool, {5});
   const float host[5] = {1, 2, 3, 4, 5};
   be->to_device(t.raw(), host, sizeof host);
@@ -50,14 +61,7 @@ TEST(NcclCommunicator, OneRankAllReduceOnTheGpu) {
 // A rank's send to and receive from itself, launched as one group (as the pipeline's
 // transfers are): the requests complete once the group is launched, through the real event
 // and error-polling logic (wait, then test).
-TEST(NcclCommunicator, OneRankSendsToItselfInAGroup) {
-  std::string why;
-  if (!nccl_available(&why) || !cuda_available(&why)) GTEST_SKIP() << why;
-  MPI_Comm self = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_SELF, &self);
-  auto be = make_cuda_backend(0);
-  auto pool = MemoryPool::create(*be);
-  auto comm = make_nccl_communicator(self, "test", be->device().index);
+TEST_F(OneRankNccl, SendsToItselfInAGroup) {
   const Tensor out = Tensor::empty(*pool, {7}), in = Tensor::empty(*pool, {7});
   const float host[7] = {1, -2, 3, -4, 5, -6, 7};
   be->to_device(out.raw(), host, sizeof host);

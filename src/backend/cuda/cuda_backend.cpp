@@ -47,7 +47,7 @@ namespace {
 
 std::string version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
 
-// nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+// nvidia-smi's form: "GPU-", then the 16 bytes in hex, grouped 8-4-4-4-12.
 std::string gpu_uuid(const cudaUUID_t& id) {
   std::string out = "GPU-";
   for (int i = 0; i < 16; ++i) {
