@@ -23,7 +23,7 @@ log() { printf '==> %s\n' "$*"; }
 ensure_packages() {
   local missing=()
   for p in "${PIPETRAIN_PACKAGES[@]}" "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"install ok installed"* ]] || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then return 0; fi
   local sudo=()

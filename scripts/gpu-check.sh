@@ -126,7 +126,7 @@ check_nccl_one_gpu() {
   "$build/bin/pipetrain_tests" --gtest_filter='OneRankNccl.*'
   local rc=$?
   if [ "$rc" -eq 0 ]; then echo "detail: a one-rank all-reduce and a send to itself in a group"; fi
-  if [ "$rc" -eq 77 ]; then echo "detail: skipped on a GPU machine: $(grep -m1 -B1 'SKIPPED' "$logs/nccl-one-gpu.log" | head -1)"; fi
+  if [ "$rc" -eq 77 ]; then echo "detail: skipped on a GPU machine: $(grep -m1 -B1 'SKIPPED' "$logs/nccl-one-gpu.log" | sed -n 1p)"; fi
   if [ "$rc" -eq 77 ]; then return 1; fi
   return "$rc"
 }

@@ -4,7 +4,7 @@
 # split into named parts, not waved through: there is no allow-list.
 set -euo pipefail
 : "${SRC:?}"
-if ! ctags --version 2>/dev/null | grep -q "Universal Ctags"; then
+if ! grep -q "Universal Ctags" <<<"$(ctags --version 2>/dev/null)"; then
   echo "SKIP: Universal Ctags is not installed (Debian: universal-ctags); it finds the functions"
   exit 77
 fi

@@ -28,7 +28,7 @@ STANDINS
         bash "$SRC/scripts/gpu-check.sh" "$tmp/fake")
   rc=$?
   set -e
-  echo "$out" | head -3
+  head -3 <<<"$out"
   if [ "$rc" -ne 1 ] || ! grep -q "^gpu-check: kernels: FAIL — .* CUDA cases found no GPU" <<<"$out"; then
     echo "FAIL: the kernel step passed with every CUDA case skipped"
     exit 1

@@ -25,7 +25,7 @@ version=$(sed -n 's/^project(pipetrain VERSION \([0-9.]*\).*/\1/p' "$SRC/CMakeLi
 [ -x "$prefix/bin/pipetrain" ] || die "bin/pipetrain missing"
 out=$(cd "$tmp" && timeout 60 "$prefix/bin/pipetrain" --version) || die "installed pipetrain --version failed"
 grep -q "$version" <<<"$out" || die "pipetrain --version does not print $version: $out"
-timeout 60 "$prefix/bin/pipetrain" schedule --list | grep -q "^1f1b" || die "installed pipetrain schedule --list"
+grep -q "^1f1b" <<<"$(timeout 60 "$prefix/bin/pipetrain" schedule --list)" || die "installed pipetrain schedule --list"
 libdir=""
 for d in lib lib64 lib/x86_64-linux-gnu; do
   if [ -f "$prefix/$d/cmake/pipetrain/pipetrainConfig.cmake" ]; then libdir=$d; break; fi

@@ -55,7 +55,7 @@ check_options() {  # FILE WHAT TEXT SUB [SUBSUB]
   shift 3
   text=${text%%#*}  # a trailing comment is not part of the command
   for opt in $(grep -oE -- '(^|[[:space:]("])--[A-Za-z][A-Za-z0-9-]*' <<<"$text" | grep -oE -- '--[A-Za-z0-9-]+' || true); do
-    help_of "$@" | grep -qE -- "(^|[ ,])$opt([ =,]|$)" ||
+    grep -qE -- "(^|[ ,])$opt([ =,]|$)" <<<"$(help_of "$@")" ||
       die "$file: '$what' uses 'pipetrain $* $opt', which '$PIPETRAIN $* --help' does not list"
     echo "   $(basename "$file"): pipetrain $* $opt"
   done
@@ -71,7 +71,8 @@ for f in "${scripts[@]}"; do
       rest=${BASH_REMATCH[3]}
       words=("$sub")
       if [[ $rest =~ ^[[:space:]]+([a-z][a-z-]*) ]] &&
-         help_of "$sub" | awk '/^Subcommands:/ {on = 1; next} on && NF {print $1}' | grep -qx -- "${BASH_REMATCH[1]}"; then
+         awk -v word="${BASH_REMATCH[1]}" '/^Subcommands:/ {on = 1; next} on && NF && $1 == word {found = 1} END {exit !found}' \
+           <<<"$(help_of "$sub")"; then
         words+=("${BASH_REMATCH[1]}")
       fi
       check_options "$f" "$line" "$rest" "${words[@]}"

@@ -72,7 +72,7 @@ h5dump -d /tokens -y -w 0 "$work/t.h5" | tr -cs '0-9' ' ' | tr ' ' '\n' | sed '/
 # h5dump's header numbers come first: compare the tail that holds the data.
 n=$(wc -l <"$work/expected.ids")
 tail -n "$n" "$work/t.ids" | cmp -s - "$work/expected.ids" || { echo "FAIL: data text --tokenizer gpt2 stored other ids"; exit 1; }
-"$PIPETRAIN" data info "$work/t.h5" | grep -q "tokenizer gpt2" || { echo "FAIL: the dataset does not record tokenizer gpt2"; exit 1; }
+grep -q "tokenizer gpt2" <<<"$("$PIPETRAIN" data info "$work/t.h5")" || { echo "FAIL: the dataset does not record tokenizer gpt2"; exit 1; }
 echo "ok: data text --tokenizer gpt2 --eot stores tiktoken's ids and records the tokenizer"
 
 # Bad input: one line naming the file.

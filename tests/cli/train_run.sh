@@ -49,7 +49,7 @@ fi
 auto_run --set runtime.pack_weights=false >"$tmp/off.txt"
 if grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still reports auto"; exit 1; fi
 if grep -q 'dense products by weights packed for' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still packed"; exit 1; fi
-grep 'runtime.pack_weights' "$tmp/auto.txt" | head -1
+grep -m1 'runtime.pack_weights' "$tmp/auto.txt"
 
 # Mixture of experts (inputs/moe-demo.toml, smaller): the header names the experts, the loss
 # falls, and each step's metrics carry the auxiliary losses and one load per MoE block
