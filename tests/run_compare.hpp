@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/core/documents.hpp"
 #include "pipetrain/core/shard.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
@@ -39,6 +40,39 @@ inline void pattern(int64_t first, int count, int32_t* in, int32_t* tgt, int T) 
     }
 }
 
+// Sample s packed with documents of 1 + (s + 3d) mod 7 tokens (d = 0, 1, ...) while they
+// fit, the rest padding (core/documents.hpp): each document's tokens follow `pattern`'s
+// rule from its own start, its last token predicts nothing.
+inline int packed_document_length(int64_t sample, int d) { return 1 + static_cast<int>((sample + 3 * d) % 7); }
+inline int64_t packed_pattern(int64_t first, int count, int32_t* in, int32_t* tgt, int32_t* pos, int T) {
+  int64_t targets = 0;
+  for (int k = 0; k < count; ++k) {
+    const int64_t s = first + k;
+    int t = 0;
+    for (int d = 0; t + packed_document_length(s, d) <= T; ++d) {
+      const int len = packed_document_length(s, d);
+      for (int i = 0; i < len; ++i, ++t) {
+        const auto tok = [&](int j) { return static_cast<int32_t>((s * 7 + 11 * d + 3 * j + (j * j) % 5) % 50); };
+        if (in) in[k * T + t] = tok(i);
+        if (tgt) tgt[k * T + t] = i + 1 < len ? tok(i + 1) : kIgnoredTarget;
+        if (pos) pos[k * T + t] = i;
+      }
+      targets += len - 1;
+    }
+    for (int i = 0; t < T; ++t, ++i) {
+      if (in) in[k * T + t] = 0;
+      if (tgt) tgt[k * T + t] = kIgnoredTarget;
+      if (pos) pos[k * T + t] = i;
+    }
+  }
+  return targets;
+}
+inline BatchSource packed_pattern_source(int T) {
+  return BatchSource::packed(
+      [T](int64_t f, int n, int32_t* in, int32_t* tgt, int32_t* pos) { packed_pattern(f, n, in, tgt, pos, T); },
+      [T](int64_t f, int n) { return packed_pattern(f, n, nullptr, nullptr, nullptr, T); });
+}
+
 struct RunResult {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> params;     // after the last step
@@ -51,10 +85,12 @@ struct RunResult {
   double lr_sum = 0;                      // sum of the learning rates of the steps run
 };
 
-inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend) {
+// source: the samples (empty: `pattern`'s).
+inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend, BatchSource source = {}) {
   Grid grid(comm, cfg.parallel, cfg.source);
   const int T = cfg.train.seq_len;
-  Trainer trainer(cfg, grid, backend, [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); });
+  if (!source) source = [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); };
+  Trainer trainer(cfg, grid, backend, std::move(source));
   RunResult r;
   for (int s = 0; s < cfg.train.steps; ++s) {
     const StepMetrics m = trainer.train_step(s);
@@ -81,9 +117,9 @@ inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend) {
   }
   return r;
 }
-inline RunResult run(const Config& cfg, MPI_Comm comm) {
+inline RunResult run(const Config& cfg, MPI_Comm comm, BatchSource source = {}) {
   auto backend = make_cpu_backend();
-  return run(cfg, comm, *backend);
+  return run(cfg, comm, *backend, std::move(source));
 }
 
 // The bounds below hold on any machine and BLAS kernel: a parallel layout computes the

@@ -184,7 +184,7 @@ TEST(ConfigTest, ToTomlRoundTripsExactly) {
   c.train.decay_2d_only = false;
   c.train.grad_clip = 1e20;
   c.train.seed = 123456789012345ULL;
-  c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle", true, {}};
+  c.data = {{"a.h5", "b \u00e9.h5"}, {}, "shuffle", true, false, {}};
   c.checkpoint = {"/tmp/ck", 7, 1};
   c.log = {3, "metrics.jsonl", "", "runs/a", 1.5e14, false};
   c.comm.p2p = "mpi";

@@ -154,7 +154,7 @@ TEST_P(KernelTest, CrossEntropy) {
     for (int n = 0; n < N; ++n)
       for (int v = V; v < Vp; ++v) ASSERT_EQ(got[size_t(n) * Vp + v], 0.0f);
   }
-  for (int bad : {V, -1}) {  // out-of-range target: an Error naming row and value
+  for (int bad : {V, -2}) {  // out-of-range target (-1 is kIgnoredTarget): an Error naming row and value
     Tokens tb(t);
     tb[5] = bad;
     DevBuf<int32_t> dtb(be(), tb);

@@ -68,11 +68,13 @@ Config resolve(const CheckOptions& o, const std::optional<ClusterSpec>& cluster,
 std::string check_data(const Config& cfg) {
   if (!cfg.data.train_weights.empty()) {
     const BlendedSampler blend(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len, cfg.model.vocab_size,
-                               cfg.data.respect_documents, cfg.data.sampling, cfg.train.seed);
+                               cfg.data.respect_documents, cfg.data.sampling, cfg.train.seed, cfg.data.pack_documents);
     return fmt::format("a blend of {} sources", blend.num_sources());
   }
-  const TokenDataset train(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size, cfg.data.respect_documents);
-  if (!cfg.data.val.empty()) TokenDataset(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size);
+  const TokenDataset train(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size, cfg.data.respect_documents,
+                           cfg.data.pack_documents);
+  if (!cfg.data.val.empty())
+    TokenDataset(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size, false, cfg.data.pack_documents);
   return fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(train.num_tokens())),
                      train.num_windows(), cfg.train.seq_len);
 }

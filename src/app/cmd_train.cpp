@@ -101,29 +101,62 @@ struct TrainData {
   std::unique_ptr<TokenDataset> val;
   std::unique_ptr<BatchSampler> val_sampler;
 
-  void load(int64_t first, int count, int32_t* in, int32_t* tgt) const {
-    if (blend)
-      blend->load(first, count, in, tgt);
-    else
-      sampler->load(first, count, in, tgt);
+  // The trainer's sources: plain windows, or packed documents' sequences with their
+  // positions and counted targets (data.pack_documents).
+  BatchSource train_source(const Config& cfg) const {
+    auto load = [this](int64_t first, int count, int32_t* in, int32_t* tgt, int32_t* pos) {
+      if (blend)
+        blend->load(first, count, in, tgt, pos);
+      else
+        sampler->load(first, count, in, tgt, pos);
+    };
+    if (!cfg.data.pack_documents)
+      return [load](int64_t f, int n, int32_t* in, int32_t* tgt) { load(f, n, in, tgt, nullptr); };
+    return BatchSource::packed(load, [this](int64_t first, int count) {
+      return blend ? blend->targets(first, count) : sampler->targets(first, count);
+    });
+  }
+  BatchSource validation_source(const Config& cfg) const {
+    if (!val_sampler) return {};
+    BatchSampler* s = val_sampler.get();
+    auto load = [s](int64_t first, int count, int32_t* in, int32_t* tgt, int32_t* pos) {
+      s->load(first, count, in, tgt, pos);
+    };
+    if (!cfg.data.pack_documents)
+      return [load](int64_t f, int n, int32_t* in, int32_t* tgt) { load(f, n, in, tgt, nullptr); };
+    return BatchSource::packed(load, [s](int64_t first, int count) { return s->targets(first, count); });
   }
   std::string summary(const Config& cfg) const;
 };
+
+// "(310 windows of 128)", or for packed documents "(1 203 documents packed into 310
+// sequences of 128, 97% of positions filled, 2 longer than seq_len split into pieces)".
+std::string windows_summary(const TokenDataset& d) {
+  const DocumentPacking* p = d.packing();
+  if (!p) return fmt::format("({} windows of {})", d.num_windows(), d.seq_len());
+  const double filled =
+      static_cast<double>(p->positions_filled()) / (static_cast<double>(p->num_sequences()) * d.seq_len());
+  return fmt::format("({} documents packed into {} sequences of {}, {:.0f}% of positions filled{})", p->documents(),
+                     p->num_sequences(), d.seq_len(), 100 * filled,
+                     p->documents_split()
+                         ? fmt::format(", {} longer than seq_len split into pieces", p->documents_split())
+                         : std::string());
+}
 
 TrainData open_data(const Config& cfg) {
   TrainData d;
   if (cfg.data.train_weights.empty()) {
     d.data = std::make_unique<TokenDataset>(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size,
-                                            cfg.data.respect_documents);
+                                            cfg.data.respect_documents, cfg.data.pack_documents);
     d.sampler = std::make_unique<BatchSampler>(*d.data, cfg.data.sampling, cfg.train.seed);
   } else {
     d.blend = std::make_unique<BlendedSampler>(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len,
                                                cfg.model.vocab_size, cfg.data.respect_documents, cfg.data.sampling,
-                                               cfg.train.seed);
+                                               cfg.train.seed, cfg.data.pack_documents);
   }
   if (!cfg.data.val.empty()) {
     d.val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size,
-                                           cfg.data.respect_documents);
+                                           cfg.data.respect_documents, cfg.data.pack_documents);
     d.val_sampler = std::make_unique<BatchSampler>(*d.val, "sequential", cfg.train.seed);
   }
   return d;
@@ -131,13 +164,14 @@ TrainData open_data(const Config& cfg) {
 
 std::string TrainData::summary(const Config& cfg) const {
   if (!blend)
-    return fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(data->num_tokens())),
-                       data->num_windows(), cfg.train.seq_len);
+    return fmt::format("{} tokens {}", human(static_cast<double>(data->num_tokens())), windows_summary(*data));
   int64_t tokens = 0, windows = 0;
   for (int k = 0; k < blend->num_sources(); ++k)
     tokens += blend->dataset(k).num_tokens(), windows += blend->dataset(k).num_windows();
-  return fmt::format("a blend of {} sources, {} tokens ({} windows of {})", blend->num_sources(),
-                     human(static_cast<double>(tokens)), windows, cfg.train.seq_len);
+  // (each source's windows or packing: the lines of the blend below the header)
+  return fmt::format("a blend of {} sources, {} tokens ({} {} of {})", blend->num_sources(),
+                     human(static_cast<double>(tokens)), windows,
+                     cfg.data.pack_documents ? "packed sequences" : "windows", cfg.train.seq_len);
 }
 
 // Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
@@ -291,8 +325,8 @@ void log_blend(RunLog& log, const Config& cfg, const TrainData& data) {
   const std::vector<int64_t> n = data.blend->counts(samples);
   for (int k = 0; k < data.blend->num_sources(); ++k)
     log.line(fmt::format(
-        "  source {}: {} (weight {:.3f}): {} windows; {} of the run's {} samples ({:.2f} epochs)", k,
-        cfg.data.train[static_cast<size_t>(k)], data.blend->weight(k), data.blend->dataset(k).num_windows(),
+        "  source {}: {} (weight {:.3f}): {}; {} of the run's {} samples ({:.2f} epochs)", k,
+        cfg.data.train[static_cast<size_t>(k)], data.blend->weight(k), windows_summary(data.blend->dataset(k)),
         n[static_cast<size_t>(k)], samples,
         static_cast<double>(n[static_cast<size_t>(k)]) / static_cast<double>(data.blend->dataset(k).num_windows())));
 }
@@ -344,8 +378,7 @@ int run_train(const TrainOptions& opt) {
   WatchdogGuard watchdog_guard(cfg.runtime.timeout_s, rank);
   const TrainData data = open_data(cfg);
   auto backend = make_backend(cfg);
-  Trainer trainer(cfg, grid, *backend,
-                  [&](int64_t first, int count, int32_t* in, int32_t* tgt) { data.load(first, count, in, tgt); });
+  Trainer trainer(cfg, grid, *backend, data.train_source(cfg));
   trainer.set_tokenizer(data.blend ? data.blend->dataset(0).tokenizer() : data.data->tokenizer());
   RunLog log(cfg, !opt.resume.empty(), rank);
   const int64_t nparams = trainer.model_params();
@@ -376,10 +409,7 @@ int run_train(const TrainOptions& opt) {
   LoopOptions lo;
   lo.flops_per_token = flops_per_token;
   lo.trace_dir = log.trace_dir(opt.trace_dir);
-  if (data.val_sampler)
-    lo.validation = [&](int64_t first, int count, int32_t* in, int32_t* tgt) {
-      data.val_sampler->load(first, count, in, tgt);
-    };
+  lo.validation = data.validation_source(cfg);
   std::vector<double> step_times;
   LoopSink sink;
   sink.message = [&](const std::string& text) { log.line(text); };

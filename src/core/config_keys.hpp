@@ -88,6 +88,7 @@ inline constexpr std::array kKeys{
     PT_KEY(data, val),
     PT_KEY(data, sampling),
     PT_KEY(data, respect_documents),
+    PT_KEY(data, pack_documents),
     PT_KEY(checkpoint, dir),
     PT_KEY(checkpoint, every),
     PT_KEY(checkpoint, keep),

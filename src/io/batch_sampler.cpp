@@ -48,7 +48,6 @@ BatchSampler::BatchSampler(const TokenDataset& data, std::string sampling, uint6
     shuffle_ = true;
   else if (sampling_ != "sequential")
     fail("data.sampling must be sequential or shuffle, got '{}'", sampling_);
-  window_.resize(static_cast<size_t>(data_.seq_len()) + 1);
 }
 
 int64_t BatchSampler::window_of(int64_t sample) const {
@@ -63,15 +62,18 @@ int64_t BatchSampler::window_of(int64_t sample) const {
   return perm_[static_cast<size_t>(sample % n)];
 }
 
-void BatchSampler::load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets) {
+void BatchSampler::load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets, int32_t* positions) {
   if (count < 0) fail("cannot load {} samples", count);
   const size_t T = static_cast<size_t>(data_.seq_len());
-  for (int k = 0; k < count; ++k) {
-    data_.read_window(window_of(first_sample + k), window_.data());
-    const size_t row = static_cast<size_t>(k) * T;
-    if (inputs) std::copy(window_.begin(), window_.end() - 1, inputs + row);
-    if (targets) std::copy(window_.begin() + 1, window_.end(), targets + row);
-  }
+  auto row = [&](int32_t* a, int k) { return a ? a + static_cast<size_t>(k) * T : nullptr; };
+  for (int k = 0; k < count; ++k)
+    data_.read_sample(window_of(first_sample + k), row(inputs, k), row(targets, k), row(positions, k));
+}
+
+int64_t BatchSampler::targets(int64_t first_sample, int count) {
+  int64_t n = 0;
+  for (int k = 0; k < count; ++k) n += data_.targets_in(window_of(first_sample + k));
+  return n;
 }
 
 }  // namespace pipetrain

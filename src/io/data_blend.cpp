@@ -7,15 +7,15 @@
 
 namespace pipetrain {
 
-BlendedSampler::BlendedSampler(const std::vector<std::string>& paths, const std::vector<double>& weights,
-                               int seq_len, int model_vocab, bool respect_documents, const std::string& sampling,
-                               uint64_t seed) {
+BlendedSampler::BlendedSampler(const std::vector<std::string>& paths, const std::vector<double>& weights, int seq_len,
+                               int model_vocab, bool respect_documents, const std::string& sampling, uint64_t seed,
+                               bool pack_documents) {
   if (paths.empty() || paths.size() != weights.size()) fail("data.train: a blend needs one weight per source");
   const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
   for (size_t k = 0; k < paths.size(); ++k) {
     if (!(weights[k] > 0)) fail("data.train[{}] ({}): blend weights must be positive, got {}", k, paths[k], weights[k]);
     data_.push_back(std::make_unique<TokenDataset>(std::vector<std::string>{paths[k]}, seq_len, model_vocab,
-                                                   respect_documents));
+                                                   respect_documents, pack_documents));
     const TokenDataset& d = *data_.back(), &first = *data_.front();
     if (d.vocab_size() && first.vocab_size() && d.vocab_size() != first.vocab_size())
       fail("{}: vocab_size {} differs from {} of {} (the sources of a blend share one vocabulary)", paths[k],
@@ -54,12 +54,22 @@ std::vector<int64_t> BlendedSampler::counts(int64_t n) const {
   return count_;
 }
 
-void BlendedSampler::load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets) {
+void BlendedSampler::load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets, int32_t* positions) {
   const int64_t T = data_.front()->seq_len();
+  auto row = [&](int32_t* a, int i) { return a ? a + i * T : nullptr; };
   for (int i = 0; i < count; ++i) {
     const auto [k, j] = source_of(first_sample + i);
-    samplers_[static_cast<size_t>(k)]->load(j, 1, inputs ? inputs + i * T : nullptr, targets ? targets + i * T : nullptr);
+    samplers_[static_cast<size_t>(k)]->load(j, 1, row(inputs, i), row(targets, i), row(positions, i));
   }
+}
+
+int64_t BlendedSampler::targets(int64_t first_sample, int count) {
+  int64_t n = 0;
+  for (int i = 0; i < count; ++i) {
+    const auto [k, j] = source_of(first_sample + i);
+    n += samplers_[static_cast<size_t>(k)]->targets(j, 1);
+  }
+  return n;
 }
 
 }  // namespace pipetrain

@@ -108,10 +108,14 @@ TokenFileInfo inspect_token_file(const std::string& path) {
   return open_token_file(path).info;
 }
 
-TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab,
-                           bool respect_documents)
+TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents,
+                           bool pack_documents)
     : paths_(files), seq_len_(seq_len), model_vocab_(model_vocab) {
   if (files.empty()) fail("no token files given");
+  if (respect_documents && pack_documents)
+    fail(
+        "data.respect_documents and data.pack_documents exclude each other: choose windows inside documents or "
+        "sequences packed with whole documents");
   if (seq_len < 1) fail("seq_len must be at least 1, got {}", seq_len);
   if (model_vocab < 1) fail("model.vocab_size must be at least 1, got {}", model_vocab);
   h5io::Quiet quiet;
@@ -172,6 +176,12 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
       fail("{}: no document holds seq_len+1 = {} tokens (data.respect_documents = true)", files[0], seq_len + 1);
     windows_ = static_cast<int64_t>(starts_.size());
   }
+  if (pack_documents) {
+    packing_ = std::make_unique<DocumentPacking>(document_boundaries(), seq_len);
+    if (packing_->num_sequences() == 0)
+      fail("{}: no document has two tokens to pack (data.pack_documents = true)", files[0]);
+    windows_ = packing_->num_sequences();
+  }
 }
 
 TokenDataset::~TokenDataset() = default;
@@ -179,7 +189,19 @@ TokenDataset::~TokenDataset() = default;
 void TokenDataset::read_window(int64_t w, int32_t* out) const {
   if (w < 0 || w >= windows_)
     fail("window {} out of range: the dataset has {} windows", w, windows_);
+  if (packing_) fail("read_window: the dataset packs documents; read its sequences with read_sample");
   read_tokens(window_start(w), int64_t{seq_len_} + 1, out);
+}
+
+void TokenDataset::read_sample(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) const {
+  if (packing_) return read_packed(w, inputs, targets, positions);
+  std::vector<int32_t> window(inputs || targets ? static_cast<size_t>(seq_len_) + 1 : 0);
+  if (!window.empty()) read_window(w, window.data());
+  for (int t = 0; t < seq_len_; ++t) {
+    if (inputs) inputs[t] = window[static_cast<size_t>(t)];
+    if (targets) targets[t] = window[static_cast<size_t>(t) + 1];
+    if (positions) positions[t] = t;
+  }
 }
 
 void TokenDataset::read_tokens(int64_t first, int64_t count, int32_t* out) const {

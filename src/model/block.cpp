@@ -120,7 +120,8 @@ Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std:
     be.attention_decode(atty.f32(), qkv.f32(), 3 * Cl, ctx.kv->keys(index_), ctx.kv->values(index_),
                         ctx.kv->width(), N, pos, NH_, NH_, Cl / NH_);
   } else {
-    s->att = be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage);
+    s->att =
+        be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage, ctx.document_positions());
   }
   qkv = {};
   s->atty = store(ctx, atty);

@@ -57,9 +57,10 @@ Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::uniq
   if (wpe_) {
     const int64_t at = static_cast<int64_t>(pos) * C_;
     if (bf16)
-      ctx.backend->position_add(out.f32(), wpe_->compute_bf16.bf16_data() + at, ctx.B, ctx.T, C_);
+      ctx.backend->position_add(out.f32(), wpe_->compute_bf16.bf16_data() + at, ctx.B, ctx.T, C_,
+                                ctx.document_positions());
     else
-      ctx.backend->position_add(out.f32(), wpe_->value.f32() + at, ctx.B, ctx.T, C_);
+      ctx.backend->position_add(out.f32(), wpe_->value.f32() + at, ctx.B, ctx.T, C_, ctx.document_positions());
   }
   auto s = std::make_unique<EmbeddingStash>();
   s->tokens = ctx.tokens;
@@ -85,7 +86,7 @@ void Embedding::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   } else {
     ctx.backend->embedding_scatter(wte_.grad.f32(), dy.f32(), s.tokens.i32(), row_begin_, row_end_, N, C_);
   }
-  if (wpe_) ctx.backend->position_backward(wpe_->grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
+  if (wpe_) ctx.backend->position_backward(wpe_->grad.f32(), dy.f32(), ctx.B, ctx.T, C_, ctx.document_positions());
 }
 
 void Embedding::scatter_rows(Backend& backend, const Tensor& tokens, const Tensor& rows) const {

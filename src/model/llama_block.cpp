@@ -107,8 +107,9 @@ LlamaMlp::LlamaMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorP
 void LlamaAttention::rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const {
   const int ld = (NHl_ + 2 * NKVl_) * hs_;
   const int pos0 = ctx.kv ? ctx.kv->length() : 0;  // generation: the tokens follow the cached ones
-  ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse, pos0);
-  ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse, pos0);
+  const int32_t* positions = ctx.document_positions();
+  ctx.backend->rope(qkv.f32(), ctx.B, ctx.T, ld, NHl_, hs_, theta_, inverse, pos0, positions);
+  ctx.backend->rope(qkv.f32() + NHl_ * hs_, ctx.B, ctx.T, ld, NKVl_, hs_, theta_, inverse, pos0, positions);
 }
 
 // store() rounds its f32 argument in place, so what follows computes with stored values.
@@ -134,7 +135,8 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
     be.attention_decode(atty.f32(), qkv.f32(), R, ctx.kv->keys(index_), ctx.kv->values(index_), ctx.kv->width(), N,
                         pos, NHl_, NKVl_, hs_);
   } else {
-    s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage);
+    s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage,
+                                  ctx.document_positions());
   }
   qkv = {};
   s->atty = store(ctx, atty);

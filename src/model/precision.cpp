@@ -27,17 +27,21 @@ std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext
                                                          const Tensor& qkv, int C, int NH, int NKV) {
   Backend& be = *ctx.backend;
   if (qkv.dtype() == DType::BF16)
-    return be.attention_forward(out.f32(), qkv.bf16_data(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage);
-  return be.attention_forward(out.f32(), qkv.f32(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage);
+    return be.attention_forward(out.f32(), qkv.bf16_data(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage,
+                                ctx.document_positions());
+  return be.attention_forward(out.f32(), qkv.f32(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage,
+                              ctx.document_positions());
 }
 
 void attention_backward_stored(const MicrobatchContext& ctx, const Tensor& dqkv, const Tensor& dout,
                                const Tensor& qkv, AttentionStash& stash, int C, int NH, int NKV) {
   Backend& be = *ctx.backend;
   if (qkv.dtype() == DType::BF16)
-    be.attention_backward(dqkv.f32(), dout.f32(), qkv.bf16_data(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool);
+    be.attention_backward(dqkv.f32(), dout.f32(), qkv.bf16_data(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool,
+                          ctx.document_positions());
   else
-    be.attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool);
+    be.attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool,
+                          ctx.document_positions());
 }
 
 const Tensor& compute_weight(const Parameter& p) {

@@ -26,9 +26,9 @@ Tensor Positions::forward(const MicrobatchContext& ctx, const Tensor& x, std::un
   const Tensor out = Tensor::empty(*ctx.pool, {static_cast<int64_t>(ctx.B) * ctx.T, C_});
   ctx.backend->copy(out.raw(), working_f32(ctx, x).raw(), out.bytes());
   if (wpe_.compute_bf16.defined())
-    ctx.backend->position_add(out.f32(), wpe_.compute_bf16.bf16_data(), ctx.B, ctx.T, C_);
+    ctx.backend->position_add(out.f32(), wpe_.compute_bf16.bf16_data(), ctx.B, ctx.T, C_, ctx.document_positions());
   else
-    ctx.backend->position_add(out.f32(), wpe_.value.f32(), ctx.B, ctx.T, C_);
+    ctx.backend->position_add(out.f32(), wpe_.value.f32(), ctx.B, ctx.T, C_, ctx.document_positions());
   stash = std::make_unique<PositionsStash>();
   return store(ctx, out);
 }
@@ -40,7 +40,7 @@ Tensor Positions::backward_input(const MicrobatchContext&, const Tensor& dy, Sta
 
 void Positions::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   const Tensor dy = working_f32(ctx, as<PositionsStash>(stash).dy);
-  ctx.backend->position_backward(wpe_.grad.f32(), dy.f32(), ctx.B, ctx.T, C_);
+  ctx.backend->position_backward(wpe_.grad.f32(), dy.f32(), ctx.B, ctx.T, C_, ctx.document_positions());
 }
 
 FinalNorm::FinalNorm(const ModelConfig& cfg, ParameterStore& params)

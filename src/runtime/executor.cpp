@@ -19,16 +19,51 @@ void PipelineExecutor::Impl::load_step_data(const std::vector<Instr>& program) {
     slot.emplace(in.action.microbatch, static_cast<int64_t>(slot.size()));
     heads += it->second->has_head();
   }
+  std::vector<int32_t> host_in(slot.size() * static_cast<size_t>(n)), host_tgt(host_in.size());
+  if (ex.packed_) {
+    load_positions(program, host_in, host_tgt);
+  } else {
+    for (const auto& [m, at] : slot) load(m, host_in.data() + at * n, host_tgt.data() + at * n, nullptr);
+  }
   if (!slot.empty()) {
     const int64_t k = static_cast<int64_t>(slot.size());
-    std::vector<int32_t> host_in(static_cast<size_t>(k * n)), host_tgt(static_cast<size_t>(k * n));
-    for (const auto& [m, at] : slot) load(m, host_in.data() + at * n, host_tgt.data() + at * n);
     tokens = Tensor::empty(ex.pool_, {k * n}, DType::I32);
     targets = Tensor::empty(ex.pool_, {k * n}, DType::I32);
     ex.backend_.to_device(tokens.raw(), host_in.data(), tokens.bytes());
     ex.backend_.to_device(targets.raw(), host_tgt.data(), targets.bytes());
   }
   if (heads > 0) losses = Tensor::empty(ex.pool_, {heads * n});
+}
+
+// Every microbatch this rank computes gets its positions, loaded together with its tokens
+// and targets where it needs those too; checked to be document positions (each run counts
+// up from 0 at a document's start), so no kernel reads outside a sequence.
+void PipelineExecutor::Impl::load_positions(const std::vector<Instr>& program, std::vector<int32_t>& host_in,
+                                            std::vector<int32_t>& host_tgt) {
+  const int64_t n = static_cast<int64_t>(B) * T;
+  for (const Instr& in : program) {
+    const bool vocab_forward = in.op == InstrOp::Vocab && in.vocab == VocabOp::OutputForward;
+    if (vocab_forward || (in.op == InstrOp::Compute && in.action.op == Op::F))
+      place.emplace(vocab_forward ? in.microbatch : in.action.microbatch, static_cast<int64_t>(place.size()));
+  }
+  std::vector<int32_t> host(place.size() * static_cast<size_t>(n));
+  for (const auto& [m, at] : place) {
+    const auto it = slot.find(m);
+    int32_t* p = host.data() + at * n;
+    if (it == slot.end())
+      load(m, nullptr, nullptr, p);
+    else
+      load(m, host_in.data() + it->second * n, host_tgt.data() + it->second * n, p);
+    for (int64_t r = 0; r < n; ++r)
+      if (p[r] != 0 && (r % T == 0 || p[r] != p[r - 1] + 1))
+        fail(
+            "microbatch {}: token {} of sequence {} is at position {}, which does not count up from its document's "
+            "start (packed documents)",
+            m, r % T, r / T, p[r]);
+  }
+  if (place.empty()) return;
+  positions = Tensor::empty(ex.pool_, {static_cast<int64_t>(host.size())}, DType::I32);
+  ex.backend_.to_device(positions.raw(), host.data(), positions.bytes());
 }
 
 void PipelineExecutor::Impl::sum_losses() {
@@ -130,6 +165,12 @@ MicrobatchContext PipelineExecutor::Impl::run_context() const {
   return ctx;
 }
 
+void PipelineExecutor::Impl::set_positions(MicrobatchContext& ctx, int m) const {
+  if (!ex.packed_) return;
+  const int64_t n = static_cast<int64_t>(B) * T;
+  ctx.positions = positions.view(place.at(m) * n, {n});
+}
+
 MicrobatchContext PipelineExecutor::Impl::make_context(int m, int stage, const ModelStage& st) {
   MicrobatchContext ctx = run_context();
   ctx.tp = ex.tp_;
@@ -138,6 +179,7 @@ MicrobatchContext PipelineExecutor::Impl::make_context(int m, int stage, const M
     if (partner) partner->test();
   };
   if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
+  set_positions(ctx, m);
   if (!vocab() && (st.has_embedding() || st.has_head())) {
     const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
     if (st.has_embedding()) ctx.tokens = tokens.view(at, {n});

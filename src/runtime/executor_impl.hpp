@@ -87,6 +87,9 @@ struct PipelineExecutor::Impl {
   // host once at the end — no host synchronisation per microbatch.
   std::map<int, int64_t> slot;
   Tensor tokens, targets, losses;
+  // Packed documents: every microbatch this rank computes (place[m] in `positions`).
+  std::map<int, int64_t> place;
+  Tensor positions;
   int64_t losses_kept = 0;
   // Vocabulary parallelism: each microbatch's slice results until their collective takes
   // them (EF's partial lookup, the last stage's hidden states, OF's softmax partials of their
@@ -99,6 +102,8 @@ struct PipelineExecutor::Impl {
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program);
+  void set_positions(MicrobatchContext& ctx, int m) const;  // packed documents
+  void load_positions(const std::vector<Instr>& program, std::vector<int32_t>& host_in, std::vector<int32_t>& host_tgt);
   // The head's losses of this run, summed in the order they were computed.
   void sum_losses();
 

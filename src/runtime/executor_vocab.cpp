@@ -9,6 +9,7 @@ MicrobatchContext PipelineExecutor::Impl::vocab_context(int m) {
   const int64_t n = static_cast<int64_t>(B) * T, at = slot.at(m) * n;
   ctx.tokens = tokens.view(at, {n});
   ctx.targets = targets.view(at, {n});
+  set_positions(ctx, m);
   return ctx;
 }
 

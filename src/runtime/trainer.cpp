@@ -335,6 +335,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   }
   if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm(), &grid.ep_backward_comm());
   executor_->set_overlap(cfg.schedule.overlap);
+  executor_->set_packed_documents(source_.is_packed());
   train_program_ =
       program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
@@ -474,10 +475,12 @@ StepMetrics Trainer::train_step(int step) {
   params_.zero_grads(backend_);
   if (tied_) tied_->begin_step();
   const int64_t step_tokens = tokens_per_step();
-  const int64_t first = static_cast<int64_t>(step) * cfg_.train.global_batch +
-                        static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());
-  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
-    source_(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
+  const int64_t step_first = static_cast<int64_t>(step) * cfg_.train.global_batch;
+  const int64_t first = step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());
+  // The loss is the mean over the step's targets that count (all of them unless packed).
+  const int64_t step_targets = source_.is_packed() ? source_.targets(step_first, cfg_.train.global_batch) : step_tokens;
+  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
+    source_.load(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt, pos);
   };
   ExecutorHooks hooks;
   hooks.step = step;
@@ -504,7 +507,7 @@ StepMetrics Trainer::train_step(int step) {
   };
   backend_.defer_checks(true);  // a device backend checks the step's token ids and targets once, below
   last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_tokens), trace_, hooks);
+                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_targets), trace_, hooks);
   backend_.defer_checks(false);
   out.phases.program_s = since();
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
@@ -526,7 +529,7 @@ StepMetrics Trainer::train_step(int step) {
     grid_.world().allreduce_sum(sums, 3);
     grid_.replica_comm().allreduce_sum(&sums[3], 1);
   }
-  out.loss = sums[0] / static_cast<double>(step_tokens);
+  out.loss = sums[0] / static_cast<double>(step_targets);
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
@@ -590,15 +593,20 @@ double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
   const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
   if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
   const int64_t mine = first + static_cast<int64_t>(grid_.coords().dp) * per_replica * mb_size_;
-  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt) {
-    source(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt);
+  if (source.is_packed() != source_.is_packed())
+    fail("evaluation: the validation data {} documents while the training data {}",
+         source.is_packed() ? "packs" : "does not pack", source_.is_packed() ? "does" : "does not");
+  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
+    source.load(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt, pos);
   };
   const Program& program = eval_program(per_replica);
   const ExecutorStats st = executor_->run(program.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
                                           cfg_.train.seq_len, 0.0f, false);
   double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
   grid_.world().allreduce_sum(&sum, 1);
-  return sum / (static_cast<double>(per_replica) * dp * mb_size_ * cfg_.train.seq_len);
+  const int64_t samples = static_cast<int64_t>(per_replica) * dp * mb_size_;
+  return sum / static_cast<double>(source.is_packed() ? source.targets(first, static_cast<int>(samples))
+                                                      : samples * cfg_.train.seq_len);
 }
 
 }  // namespace pipetrain

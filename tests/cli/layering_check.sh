@@ -50,6 +50,7 @@ declare -A family=(
   [comm/steps]="header only: Steps, the pausing computations, and InFlight"
   [core/error]="header only: Error and fail()"
   [core/device]="header only: DeviceId"
+  [core/documents]="header only: what packed documents' positions and ignored targets mean"
   [backend/gemm_problem]="header only: GemmProblem, one product of Backend::gemm_grouped"
   [core/device_allocator]="interface: what the memory pool allocates from"
   [schedule/program]="lower.cpp, validate_program.cpp, validate_in_order.cpp, walk_program.cpp"

@@ -120,6 +120,28 @@ TEST(GridMatchesSingleRank, LlamaOnEveryGridUntiedAndTied) {
   }
 }
 
+// Packed documents (data.pack_documents, run_compare.hpp's packed_pattern_source): every
+// stage reads each microbatch's positions, the loss averages the targets that count; GPT-2
+// (learned positions) under 1f1b, Llama (rotary angles, grouped-query attention) under
+// zb-h1, on every grid of the world's size, match the single-rank packed run.
+TEST(GridMatchesSingleRank, PackedDocumentsOnEveryGrid) {
+  const auto grids = grids_for(world_size());
+  if (grids.empty()) GTEST_SKIP() << "no grid of the list has " << world_size() << " ranks";
+  for (bool llama : {false, true}) {
+    auto config = [&](GridCase g) {
+      return llama ? llama_config(g, "zb-h1", false, false) : grid_config(g, "1f1b", 0.05, false);
+    };
+    const int T = config({1, 1, 1}).train.seq_len;
+    const RunResult ref = run(config({1, 1, 1}), MPI_COMM_SELF, packed_pattern_source(T));
+    for (GridCase g : grids) {
+      SCOPED_TRACE(::testing::Message() << (llama ? "llama" : "gpt2") << " packed, grid dp " << g.dp << " pp " << g.pp
+                                        << " tp " << g.tp);
+      const Config cfg = config(g);
+      expect_same_run(run(cfg, MPI_COMM_WORLD, packed_pattern_source(T)), ref, cfg);
+    }
+  }
+}
+
 // Llama with a dense first block, then MoE blocks of 4 experts, top 2, one shared expert,
 // both auxiliary losses on.
 Config moe_config(GridCase g, const std::string& sched, bool zero1, int v) {

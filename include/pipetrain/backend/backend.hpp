@@ -16,6 +16,7 @@
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/gemm_problem.hpp"
 #include "pipetrain/core/device_allocator.hpp"
+#include "pipetrain/core/documents.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/core/stream.hpp"
@@ -186,8 +187,11 @@ class Backend : public DeviceAllocator {
   // 1/sqrt(hs). What forward keeps for backward is the backend's choice, opaque to the
   // model (its memory comes from `pool`, so it counts as stashed activations); `storage`
   // is the precision activations are stashed in (bf16: the stash may be bf16).
-  virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C,
-                                                            int NH, int NKV, MemoryPool& pool, DType storage) = 0;
+  // positions (B*T int32 on the device, or null): packed documents, core/documents.hpp —
+  // query t sees keys [t - positions[t], t] of its sequence only. Both passes take them.
+  virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
+                                                            int NKV, MemoryPool& pool, DType storage,
+                                                            const int32_t* positions = nullptr) = 0;
   // Generation with a key/value cache: new query i (of n, at position pos + i) attends,
   // causally, to the cached keys and values [0, pos + i]. q: n rows of ldq floats, head h
   // at column h * hs; k, v: rows of ldkv floats, NKV heads (query head h reads key/value
@@ -195,19 +199,20 @@ class Backend : public DeviceAllocator {
   virtual void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n,
                                 int pos, int NH, int NKV, int hs) = 0;
   // dqkv = dL/dqkv (overwrites), from the stash forward returned (workspace from `pool`).
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B,
-                                  int T, int C, int NH, int NKV, MemoryPool& pool) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
+                                  int C, int NH, int NKV, MemoryPool& pool, const int32_t* positions = nullptr) = 0;
   // Both with qkv as a bf16 run stores it. These widen it into `pool` and run the f32 forms
   // (the same values); a backend whose attention multiplies bf16 reads it as it is.
   virtual std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH,
-                                                            int NKV, MemoryPool& pool, DType storage) {
+                                                            int NKV, MemoryPool& pool, DType storage,
+                                                            const int32_t* positions = nullptr) {
     const Tensor wide = widened_qkv(qkv, B, T, C, NH, NKV, pool);
-    return attention_forward(out, wide.f32(), B, T, C, NH, NKV, pool, storage);
+    return attention_forward(out, wide.f32(), B, T, C, NH, NKV, pool, storage, positions);
   }
-  virtual void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B,
-                                  int T, int C, int NH, int NKV, MemoryPool& pool) {
+  virtual void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B, int T,
+                                  int C, int NH, int NKV, MemoryPool& pool, const int32_t* positions = nullptr) {
     const Tensor wide = widened_qkv(qkv, B, T, C, NH, NKV, pool);
-    attention_backward(dqkv, dout, wide.f32(), stash, B, T, C, NH, NKV, pool);
+    attention_backward(dqkv, dout, wide.f32(), stash, B, T, C, NH, NKV, pool, positions);
   }
 
   // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
@@ -225,8 +230,10 @@ class Backend : public DeviceAllocator {
   // rotated by t * theta^(-2i / head_size) (Meta's Llama convention); inverse rotates
   // back (the backward of the rotation).
   // pos0: the position of row t = 0 (generation's cached prefix; 0 in training).
-  virtual void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
-                    int pos0 = 0) = 0;
+  // positions (B*T int32 on the device, or null): row b*T + t is at positions[b*T + t]
+  // instead (packed documents, core/documents.hpp).
+  virtual void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0 = 0,
+                    const int32_t* positions = nullptr) = 0;
   // out = silu(g) * u elementwise; backward: dg = dout u silu'(g), du = dout silu(g)
   // (overwrite; dg or du may alias dout).
   virtual void swiglu_forward(float* out, const float* g, const float* u, size_t n) = 0;
@@ -263,11 +270,13 @@ class Backend : public DeviceAllocator {
   // dwte[tokens[n] - row_begin, :] += dout[n, :] for the tokens in range   (accumulates)
   virtual void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens,
                                  int row_begin, int row_end, int N, int C) = 0;
-  // out[b, t, :] += wpe[t, :]
-  virtual void position_add(float* out, const float* wpe, int B, int T, int C) = 0;
-  virtual void position_add(float* out, const bf16* wpe, int B, int T, int C) = 0;
-  // dwpe[t, :] += sum_b dout[b, t, :]   (accumulates)
-  virtual void position_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
+  // out[b, t, :] += wpe[p, :] with p = t, or positions[b*T + t] where given (packed
+  // documents, core/documents.hpp: B*T int32 on the device)
+  virtual void position_add(float* out, const float* wpe, int B, int T, int C, const int32_t* positions = nullptr) = 0;
+  virtual void position_add(float* out, const bf16* wpe, int B, int T, int C, const int32_t* positions = nullptr) = 0;
+  // dwpe[p, :] += the dout[b, t, :] at position p   (accumulates)
+  virtual void position_backward(float* dwpe, const float* dout, int B, int T, int C,
+                                 const int32_t* positions = nullptr) = 0;
 
   // ---- vocabulary-parallel cross-entropy (tensor parallel) ----
   // This rank holds logit columns [col_begin, col_begin + Vl) of the padded vocabulary
@@ -278,13 +287,14 @@ class Backend : public DeviceAllocator {
                                       int col_begin, int V) = 0;
   // 2. With the global rowmax: sumexp[n] = sum over real local columns of
   //    exp(logit - rowmax[n]); target_logit[n] = logits[n, targets[n] - col_begin] if the
-  //    target is one of this rank's columns, else 0. A target outside [0, V) throws.
+  //    target is one of this rank's columns, else 0. A target outside [0, V) throws, except
+  //    kIgnoredTarget (core/documents.hpp), which takes part nowhere: its loss and gradient are 0.
   virtual void crossentropy_local_sums(float* sumexp, float* target_logit, const float* logits,
                                        const float* rowmax, const int32_t* targets, int N, int Vl,
                                        int col_begin, int V) = 0;
   // 3. With the global sums: losses[n] = log(sumexp[n]) + rowmax[n] - target_logit[n]; if
   //    grad_scale != 0, logits is overwritten with grad_scale * (softmax - onehot) on the real
-  //    local columns and 0 on padding.
+  //    local columns and 0 on padding; an ignored target's loss and gradient row are 0.
   virtual void crossentropy_finish(float* losses, float* logits, const float* rowmax,
                                    const float* sumexp, const float* target_logit,
                                    const int32_t* targets, int N, int Vl, int col_begin, int V,
@@ -292,7 +302,8 @@ class Backend : public DeviceAllocator {
 
   // ---- softmax cross-entropy over a padded vocabulary ----
   // logits: N x Vp; only the first V columns are real (padded columns are excluded from the
-  // softmax). losses[n] = -log softmax(logits[n, :V])[targets[n]].
+  // softmax). losses[n] = -log softmax(logits[n, :V])[targets[n]]; 0, with a 0 gradient row,
+  // for a target of kIgnoredTarget (core/documents.hpp).
   // If grad_scale != 0, logits is overwritten with dL/dlogits = grad_scale * (softmax - onehot)
   // for the real columns and 0 for the padded ones (the fused classifier of llm.c).
   virtual void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N,

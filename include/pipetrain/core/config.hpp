@@ -119,6 +119,9 @@ struct DataConfig {
   std::vector<std::string> val;
   std::string sampling = "sequential";  // sequential | shuffle
   bool respect_documents = false;       // windows inside documents only (Megatron datasets)
+  // Sequences packed with whole documents, attention, positions and the loss kept inside
+  // each (io/document_packing.hpp, core/documents.hpp).
+  bool pack_documents = false;
   // A blend (data.train = [{ path = "...", weight = w }, ...]): one weight per train path;
   // empty: the paths are read as one stream.
   std::vector<double> train_weights;

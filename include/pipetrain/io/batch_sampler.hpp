@@ -19,9 +19,12 @@ class BatchSampler {
   BatchSampler(const TokenDataset& data, std::string sampling, uint64_t seed);
 
   int64_t window_of(int64_t sample) const;
-  // For samples first..first+count-1: inputs[k*T + t] = window[t],
-  // targets[k*T + t] = window[t+1] (T = seq_len). Either pointer may be null.
-  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets);
+  // For samples first..first+count-1, row k*T.. of each array (T = seq_len): the
+  // window's inputs, targets and positions (TokenDataset::read_sample: targets[t] =
+  // window[t+1] and positions[t] = t unless documents are packed). Any pointer may be null.
+  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr);
+  // How many of those samples' targets count (count * T unless documents are packed).
+  int64_t targets(int64_t first_sample, int count);
 
   const std::string& sampling() const { return sampling_; }
 
@@ -35,7 +38,6 @@ class BatchSampler {
   bool shuffle_ = false;
   mutable int64_t perm_epoch_ = -1;
   mutable std::vector<int64_t> perm_;
-  std::vector<int32_t> window_;
 };
 
 }  // namespace pipetrain

@@ -21,14 +21,16 @@ class BlendedSampler {
   // source's windows are drawn by its own BatchSampler (`sampling`, `seed`). Throws naming
   // the file when sources disagree on the vocabulary size or the tokenizer.
   BlendedSampler(const std::vector<std::string>& paths, const std::vector<double>& weights, int seq_len,
-                 int model_vocab, bool respect_documents, const std::string& sampling, uint64_t seed);
+                 int model_vocab, bool respect_documents, const std::string& sampling, uint64_t seed,
+                 bool pack_documents = false);
 
   // (source, sample index within it) of global sample n.
   std::pair<int, int64_t> source_of(int64_t n) const;
   // Samples per source among the first n global samples.
   std::vector<int64_t> counts(int64_t n) const;
-  // As BatchSampler::load.
-  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets);
+  // As BatchSampler's.
+  void load(int64_t first_sample, int count, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr);
+  int64_t targets(int64_t first_sample, int count);
 
   int num_sources() const { return static_cast<int>(data_.size()); }
   const TokenDataset& dataset(int k) const { return *data_[static_cast<size_t>(k)]; }

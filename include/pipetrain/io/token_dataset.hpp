@@ -3,7 +3,8 @@
 // Exports:
 //   - the file format constants (kTokensDataset, kVocabAttr, kTokenizerAttr);
 //   - TokenFileInfo + inspect_token_file(): what one token file holds;
-//   - TokenDataset: a list of token files read as one stream, cut into windows.
+//   - TokenDataset: a list of token files read as one stream, cut into windows, or into
+//     sequences of whole documents (data.pack_documents; io/document_packing.hpp).
 //
 // File format: a 1-D dataset `/tokens` of uint16 (vocab <= 65536) or uint32, chunked;
 // attributes `vocab_size` (int64) and `tokenizer` (string) on the root group. Readers
@@ -17,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/core/documents.hpp"
+#include "pipetrain/io/document_packing.hpp"
 #include "pipetrain/io/h5io.hpp"
 #include "pipetrain/io/megatron_dataset.hpp"
 
@@ -52,7 +55,12 @@ class TokenDataset {
   // respect_documents: windows lie inside documents only (each document of L tokens
   // gives floor((L-1)/seq_len) windows from its start); every source must know its
   // documents (Megatron datasets do; HDF5 token files do not).
-  TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents = false);
+  // pack_documents: each window is instead a packed sequence of whole documents
+  // (io/document_packing.hpp): a Megatron source's documents, or an HDF5 file's, each
+  // ending at its tokenizer's end-of-text token (`pipetrain data text --eot` writes one
+  // after each input file), read once here.
+  TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents = false,
+               bool pack_documents = false);
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -70,6 +78,14 @@ class TokenDataset {
   // Reads window w's seq_len+1 tokens (may span a file boundary) as int32 into out.
   // Throws pipetrain::Error naming file and position if any token >= model_vocab.
   void read_window(int64_t w, int32_t* out) const;
+  // Window w as a training sample of seq_len positions: inputs[t], the targets[t] they
+  // predict (kIgnoredTarget, core/documents.hpp, where none counts: after a packed document's last token and
+  // on padding), and positions[t], each token's place in its document (t - the position
+  // its document starts at in the window; t when not packed). Any pointer may be null.
+  void read_sample(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) const;
+  // Targets of window w that count (seq_len when not packed).
+  int64_t targets_in(int64_t w) const { return packing_ ? packing_->targets(w) : seq_len_; }
+  const DocumentPacking* packing() const { return packing_.get(); }
   // Reads tokens [first, first+count) of the stream into out (checked like read_window).
   void read_tokens(int64_t first, int64_t count, int32_t* out) const;
 
@@ -90,6 +106,11 @@ class TokenDataset {
   int64_t total_ = 0;
   int64_t windows_ = 0;
   std::vector<int64_t> starts_;  // respect_documents: each window's first token
+  std::unique_ptr<DocumentPacking> packing_;
+  int32_t padding_token_ = 0;  // the inputs of packed sequences' free positions
+
+  std::vector<int64_t> document_boundaries();  // for pack_documents: where every document starts; sets padding_token_
+  void read_packed(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) const;
 };
 
 }  // namespace pipetrain

@@ -56,7 +56,11 @@ struct MicrobatchContext {
   Communicator* ep = nullptr;  // expert-parallel peers (null or size 1: every expert here)
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
-  Tensor targets;          // (B*T) int32 targets (last stage)
+  Tensor targets;          // (B*T) int32 targets (last stage; kIgnoredTarget counts nowhere)
+  // (B*T) int32: each token's place in its document when documents are packed
+  // (core/documents.hpp), on every stage; undefined: token t is at position t.
+  Tensor positions;
+  const int32_t* document_positions() const { return positions.defined() ? positions.i32() : nullptr; }
   float loss_scale = 0.f;  // d(step loss)/d(token loss); 0 = forward only (evaluation)
   // What activations, activation gradients and the stash are stored as (train.precision;
   // see precision.hpp). Layer inputs and outputs have this dtype; losses are f32.

@@ -39,8 +39,9 @@ struct VocabRun {
   bool sums_to_all = false;
 };
 
-// Fills the host token and target arrays (B*T each) of microbatch m.
-using MicrobatchLoader = std::function<void(int m, int32_t* inputs, int32_t* targets)>;
+// Fills the host token, target and position arrays (B*T each) of microbatch m; any
+// pointer may be null (positions are asked for only when documents are packed).
+using MicrobatchLoader = std::function<void(int m, int32_t* inputs, int32_t* targets, int32_t* positions)>;
 
 struct TraceEvent {
   std::string name;  // "1F3" for compute, "wait 1F3" for time blocked on its input
@@ -101,6 +102,8 @@ class PipelineExecutor {
   }
   // Whether F&B pairs run overlapped (schedule.overlap; the default) or one after the other.
   void set_overlap(bool overlap) { overlap_ = overlap; }
+  // Packed documents (core/documents.hpp): every stage loads each microbatch's positions.
+  void set_packed_documents(bool packed) { packed_ = packed; }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -119,6 +122,7 @@ class PipelineExecutor {
   std::map<int, Recompute> recompute_;
   VocabRun vocab_;
   bool overlap_ = true;
+  bool packed_ = false;
 };
 
 }  // namespace pipetrain

@@ -4,6 +4,7 @@
 // between first and last stage, data-parallel replicas), clips by the global norm
 // and applies AdamW. A single rank is the 1 x 1 x 1 grid with a one-stage schedule.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,9 +30,32 @@ namespace pipetrain {
 
 class Backend;
 
-// Fills inputs/targets (count x seq_len, int32, host memory) for global samples
-// first .. first+count-1.
-using BatchSource = std::function<void(int64_t first, int count, int32_t* inputs, int32_t* targets)>;
+// Where a step's samples come from. load fills inputs, targets and positions (count x
+// seq_len int32 each, host memory; any pointer may be null) for global samples first ..
+// first+count-1. A plain source (any callable taking the first three and inputs, targets)
+// has every target count and positions 0 .. seq_len-1; a packed one (data.pack_documents,
+// core/documents.hpp) gives the positions, which every pipeline stage then loads, and
+// counts the targets, which the step's loss is averaged over.
+struct BatchSource {
+  using Load = std::function<void(int64_t first, int count, int32_t* inputs, int32_t* targets, int32_t* positions)>;
+  Load load;
+  std::function<int64_t(int64_t first, int count)> targets;  // packed only
+  BatchSource() = default;
+  template <typename F>
+  requires std::invocable<F&, int64_t, int, int32_t*, int32_t*> BatchSource(
+      F plain)  // NOLINT(google-explicit-constructor): any plain loader is a source
+      : load([f = std::move(plain)](int64_t first, int count, int32_t* in, int32_t* tgt, int32_t*) mutable {
+          f(first, count, in, tgt);
+        }) {}
+  static BatchSource packed(Load load, std::function<int64_t(int64_t, int)> targets) {
+    BatchSource s;
+    s.load = std::move(load);
+    s.targets = std::move(targets);
+    return s;
+  }
+  bool is_packed() const { return static_cast<bool>(targets); }
+  explicit operator bool() const { return static_cast<bool>(load); }
+};
 
 struct StepMetrics {
   int step = 0;

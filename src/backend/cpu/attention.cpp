@@ -8,7 +8,10 @@
 // kAttnBlock rows; block [i0, i1) only multiplies against keys 0 .. i1-1 and keeps its
 // probabilities as a dense (i1 - i0) x i1 array (pipetrain/backend/attention.hpp), so the
 // causal upper triangle beyond the block is neither computed nor stored. The row-wise
-// softmax (and its backward) runs as a Kokkos kernel over the rows of a block.
+// softmax (and its backward) runs as a Kokkos kernel over the rows of a block. Packed
+// documents (core/documents.hpp): a query's softmax starts at its document's first key, so
+// the probabilities of other documents' keys are kept as 0, and the backward, reading
+// them, gives those keys no gradient.
 #include <cmath>
 #include <vector>
 
@@ -17,7 +20,8 @@
 
 namespace pipetrain::cpu {
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t* positions) {
   const int hs = C / NH, group = NH / NKV, Ckv = NKV * hs;
   const int C3 = C + 2 * Ckv;  // the row stride of qkv
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -30,6 +34,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       const float* v = k + Ckv;
       float* a = att + (static_cast<int64_t>(b) * NH + h) * kept;
       float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
+      const int32_t* pos = positions ? positions + static_cast<int64_t>(b) * T : nullptr;
       for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
         const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
         const int nb = i1 - i0;
@@ -37,7 +42,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         // S = scale * Q_blk K[0:i1]^T   (nb x i1)
         gemm(false, true, nb, i1, hs, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3, 0.0f, ab, i1);
         Kokkos::parallel_for("pipetrain::attention_softmax", HostRange(0, nb), [=](const int64_t r) {
-          causal_softmax_row(ab + r * i1, i0 + static_cast<int>(r) + 1, i1);
+          const int i = i0 + static_cast<int>(r);
+          causal_softmax_row(ab + r * i1, first_visible_key(pos, i, i), i + 1, i1);
         });
         // out_blk = P_blk V[0:i1]   (nb x hs)
         gemm(false, false, nb, hs, i1, 1.0f, ab, i1, v, C3, 0.0f, o + static_cast<int64_t>(i0) * C, C);
@@ -57,9 +63,8 @@ void attention_decode(float* out, const float* q, int ldq, const float* k, const
     const float* kh = k + (h / group) * hs;
     const float* vh = v + (h / group) * hs;
     gemm(false, true, n, L, hs, scale, q + h * hs, ldq, kh, ldkv, 0.0f, s, L);  // S = scale Q K^T  (n x L)
-    Kokkos::parallel_for("pipetrain::attention_decode_softmax", HostRange(0, n), [=](const int64_t i) {
-      causal_softmax_row(s + i * L, pos + static_cast<int>(i) + 1, L);
-    });
+    Kokkos::parallel_for("pipetrain::attention_decode_softmax", HostRange(0, n),
+                         [=](const int64_t i) { causal_softmax_row(s + i * L, 0, pos + static_cast<int>(i) + 1, L); });
     gemm(false, false, n, hs, L, 1.0f, s, L, vh, ldkv, 0.0f, out + h * hs, C);  // out = P V  (n x hs)
   }
 }

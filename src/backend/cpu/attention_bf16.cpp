@@ -21,8 +21,8 @@ namespace {
 
 // The softmax of a row of f32 scores, written as bf16 probabilities p[0..width).
 PIPETRAIN_SIMD_CLONES
-void causal_softmax_row_bf16(bf16* p, float* row, int len, int width) {
-  causal_softmax_row(row, len, len);
+void causal_softmax_row_bf16(bf16* p, float* row, int first, int len, int width) {
+  causal_softmax_row(row, first, len, len);
   for (int k = 0; k < len; ++k) p[k] = to_bf16(row[k]);
   for (int k = len; k < width; ++k) p[k] = bf16{};
 }
@@ -81,7 +81,7 @@ void from_heads(float* dst, const float* src, int rows, int G, int hs, int ld) {
 
 template <class Q>
 void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, float* scores, float* out_heads, int B,
-                            int T, int C, int NH, int NKV, std::vector<float>& widened) {
+                            int T, int C, int NH, int NKV, std::vector<float>& widened, const int32_t* positions) {
   const int hs = C / NH, group = NH / NKV, G = NH + 2 * NKV, C3 = G * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t kept = causal_block_elements(T), head = static_cast<int64_t>(T) * hs;
@@ -93,6 +93,7 @@ void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, fl
       const bf16* v = heads + (NH + NKV + h / group) * head;
       bf16* a = att + (static_cast<int64_t>(b) * NH + h) * kept;
       float* o = out_heads + h * head;
+      const int32_t* pos = positions ? positions + static_cast<int64_t>(b) * T : nullptr;
       for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
         const int i1 = i0 + kAttnBlock < T ? i0 + kAttnBlock : T;
         const int nb = i1 - i0;
@@ -101,7 +102,8 @@ void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, fl
         product(false, true, nb, i1, hs, scale, q + static_cast<int64_t>(i0) * hs, hs, k, hs, 0.0f, scores, i1,
                 widened);
         Kokkos::parallel_for("pipetrain::attention_softmax_bf16", HostRange(0, nb), [=](const int64_t r) {
-          causal_softmax_row_bf16(ab + r * i1, scores + r * i1, i0 + static_cast<int>(r) + 1, i1);
+          const int i = i0 + static_cast<int>(r);
+          causal_softmax_row_bf16(ab + r * i1, scores + r * i1, first_visible_key(pos, i, i), i + 1, i1);
         });
         // O_blk = P_blk V[0:i1]   (nb x hs)
         product(false, false, nb, hs, i1, 1.0f, ab, i1, v, hs, 0.0f, o + static_cast<int64_t>(i0) * hs, hs, widened);
@@ -160,9 +162,9 @@ void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const
   }
 }
 
-#define PIPETRAIN_ATTENTION_BF16(Q)                                                                            \
-  template void attention_forward_bf16(float*, bf16*, const Q*, bf16*, float*, float*, int, int, int, int, int,   \
-                                       std::vector<float>&);                                                     \
+#define PIPETRAIN_ATTENTION_BF16(Q)                                                                                \
+  template void attention_forward_bf16(float*, bf16*, const Q*, bf16*, float*, float*, int, int, int, int, int,    \
+                                       std::vector<float>&, const int32_t*);                                       \
   template void attention_backward_bf16(float*, const float*, const Q*, const bf16*, bf16*, bf16*, float*, float*, \
                                         bf16*, int, int, int, int, int, std::vector<float>&);
 PIPETRAIN_ATTENTION_BF16(float)

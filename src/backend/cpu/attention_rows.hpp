@@ -7,10 +7,13 @@
 namespace pipetrain::cpu {
 namespace {
 
-// Row softmax over row[0..len) in place (scores already scaled); zeroes
-// row[len..T) (T: the row's width).
-[[maybe_unused]] PIPETRAIN_SIMD_CLONES
-void causal_softmax_row(float* row, int len, int T) {
+// Row softmax over row[first..len) in place (scores already scaled); zeroes the rest of
+// the row's T (first > 0: a packed document's query, whose keys start there).
+[[maybe_unused]] PIPETRAIN_SIMD_CLONES void causal_softmax_row(float* row, int first, int len, int T) {
+  for (int k = 0; k < first; ++k) row[k] = 0.0f;
+  row += first;
+  len -= first;
+  T -= first;
   const float m = row_max(row, len);
 
   float sums[kLanes] = {};

@@ -147,13 +147,16 @@ class CpuBackend final : public Backend {
     if (NKV < 1 || NH % NKV != 0) fail("attention_decode: {} query heads do not group over {} key/value heads", NH, NKV);
     cpu::attention_decode(out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
   }
-  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    int NKV, MemoryPool& pool, DType storage) override {
+  // The backward needs no positions: a probability kept as 0 (a key of another document)
+  // gets a 0 gradient.
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH, int NKV,
+                                                    MemoryPool& pool, DType storage,
+                                                    const int32_t* positions) override {
     check_heads("attention_forward", C, NH, NKV);
-    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool);
+    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool, positions);
     auto s = std::make_unique<ProbabilityStash>();
     Tensor att = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
-    cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH, NKV);
+    cpu::attention_forward(out, att.f32(), qkv, B, T, C, NH, NKV, positions);
     if (storage == DType::BF16) {
       s->att = Tensor::empty(pool, att.shape(), DType::BF16);
       cpu::cast_to_bf16(s->att.bf16_data(), att.f32(), static_cast<size_t>(att.numel()));
@@ -162,14 +165,15 @@ class CpuBackend final : public Backend {
     }
     return s;
   }
-  std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH,
-                                                    int NKV, MemoryPool& pool, DType storage) override {
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                                                    MemoryPool& pool, DType storage,
+                                                    const int32_t* positions) override {
     check_heads("attention_forward", C, NH, NKV);
-    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool);
-    return Backend::attention_forward(out, qkv, B, T, C, NH, NKV, pool, storage);
+    if (bf16_attention(storage)) return forward_bf16(out, qkv, B, T, C, NH, NKV, pool, positions);
+    return Backend::attention_forward(out, qkv, B, T, C, NH, NKV, pool, storage, positions);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
-                          int C, int NH, int NKV, MemoryPool& pool) override {
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T, int C,
+                          int NH, int NKV, MemoryPool& pool, const int32_t*) override {
     check_heads("attention_backward", C, NH, NKV);
     const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
     if (bf16_attention(kept.dtype())) return backward_bf16(dqkv, dout, qkv, kept, B, T, C, NH, NKV, pool);
@@ -181,24 +185,24 @@ class CpuBackend final : public Backend {
     const Tensor scratch = Tensor::empty(pool, {B, NH, causal_block_elements(T)});
     cpu::attention_backward(dqkv, scratch.f32(), dout, qkv, att.f32(), B, T, C, NH, NKV);
   }
-  void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B, int T,
-                          int C, int NH, int NKV, MemoryPool& pool) override {
+  void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B, int T, int C,
+                          int NH, int NKV, MemoryPool& pool, const int32_t* positions) override {
     check_heads("attention_backward", C, NH, NKV);
     const Tensor& kept = static_cast<ProbabilityStash&>(stash).att;
     if (bf16_attention(kept.dtype())) return backward_bf16(dqkv, dout, qkv, kept, B, T, C, NH, NKV, pool);
-    Backend::attention_backward(dqkv, dout, qkv, stash, B, T, C, NH, NKV, pool);
+    Backend::attention_backward(dqkv, dout, qkv, stash, B, T, C, NH, NKV, pool, positions);
   }
   // attention_bf16.cpp's forms, qkv in f32 (bf16 values) or bf16; workspace from `pool`.
   template <class Q>
   std::unique_ptr<AttentionStash> forward_bf16(float* out, const Q* qkv, int B, int T, int C, int NH, int NKV,
-                                               MemoryPool& pool) {
+                                               MemoryPool& pool, const int32_t* positions) {
     auto s = std::make_unique<ProbabilityStash>();
     s->att = Tensor::empty(pool, {B, NH, causal_block_elements(T)}, DType::BF16);
     const Tensor heads = Tensor::empty(pool, {T, qkv_width(C, NH, NKV)}, DType::BF16);
     const Tensor scores = Tensor::empty(pool, {kAttnBlock, T});
     const Tensor out_heads = Tensor::empty(pool, {T, C});
     cpu::attention_forward_bf16(out, s->att.bf16_data(), qkv, heads.bf16_data(), scores.f32(), out_heads.f32(), B, T, C,
-                                NH, NKV, gemm_scratch_);
+                                NH, NKV, gemm_scratch_, positions);
     return s;
   }
   template <class Q>
@@ -231,9 +235,10 @@ class CpuBackend final : public Backend {
                                int C) override {
     cpu::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C);
   }
-  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) override {
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0,
+            const int32_t* positions) override {
     if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
-    cpu::rope(x, B, T, ld, heads, head_size, theta, inverse, pos0);
+    cpu::rope(x, B, T, ld, heads, head_size, theta, inverse, pos0, positions);
   }
   void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C) override {
     cpu::gather_rows(out, in, index, scale, rows, C);
@@ -273,12 +278,14 @@ class CpuBackend final : public Backend {
                         int C) override {
     cpu::embedding_lookup(out, tokens, wte, row_begin, row_end, N, C);
   }
-  void position_add(float* out, const bf16* wpe, int B, int T, int C) override { cpu::position_add(out, wpe, B, T, C); }
-  void position_add(float* out, const float* wpe, int B, int T, int C) override {
-    cpu::position_add(out, wpe, B, T, C);
+  void position_add(float* out, const bf16* wpe, int B, int T, int C, const int32_t* positions) override {
+    cpu::position_add(out, wpe, B, T, C, positions);
   }
-  void position_backward(float* dwpe, const float* dout, int B, int T, int C) override {
-    cpu::position_backward(dwpe, dout, B, T, C);
+  void position_add(float* out, const float* wpe, int B, int T, int C, const int32_t* positions) override {
+    cpu::position_add(out, wpe, B, T, C, positions);
+  }
+  void position_backward(float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions) override {
+    cpu::position_backward(dwpe, dout, B, T, C, positions);
   }
 
   void crossentropy_local_max(float* rowmax, const float* logits, int N, int Vl, int col_begin,

@@ -208,7 +208,8 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
 // Queries in blocks of kAttnBlock rows, probabilities kept block by block
 // (pipetrain/backend/attention.hpp): att and scratch hold causal_block_elements(T) per
 // (sequence, head).
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV);
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t* positions = nullptr);
 void attention_decode(float* out, const float* q, int ldq, const float* k, const float* v, int ldkv, int n, int pos,
                       int NH, int NKV, int hs);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
@@ -220,7 +221,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // qkv in f32 (holding bf16 values: a bf16 run's rounded activations) or as stored, in bf16.
 template <class Q>
 void attention_forward_bf16(float* out, bf16* att, const Q* qkv, bf16* heads, float* scores, float* out_heads, int B,
-                            int T, int C, int NH, int NKV, std::vector<float>& widened);
+                            int T, int C, int NH, int NKV, std::vector<float>& widened,
+                            const int32_t* positions = nullptr);
 template <class Q>
 void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const bf16* att, bf16* heads,
                              bf16* dout_heads, float* grad_heads, float* dp, bf16* ds, int B, int T, int C, int NH,
@@ -236,7 +238,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
 void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);
-void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0 = 0);
+void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0 = 0,
+          const int32_t* positions = nullptr);
 void swiglu_forward(float* out, const float* g, const float* u, size_t n);
 void swiglu_backward(float* dg, float* du, const float* dout, const float* g, const float* u, size_t n);
 
@@ -253,9 +256,9 @@ void embedding_lookup(float* out, const int32_t* tokens, const bf16* wte, int ro
                       int row_end, int N, int C);
 void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, int row_begin,
                        int row_end, int N, int C);
-void position_add(float* out, const float* wpe, int B, int T, int C);
-void position_add(float* out, const bf16* wpe, int B, int T, int C);
-void position_backward(float* dwpe, const float* dout, int B, int T, int C);
+void position_add(float* out, const float* wpe, int B, int T, int C, const int32_t* positions = nullptr);
+void position_add(float* out, const bf16* wpe, int B, int T, int C, const int32_t* positions = nullptr);
+void position_backward(float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions = nullptr);
 
 // ---- cross-entropy ----
 void crossentropy_forward(float* losses, float* logits, const int32_t* targets, int N, int V,

@@ -57,12 +57,18 @@ void crossentropy_forward(float* losses, float* logits, const int32_t* targets, 
   // Validate every target before touching anything (never read out of bounds,
   // and never throw from inside a parallel region).
   for (int n = 0; n < N; ++n) {
-    if (targets[n] < 0 || targets[n] >= V) {
+    if ((targets[n] < 0 || targets[n] >= V) && targets[n] != kIgnoredTarget) {
       fail("crossentropy: target {} at row {} is outside the vocabulary [0, {})", targets[n], n,
            V);
     }
   }
   Kokkos::parallel_for("pipetrain::crossentropy", HostRange(0, N), [=](const int64_t n) {
+    if (targets[n] == kIgnoredTarget) {  // takes part nowhere
+      losses[n] = 0.0f;
+      if (grad_scale != 0.0f)
+        for (int c = 0; c < Vp; ++c) logits[n * Vp + c] = 0.0f;
+      return;
+    }
     losses[n] = crossentropy_row(logits + n * Vp, targets[n], V, Vp, grad_scale);
   });
 }

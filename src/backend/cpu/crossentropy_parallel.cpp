@@ -25,7 +25,7 @@ void check_args(const char* kernel, int N, int Vl, int col_begin, int V) {
 // bounds, never throw from inside a parallel region).
 void check_targets(const char* kernel, const int32_t* targets, int N, int V) {
   for (int n = 0; n < N; ++n) {
-    if (targets[n] < 0 || targets[n] >= V) {
+    if ((targets[n] < 0 || targets[n] >= V) && targets[n] != kIgnoredTarget) {
       fail("{}: target {} at row {} is outside the vocabulary [0, {})", kernel, targets[n], n, V);
     }
   }
@@ -85,7 +85,8 @@ void crossentropy_local_sums(float* sumexp, float* target_logit, const float* lo
                        [=](const int64_t n) {
                          const float* x = logits + n * Vl;
                          sumexp[n] = nreal > 0 ? sumexp_row(x, nreal, rowmax[n]) : 0.0f;
-                         // targets < V, so a target in [col_begin, col_begin + Vl) is real.
+                         // targets < V, so a target in [col_begin, col_begin + Vl) is real
+                         // (and an ignored one, -1, is no column).
                          const int64_t local = static_cast<int64_t>(targets[n]) - col_begin;
                          target_logit[n] = local >= 0 && local < Vl ? x[local] : 0.0f;
                        });
@@ -98,6 +99,12 @@ void crossentropy_finish(float* losses, float* logits, const float* rowmax, cons
   check_targets("crossentropy_finish", targets, N, V);
   const int nreal = real_columns(Vl, col_begin, V);
   Kokkos::parallel_for("pipetrain::crossentropy_finish", HostRange(0, N), [=](const int64_t n) {
+    if (targets[n] == kIgnoredTarget) {  // takes part nowhere
+      losses[n] = 0.0f;
+      if (grad_scale != 0.0f)
+        for (int c = 0; c < Vl; ++c) logits[n * Vl + c] = 0.0f;
+      return;
+    }
     const float m = rowmax[n];
     const float sum = sumexp[n];
     // loss = -(x_t - m - log(sum)), as crossentropy_row computes it.

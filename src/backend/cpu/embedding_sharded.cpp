@@ -77,12 +77,12 @@ void embedding_scatter(float* dwte, const float* dout, const int32_t* tokens, in
 namespace {
 
 template <class W>
-void add_positions(float* out, const W* wpe, int B, int T, int C) {
+void add_positions(float* out, const W* wpe, int B, int T, int C, const int32_t* positions) {
   if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
   const int64_t N = static_cast<int64_t>(B) * T;
   check_shape("position_add", N, C);
   Kokkos::parallel_for("pipetrain::position_add", HostRange(0, N), [=](const int64_t n) {
-    const W* p = wpe + (n % T) * C;
+    const W* p = wpe + (positions ? positions[n] : n % T) * C;
     float* o = out + n * C;
     for (int c = 0; c < C; ++c) o[c] += widen(p[c]);
   });
@@ -90,14 +90,31 @@ void add_positions(float* out, const W* wpe, int B, int T, int C) {
 
 }  // namespace
 
-void position_add(float* out, const float* wpe, int B, int T, int C) { add_positions(out, wpe, B, T, C); }
+void position_add(float* out, const float* wpe, int B, int T, int C, const int32_t* positions) {
+  add_positions(out, wpe, B, T, C, positions);
+}
 
-void position_add(float* out, const bf16* wpe, int B, int T, int C) { add_positions(out, wpe, B, T, C); }
+void position_add(float* out, const bf16* wpe, int B, int T, int C, const int32_t* positions) {
+  add_positions(out, wpe, B, T, C, positions);
+}
 
-void position_backward(float* dwpe, const float* dout, int B, int T, int C) {
+void position_backward(float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions) {
   if (B < 0 || T < 0) fail("position_backward: negative size (B={}, T={})", B, T);
   check_shape("position_backward", static_cast<int64_t>(B) * T, C);
   if (B == 0 || T == 0 || C == 0) return;
+  if (positions) {  // packed documents: as embedding_scatter, every row in order into its position's row
+    const int64_t N = static_cast<int64_t>(B) * T, width = column_block_width(C);
+    const int64_t blocks = (C + width - 1) / width;
+    Kokkos::parallel_for("pipetrain::position_backward_packed", HostRange(0, blocks), [=](const int64_t blk) {
+      const int64_t c0 = blk * width, c1 = c0 + width < C ? c0 + width : C;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* d = dout + n * C;
+        float* p = dwpe + static_cast<int64_t>(positions[n]) * C;
+        for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
+      }
+    });
+    return;
+  }
   // Work item (t, column block) owns dwpe[t, block] and adds the B rows b*T + t
   // into it in order of b. Blocks are only split across threads when T alone
   // does not give every thread a row.

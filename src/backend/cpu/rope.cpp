@@ -1,7 +1,8 @@
 // Rotary position embedding, Meta's convention: channel pairs (2i, 2i+1) of each head are
 // rotated by the angle t * theta^(-2i / head_size), t the position in the sequence. The
 // backward is the rotation by the opposite angle (a rotation's transpose). Angles are
-// computed in double once per (position, pair).
+// computed in double once per (position, pair). Packed documents give each row its own
+// position (core/documents.hpp); the table then covers positions 0 .. T-1.
 #include <cmath>
 #include <vector>
 
@@ -9,7 +10,8 @@
 
 namespace pipetrain::cpu {
 
-void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) {
+void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0,
+          const int32_t* positions) {
   const int half = head_size / 2;
   std::vector<float> cs(static_cast<size_t>(T) * half * 2);
   for (int t = 0; t < T; ++t)
@@ -20,7 +22,7 @@ void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta,
     }
   const float* table = cs.data();
   Kokkos::parallel_for("pipetrain::rope", HostRange(0, static_cast<int64_t>(B) * T), [=](const int64_t row) {
-    const int t = static_cast<int>(row % T);
+    const int t = positions ? positions[row] : static_cast<int>(row % T);
     float* r = x + row * ld;
     const float* c = table + static_cast<size_t>(t) * half * 2;
     for (int h = 0; h < heads; ++h) {

@@ -7,6 +7,9 @@
 // covers a query block for all heads of one sequence (or all sequences of one
 // head, whichever batch is larger). The row softmax (and its backward) is a single
 // kernel launch over all B * NH * T rows, one warp per row, between the products.
+// Packed documents (core/documents.hpp): a row's softmax starts at its query's first key
+// and the probabilities before it are kept as 0, so the backward, reading them, gives
+// those keys no gradient and needs no positions.
 #include <cmath>
 
 #include "cuda_device.cuh"
@@ -42,31 +45,37 @@ Batching batching(int B, int T, int C, int NH) {
   return {NH, B, hs, hs, att_head, qkv_seq, out_seq, NH * att_head};  // over sequences
 }
 
-// Row r of the (B*NH*T, T) probability matrix: softmax over entries 0..i
-// (i = r % T, scores already scaled) in place; entries i+1 .. T-1 set to 0.
-__global__ void causal_softmax_kernel(float* att, int T, int64_t rows) {
+// Row r of the (B*NH*T, T) probability matrix: softmax over entries first..i
+// (i = r % T, first its first visible key, scores already scaled) in place; the
+// entries before first and i+1 .. T-1 set to 0.
+__global__ void causal_softmax_kernel(float* att, int T, int NH, const int32_t* positions, int64_t rows) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (r >= rows) return;
   const int lane = threadIdx.x & 31;
-  const int len = static_cast<int>(r % T) + 1;
+  const int i = static_cast<int>(r % T), len = i + 1;
+  const int64_t b = r / (static_cast<int64_t>(NH) * T);
+  // Clamped: malformed positions still write inside the row only.
+  const int first = min(max(first_key(positions ? positions + b * T : nullptr, i), 0), i);
   float* row = att + r * T;
   float m = -INFINITY;
-  for (int k = lane; k < len; k += 32) m = fmaxf(m, row[k]);
+  for (int k = first + lane; k < len; k += 32) m = fmaxf(m, row[k]);
   m = warp_reduce(m, MaxOp{});
   float s = 0.0f;
-  for (int k = lane; k < len; k += 32) {
+  for (int k = first + lane; k < len; k += 32) {
     const float e = expf(row[k] - m);
     row[k] = e;
     s += e;
   }
   const float inv = 1.0f / warp_sum(s);
-  for (int k = lane; k < len; k += 32) row[k] *= inv;
+  for (int k = first + lane; k < len; k += 32) row[k] *= inv;
+  for (int k = lane; k < first; k += 32) row[k] = 0.0f;
   for (int k = len + lane; k < T; k += 32) row[k] = 0.0f;
 }
 
 // Softmax backward, row r (i = r % T, its query block ends at i1): over dp in
 // place, ds[k] = scale * p[k] * (dp[k] - sum_j p[j] dp[j]) for k <= i, 0 for
-// i < k < i1 (the products that follow read columns 0 .. i1-1).
+// i < k < i1 (the products that follow read columns 0 .. i1-1). Keys before a packed
+// document's first have p[k] = 0, hence ds[k] = 0.
 __global__ void causal_softmax_backward_kernel(float* dp, const float* __restrict__ att, int T,
                                                int block, float scale, int64_t rows) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -90,8 +99,8 @@ unsigned row_blocks(int64_t rows) {
 
 }  // namespace
 
-void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T,
-                       int C, int NH) {
+void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       const int32_t* positions) {
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
   const int hs = C / NH, C3 = 3 * C, block = query_block(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -109,7 +118,7 @@ void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv,
     }
   }
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  causal_softmax_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, ctx.stream>>>(att, T, rows);
+  causal_softmax_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, ctx.stream>>>(att, T, NH, positions, rows);
   check_launch("attention softmax");
   for (int o = 0; o < g.outer; ++o) {
     const float* v = qkv + o * g.outer_qkv + 2 * C;

@@ -2,9 +2,11 @@
 // fused classifier), one block per row: a pass for the max, one for the sum of
 // exp(x - max), and, with a gradient, one writing grad_scale * (p - onehot) and
 // zeroing the padded columns. The loss is log(sum) + max - x_target with the log in
-// double, as on the CPU. Targets were checked by the backend before the launch.
+// double, as on the CPU. Targets were checked by the backend before the launch; a row
+// whose target is kIgnoredTarget (packed documents) has loss 0 and a 0 gradient row.
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
+#include "pipetrain/core/documents.hpp"
 
 namespace pipetrain::cuda {
 namespace {
@@ -15,6 +17,12 @@ __global__ void crossentropy_kernel(float* losses, float* logits,
   const int64_t n = blockIdx.x;
   float* x = logits + n * Vp;
   const int t = targets[n];
+  if (t == kIgnoredTarget) {  // takes part nowhere (the whole block returns: no reduction waits)
+    if (threadIdx.x == 0) losses[n] = 0.0f;
+    if (grad_scale != 0.0f)
+      for (int c = threadIdx.x; c < Vp; c += blockDim.x) x[c] = 0.0f;
+    return;
+  }
   // Read before any thread overwrites the row; a target outside [0, V) (reported by the
   // deferred check after the step) reads nothing.
   const float xt = t >= 0 && t < V ? x[t] : 0.0f;

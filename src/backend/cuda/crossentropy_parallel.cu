@@ -3,9 +3,11 @@
 // one block per row in each. The shard holds columns [col_begin, col_begin + Vl)
 // with row stride Vl, of which the first nreal are real (global index < V); the
 // backend computed nreal and checked the targets. Same arithmetic as the fused
-// kernel (expf, block reductions, the loss via log in double).
+// kernel (expf, block reductions, the loss via log in double). A target of kIgnoredTarget
+// (packed documents) is no column: target_logit 0, then loss 0 and a 0 gradient row.
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
+#include "pipetrain/core/documents.hpp"
 
 namespace pipetrain::cuda {
 namespace {
@@ -36,7 +38,8 @@ __global__ void local_sums_kernel(float* sumexp, float* target_logit,
   s = block_sum(s);
   if (threadIdx.x == 0) {
     sumexp[n] = s;
-    // Targets are < V, so one in [col_begin, col_begin + Vl) is a real column.
+    // Targets are < V, so one in [col_begin, col_begin + Vl) is a real column (and an
+    // ignored one, -1, is none: col_begin >= 0).
     const int64_t local = static_cast<int64_t>(targets[n]) - col_begin;
     target_logit[n] = local >= 0 && local < Vl ? x[local] : 0.0f;
   }
@@ -50,6 +53,12 @@ __global__ void finish_kernel(float* losses, float* logits, const float* __restr
                               const int32_t* __restrict__ targets, int Vl, int col_begin,
                               int nreal, float grad_scale) {
   const int64_t n = blockIdx.x;
+  if (targets[n] == kIgnoredTarget) {  // takes part nowhere
+    if (threadIdx.x == 0) losses[n] = 0.0f;
+    if (grad_scale != 0.0f)
+      for (int c = threadIdx.x; c < Vl; c += blockDim.x) logits[n * Vl + c] = 0.0f;
+    return;
+  }
   const float m = rowmax[n];
   const float s = sumexp[n];
   if (threadIdx.x == 0) {

@@ -291,29 +291,33 @@ class CudaBackend final : public Backend {
   }
   using Backend::attention_backward;  // the bf16-qkv forms: widened, then these
   using Backend::attention_forward;
-  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH,
-                                                    int NKV, MemoryPool& pool, DType /*storage*/) override {
+  // Packed documents (positions): the flash kernels recompute the probabilities, so both
+  // passes take them; the probability kernels keep 0 for other documents' keys, so their
+  // backward needs none.
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const float* qkv, int B, int T, int C, int NH, int NKV,
+                                                    MemoryPool& pool, DType /*storage*/,
+                                                    const int32_t* positions) override {
     check_heads("attention_forward", C, NH, NKV);
     if (C / NH <= cuda::kMaxFlashHead) {
       auto s = std::make_unique<FlashStash>();
       s->lse = Tensor::empty(pool, {B, NH, T});
       s->out = Tensor::empty(pool, {B, T, C});
-      cuda::flash_attention_forward(ctx(), out, s->lse.f32(), qkv, B, T, C, NH, NKV);
+      cuda::flash_attention_forward(ctx(), out, s->lse.f32(), qkv, B, T, C, NH, NKV, positions);
       copy(s->out.f32(), out, s->out.bytes());
       return s;
     }
     auto s = std::make_unique<ProbabilityStash>();
     s->att = Tensor::empty(pool, {B, NH, T, T});
-    cuda::attention_forward(ctx(), out, s->att.f32(), qkv, B, T, C, NH);
+    cuda::attention_forward(ctx(), out, s->att.f32(), qkv, B, T, C, NH, positions);
     return s;
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T,
-                          int C, int NH, int NKV, MemoryPool& pool) override {
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T, int C,
+                          int NH, int NKV, MemoryPool& pool, const int32_t* positions) override {
     check_heads("attention_backward", C, NH, NKV);
     if (auto* f = dynamic_cast<FlashStash*>(&stash)) {
       const Tensor delta = Tensor::empty(pool, {B, NH, T});
-      cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH,
-                                     NKV);
+      cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH, NKV,
+                                     positions);
       return;
     }
     const Tensor scratch = Tensor::empty(pool, {B, NH, T, T});
@@ -334,9 +338,10 @@ class CudaBackend final : public Backend {
                                int C) override {
     cuda::rmsnorm_backward_weight(ctx(), dweight, dout, inp, rstd, N, C);
   }
-  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0) override {
+  void rope(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0,
+            const int32_t* positions) override {
     if (head_size % 2 != 0) fail("rope: head size {} is odd (channels rotate in pairs)", head_size);
-    cuda::rope(ctx(), x, B, T, ld, heads, head_size, theta, inverse, pos0);
+    cuda::rope(ctx(), x, B, T, ld, heads, head_size, theta, inverse, pos0, positions);
   }
   void gather_rows(float* out, const float* in, const int32_t* index, const float* scale, int rows, int C) override {
     cuda::gather_rows(ctx(), out, in, index, scale, rows, C);
@@ -367,7 +372,7 @@ class CudaBackend final : public Backend {
     if (B <= 0 || T <= 0) return;
     cuda::embedding_scatter(ctx(), dwte, dout, tokens, 0, std::numeric_limits<int32_t>::max(),
                             B * T, C);
-    cuda::position_backward(ctx(), dwpe, dout, B, T, C);
+    cuda::position_backward(ctx(), dwpe, dout, B, T, C, nullptr);
   }
   void embedding_lookup(float* out, const int32_t* tokens, const float* wte, int row_begin,
                         int row_end, int N, int C) override {
@@ -387,20 +392,20 @@ class CudaBackend final : public Backend {
     check_range("embedding_lookup", row_begin, row_end);
     cuda::embedding_lookup(ctx(), out, tokens, reinterpret_cast<const uint16_t*>(wte), row_begin, row_end, N, C);
   }
-  void position_add(float* out, const bf16* wpe, int B, int T, int C) override {
+  void position_add(float* out, const bf16* wpe, int B, int T, int C, const int32_t* positions) override {
     if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
     check_shape("position_add", static_cast<int64_t>(B) * T, C);
-    cuda::position_add(ctx(), out, reinterpret_cast<const uint16_t*>(wpe), B, T, C);
+    cuda::position_add(ctx(), out, reinterpret_cast<const uint16_t*>(wpe), B, T, C, positions);
   }
-  void position_add(float* out, const float* wpe, int B, int T, int C) override {
+  void position_add(float* out, const float* wpe, int B, int T, int C, const int32_t* positions) override {
     if (B < 0 || T < 0) fail("position_add: negative size (B={}, T={})", B, T);
     check_shape("position_add", static_cast<int64_t>(B) * T, C);
-    cuda::position_add(ctx(), out, wpe, B, T, C);
+    cuda::position_add(ctx(), out, wpe, B, T, C, positions);
   }
-  void position_backward(float* dwpe, const float* dout, int B, int T, int C) override {
+  void position_backward(float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions) override {
     if (B < 0 || T < 0) fail("position_backward: negative size (B={}, T={})", B, T);
     check_shape("position_backward", static_cast<int64_t>(B) * T, C);
-    cuda::position_backward(ctx(), dwpe, dout, B, T, C);
+    cuda::position_backward(ctx(), dwpe, dout, B, T, C, positions);
   }
 
   // ---- cross-entropy ----
@@ -503,8 +508,10 @@ class CudaBackend final : public Backend {
   // wait for the stream once per call, before any output is written, or under defer_checks
   // are read back once a step (the kernels meanwhile read no row for a bad id).
   void check_tokens(const int32_t* tokens, int64_t n) { check_ids({"embedding", 0, int64_t{1} << 32}, tokens, n); }
+  // Targets in [0, V) or kIgnoredTarget: the range starts at -1, the value just below 0.
   void check_targets(const char* kernel, const int32_t* targets, int N, int V) {
-    check_ids({kernel, 0, V}, targets, N);
+    static_assert(kIgnoredTarget == -1, "check_targets lets through [kIgnoredTarget, V)");
+    check_ids({kernel, kIgnoredTarget, V}, targets, N);
   }
   // Ids (tokens, targets) inside [lo, hi): at once, or recorded for check_deferred.
   struct IdCheck {

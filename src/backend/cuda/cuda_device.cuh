@@ -61,4 +61,8 @@ __device__ __forceinline__ float block_sum(float v) { return block_reduce(v, Sum
 __device__ __forceinline__ double block_sum(double v) { return block_reduce(v, SumOp{}, 0.0); }
 __device__ __forceinline__ float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
 
+// The first key query t of a sequence sees: core/documents.hpp's first_visible_key on the
+// device. pos: that sequence's T positions (packed documents), or null (plain causal: 0).
+__device__ __forceinline__ int first_key(const int32_t* pos, int t) { return pos ? t - pos[t] : 0; }
+
 }  // namespace pipetrain::cuda

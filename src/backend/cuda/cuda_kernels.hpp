@@ -134,20 +134,25 @@ void layernorm_backward_weight(const Ctx& ctx, float* dweight, float* dbias, con
                                int C);
 
 // ---- attention (attention.cu: gemm for the products, kernels for the softmax) ----
-void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T,
-                       int C, int NH);
+// positions (B*T on the device, or null): packed documents, as Backend states them; the
+// probabilities before a query's first key are kept as 0, so backward needs no positions.
+void attention_forward(const Ctx& ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       const int32_t* positions);
 void attention_backward(const Ctx& ctx, float* dqkv, float* scratch, const float* dout,
                         const float* qkv, const float* att, int B, int T, int C, int NH);
 
 // ---- flash attention (flash_attention.cu: O(T) per row, head size <= kMaxFlashHead,
 // grouped-query: NKV key/value heads, qkv rows of C + 2 NKV hs) ----
 inline constexpr int kMaxFlashHead = 128;
+// positions (B*T on the device, or null): packed documents, as Backend states them; both
+// passes take the forward's.
 // out (B, T, C) and lse (B, NH, T): each row's log-sum-exp of its scaled scores.
 void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int NKV);
+                             int NKV, const int32_t* positions);
 // dqkv (overwritten) from the forward's out and lse; delta: B * NH * T floats of workspace.
 void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV);
+                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV,
+                              const int32_t* positions);
 
 // ---- Llama (llama.cu): RMSNorm, rotary embeddings, SwiGLU, as Backend states them ----
 void rmsnorm_forward(const Ctx& ctx, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -162,8 +167,8 @@ void attention_decode(const Ctx& ctx, float* out, const float* q, int ldq, const
 // The device's opt-in shared memory per block, less the decode kernel's static shared
 // memory (its reductions'), in floats.
 int attention_decode_max_keys();
-void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
-          int pos0);
+void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0,
+          const int32_t* positions);
 // moe_rows.cu
 void gather_rows(const Ctx& ctx, float* out, const float* in, const int32_t* index, const float* scale, int rows,
                  int C);
@@ -185,11 +190,14 @@ void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const f
                       int row_begin, int row_end, int N, int C);
 void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const uint16_t* wte,
                       int row_begin, int row_end, int N, int C);
-void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C);
-void position_add(const Ctx& ctx, float* out, const uint16_t* wpe, int B, int T, int C);
-void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C);
+// positions (B*T on the device, or null: row b*T + t is at t), as Backend states them.
+void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C, const int32_t* positions);
+void position_add(const Ctx& ctx, float* out, const uint16_t* wpe, int B, int T, int C, const int32_t* positions);
+// With positions: embedding_scatter into the rows 0 .. T-1 (deterministic, rows in order).
+void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions);
 
 // ---- cross-entropy (crossentropy.cu, crossentropy_parallel.cu); targets checked ----
+// A target of kIgnoredTarget (core/documents.hpp) has loss 0 and, with a gradient, a 0 row.
 void crossentropy_forward(const Ctx& ctx, float* losses, float* logits, const int32_t* targets,
                           int N, int V, int Vp, float grad_scale);
 // nreal: how many of the shard's Vl columns are real (global index < V).

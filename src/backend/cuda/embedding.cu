@@ -1,7 +1,8 @@
 // Token and position embedding, forward side (gathers, one thread per output
 // element): embedding_forward, the vocabulary-sharded embedding_lookup and
-// position_add (from an f32 table, or a bf16 one widened exactly). The backend checked
-// the tokens of embedding_forward (>= 0).
+// position_add (from an f32 table, or a bf16 one widened exactly; row b*T + t at position
+// t, or positions[b*T + t] with packed documents). The backend checked the tokens of
+// embedding_forward (>= 0).
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
 
@@ -39,11 +40,12 @@ __global__ void embedding_lookup_kernel(float* out, const int32_t* __restrict__ 
 }
 
 template <class W>
-__global__ void position_add_kernel(float* out, const W* __restrict__ wpe, int T, int C,
-                                    size_t total) {
+__global__ void position_add_kernel(float* out, const W* __restrict__ wpe, const int32_t* __restrict__ positions, int T,
+                                    int C, size_t total) {
   for (size_t i = grid_index(); i < total; i += grid_stride()) {
     const size_t n = i / C, c = i % C;
-    out[i] += widen(wpe[(n % T) * C + c]);
+    const size_t p = positions ? static_cast<size_t>(positions[n]) : n % T;
+    out[i] += widen(wpe[p * C + c]);
   }
 }
 
@@ -58,11 +60,10 @@ void lookup(const Ctx& ctx, float* out, const int32_t* tokens, const W* wte, int
 }
 
 template <class W>
-void add_positions(const Ctx& ctx, float* out, const W* wpe, int B, int T, int C) {
+void add_positions(const Ctx& ctx, float* out, const W* wpe, int B, int T, int C, const int32_t* positions) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   const size_t total = static_cast<size_t>(B) * T * C;
-  position_add_kernel<<<grid_for(total, kThreads, ctx), kThreads, 0, ctx.stream>>>(out, wpe, T, C,
-                                                                                   total);
+  position_add_kernel<<<grid_for(total, kThreads, ctx), kThreads, 0, ctx.stream>>>(out, wpe, positions, T, C, total);
   check_launch("position_add");
 }
 
@@ -87,12 +88,12 @@ void embedding_lookup(const Ctx& ctx, float* out, const int32_t* tokens, const u
   lookup(ctx, out, tokens, wte, row_begin, row_end, N, C);
 }
 
-void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C) {
-  add_positions(ctx, out, wpe, B, T, C);
+void position_add(const Ctx& ctx, float* out, const float* wpe, int B, int T, int C, const int32_t* positions) {
+  add_positions(ctx, out, wpe, B, T, C, positions);
 }
 
-void position_add(const Ctx& ctx, float* out, const uint16_t* wpe, int B, int T, int C) {
-  add_positions(ctx, out, wpe, B, T, C);
+void position_add(const Ctx& ctx, float* out, const uint16_t* wpe, int B, int T, int C, const int32_t* positions) {
+  add_positions(ctx, out, wpe, B, T, C, positions);
 }
 
 }  // namespace pipetrain::cuda

@@ -12,7 +12,10 @@
 // warp's serial work is the number of tokens in its class (skewed only when a few
 // tokens dominate a batch).
 //
-// position_backward: one thread per (t, c), adding the B rows in order of b.
+// position_backward: one thread per (t, c), adding the B rows in order of b. With packed
+// documents (a row's position read from positions), embedding_scatter with the positions as
+// tokens over the rows [0, T): every (position, column) summed by one thread in row order,
+// as the CPU does.
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
 
@@ -87,8 +90,9 @@ void embedding_scatter(const Ctx& ctx, float* dwte, const float* dout, const int
   check_launch("embedding_scatter");
 }
 
-void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C) {
+void position_backward(const Ctx& ctx, float* dwpe, const float* dout, int B, int T, int C, const int32_t* positions) {
   if (B <= 0 || T <= 0 || C <= 0) return;
+  if (positions) return embedding_scatter(ctx, dwpe, dout, positions, 0, T, B * T, C);
   const size_t total = static_cast<size_t>(T) * C;
   position_backward_kernel<<<grid_for(total, kThreads, ctx), kThreads, 0, ctx.stream>>>(
       dwpe, dout, B, T, C);

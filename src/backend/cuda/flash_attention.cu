@@ -13,6 +13,9 @@
 // order. Every output row is owned by one warp and summed in a fixed order: deterministic,
 // no atomics. Head sizes up to 128 (four channels per lane); the backend falls back to the
 // probability kernels (attention.cu) above that.
+// Packed documents (core/documents.hpp): query i sees keys [first_i, i] only. A score
+// before first_i is never computed (probability 0), a block starts at the key tile of its
+// rows' earliest first key, and a warp skips the tiles wholly before its row's.
 #include "cuda_device.cuh"
 #include "cuda_kernels.hpp"
 
@@ -36,6 +39,20 @@ __device__ void load_tile(float (*tile)[kPad], const float* x, size_t ld, size_t
   }
 }
 
+// Sequence b's positions, or null (plain causal).
+__device__ __forceinline__ const int32_t* sequence_positions(const int32_t* positions, int b, int T) {
+  return positions ? positions + row_of(b, 0, T) : nullptr;
+}
+
+// The first key tile the query rows [row0, row0 + kRows) need: the one holding their
+// earliest first key (0 without positions; never before key 0, whatever the positions).
+__device__ int first_key_tile(const int32_t* pos, int row0, int T) {
+  if (!pos) return 0;
+  int lo = row0;
+  for (int r = 0; r < kRows && row0 + r < T; ++r) lo = min(lo, first_key(pos, row0 + r));
+  return max(lo, 0) / kTile * kTile;
+}
+
 // Where the parts of query head h start in a qkv row (K and V: its key/value head's).
 struct Heads {
   int C, NH, NKV, hs;
@@ -46,37 +63,42 @@ struct Heads {
   __device__ int kv(int h) const { return h / (NH / NKV); }
 };
 
-__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, Heads H, float scale) {
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, const int32_t* positions, int T, Heads H,
+                                     float scale) {
   const int hs = H.hs, C = H.C, NH = H.NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, i = row0 + warp;
   const bool active = i < T;
+  const int32_t* pos = sequence_positions(positions, b, T);
+  const int first = active ? first_key(pos, i) : 0;  // the row's first visible key
   __shared__ float ks[kTile][kPad], vs[kTile][kPad], qs[kRows][kMaxFlashHead];
   const size_t ld = H.ld();
   if (active)
     for (int d = lane; d < hs; d += 32) qs[warp][d] = qkv[row_of(b, i, T) * ld + H.q(h) + d];
   float m = -INFINITY, l = 0.0f, acc[kPerLane] = {};
   const int last = min(row0 + kRows, T) - 1;  // the block's last query: later keys are masked
-  for (int t0 = 0; t0 <= last; t0 += kTile) {
+  for (int t0 = first_key_tile(pos, row0, T); t0 <= last; t0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
     load_tile(ks, qkv, ld, H.k_of_kv(H.kv(h)), b, t0, T, hs);
     load_tile(vs, qkv, ld, H.v_of_kv(H.kv(h)), b, t0, T, hs);
     __syncthreads();
-    if (!active || t0 > i) continue;  // uniform per warp
+    if (!active || t0 > i || t0 + kTile <= first) continue;  // uniform per warp
     const int j = t0 + lane;
+    const bool seen = j >= first && j <= i;
     float s = -INFINITY;
-    if (j <= i) {
+    if (seen) {
       float dot = 0.0f;
       for (int d = 0; d < hs; ++d) dot += qs[warp][d] * ks[lane][d];
       s = dot * scale;
     }
-    const float m_new = fmaxf(m, warp_reduce(s, MaxOp{}));  // finite: key t0 <= i is in the tile
-    const float p = j <= i ? expf(s - m_new) : 0.0f;
-    const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    // Finite: key max(t0, first) <= i is in the tile (an earlier tile would have been skipped).
+    const float m_new = fmaxf(m, warp_reduce(s, MaxOp{}));
+    const float p = seen ? expf(s - m_new) : 0.0f;
+    const float corr = expf(m - m_new);  // 0 on the row's first tile (m = -inf)
     l = l * corr + warp_sum(p);
     for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
     const int n = min(kTile, i - t0 + 1);
-    for (int jj = 0; jj < n; ++jj) {
+    for (int jj = max(0, first - t0); jj < n; ++jj) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
       for (int r = 0; r < kPerLane; ++r) {
         const int d = lane + 32 * r;
@@ -110,12 +132,14 @@ __global__ void flash_delta_kernel(float* delta, const float* dout, const float*
 }
 
 // dQ: one warp per query row, key tiles up to the block's last query.
-__global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                const float* delta, int T, Heads H, float scale) {
+__global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                                const int32_t* positions, int T, Heads H, float scale) {
   const int hs = H.hs, C = H.C, NH = H.NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, i = row0 + warp;
   const bool active = i < T;
+  const int32_t* pos = sequence_positions(positions, b, T);
+  const int first = active ? first_key(pos, i) : 0;  // the row's first visible key
   __shared__ float ks[kTile][kPad], vs[kTile][kPad], qs[kRows][kMaxFlashHead], dos[kRows][kMaxFlashHead];
   const size_t ld = H.ld();
   float lse_i = 0.0f, d_i = 0.0f;
@@ -129,15 +153,15 @@ __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv
   }
   float acc[kPerLane] = {};
   const int last = min(row0 + kRows, T) - 1;
-  for (int t0 = 0; t0 <= last; t0 += kTile) {
+  for (int t0 = first_key_tile(pos, row0, T); t0 <= last; t0 += kTile) {
     __syncthreads();
     load_tile(ks, qkv, ld, H.k_of_kv(H.kv(h)), b, t0, T, hs);
     load_tile(vs, qkv, ld, H.v_of_kv(H.kv(h)), b, t0, T, hs);
     __syncthreads();
-    if (!active || t0 > i) continue;
+    if (!active || t0 > i || t0 + kTile <= first) continue;  // uniform per warp
     const int j = t0 + lane;
     float ds = 0.0f;
-    if (j <= i) {
+    if (j >= first && j <= i) {
       float qk = 0.0f, dov = 0.0f;
       for (int d = 0; d < hs; ++d) {
         qk += qs[warp][d] * ks[lane][d];
@@ -146,7 +170,7 @@ __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv
       ds = expf(qk * scale - lse_i) * (dov - d_i);
     }
     const int n = min(kTile, i - t0 + 1);
-    for (int jj = 0; jj < n; ++jj) {
+    for (int jj = max(0, first - t0); jj < n; ++jj) {
       const float dsj = __shfl_sync(0xffffffffu, ds, jj);
       for (int r = 0; r < kPerLane; ++r) {
         const int d = lane + 32 * r;
@@ -162,14 +186,17 @@ __global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv
 }
 
 // dK and dV: one warp per key row j of key/value head hk, summing the group's query heads
-// in order, each over its query tiles from the block's first key to T.
-__global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                 const float* delta, int T, Heads H, float scale) {
+// in order, each over its query tiles from the block's first key to T (with positions,
+// less the tiles none of whose queries sees a key of the block).
+__global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                                 const int32_t* positions, int T, Heads H, float scale) {
   const int hs = H.hs, C = H.C, NKV = H.NKV, group = H.NH / H.NKV;
   const int bk = blockIdx.y, b = bk / NKV, hk = bk % NKV;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows, j = row0 + warp;
   const bool active = j < T;
+  const int32_t* pos = sequence_positions(positions, b, T);
+  const int jmax = min(row0 + kRows, T) - 1;  // the block's last key
   __shared__ float qs[kTile][kPad], dos[kTile][kPad], kr[kRows][kMaxFlashHead], vr[kRows][kMaxFlashHead];
   __shared__ float lse_t[kTile], delta_t[kTile];
   const size_t ld = H.ld();
@@ -182,6 +209,10 @@ __global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qk
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g, bh = b * H.NH + h;
     for (int t0 = row0 / kTile * kTile; t0 < T; t0 += kTile) {
+      const int i = t0 + lane;
+      const int first = i < T ? first_key(pos, i) : T;  // query i's first visible key (T: no query)
+      // The same answer in every warp, so the whole block skips the tile or none of it.
+      if (pos && !__any_sync(0xffffffffu, i >= row0 && first <= jmax)) continue;
       __syncthreads();
       load_tile(qs, qkv, ld, H.q(h), b, t0, T, hs);
       load_tile(dos, dout, static_cast<size_t>(C), static_cast<size_t>(h) * hs, b, t0, T, hs);
@@ -192,9 +223,8 @@ __global__ void flash_dkv_kernel(float* dqkv, const float* dout, const float* qk
       }
       __syncthreads();
       if (!active || t0 + kTile <= j) continue;  // every query of the tile is before this key
-      const int i = t0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (i >= j && i < T) {
+      if (i >= j && i < T && first <= j) {
         float qk = 0.0f, dov = 0.0f;
         for (int d = 0; d < hs; ++d) {
           qk += qs[lane][d] * kr[warp][d];
@@ -232,25 +262,28 @@ dim3 row_grid(int B, int T, int heads) {
 }  // namespace
 
 void flash_attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int NKV) {
+                             int NKV, const int32_t* positions) {
   if (B <= 0 || T <= 0) return;  // no rows: an empty grid is an invalid launch
   const Heads H{C, NH, NKV, C / NH};
   const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
-  flash_forward_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(out, lse, qkv, T, H, scale);
+  flash_forward_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(out, lse, qkv, positions, T, H, scale);
   check_launch("flash_forward_kernel");
 }
 
 void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV) {
+                              const float* out, const float* lse, int B, int T, int C, int NH, int NKV,
+                              const int32_t* positions) {
   if (B <= 0 || T <= 0) return;
   const Heads H{C, NH, NKV, C / NH};
   const float scale = 1.0f / sqrtf(static_cast<float>(H.hs));
   const size_t rows = static_cast<size_t>(B) * NH * T;
   flash_delta_kernel<<<grid_for(rows * 32, 256, ctx), 256, 0, ctx.stream>>>(delta, dout, out, B, T, C, NH);
   check_launch("flash_delta_kernel");
-  flash_dq_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, H, scale);
+  flash_dq_kernel<<<row_grid(B, T, NH), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, positions, T, H,
+                                                                     scale);
   check_launch("flash_dq_kernel");
-  flash_dkv_kernel<<<row_grid(B, T, NKV), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, T, H, scale);
+  flash_dkv_kernel<<<row_grid(B, T, NKV), kRows * 32, 0, ctx.stream>>>(dqkv, dout, qkv, lse, delta, positions, T, H,
+                                                                       scale);
   check_launch("flash_dkv_kernel");
 }
 

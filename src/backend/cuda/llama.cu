@@ -60,8 +60,9 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* __re
   }
 }
 
+// Row b*T + t is at position pos0 + t, or pos0 + positions[b*T + t] (packed documents).
 __global__ void rope_kernel(float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
-                            int pos0) {
+                            int pos0, const int32_t* positions) {
   const int half = head_size / 2;
   const size_t pairs = static_cast<size_t>(B) * T * heads * half;
   for (size_t p = grid_index(); p < pairs; p += grid_stride()) {
@@ -69,7 +70,7 @@ __global__ void rope_kernel(float* x, int B, int T, int ld, int heads, int head_
     const size_t rest = p / half;
     const int h = static_cast<int>(rest % heads);
     const size_t row = rest / heads;
-    const int t = static_cast<int>(row % T);
+    const int t = positions ? positions[row] : static_cast<int>(row % T);
     const double angle = (pos0 + t) * pow(static_cast<double>(theta), -2.0 * i / head_size);
     const float co = static_cast<float>(cos(angle)), si = static_cast<float>(inverse ? -sin(angle) : sin(angle));
     float* q = x + row * ld + h * head_size + 2 * i;
@@ -121,12 +122,12 @@ void rmsnorm_backward_weight(const Ctx& ctx, float* dweight, const float* dout, 
   check_launch("rmsnorm_backward_weight");
 }
 
-void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse,
-          int pos0) {
+void rope(const Ctx& ctx, float* x, int B, int T, int ld, int heads, int head_size, float theta, bool inverse, int pos0,
+          const int32_t* positions) {
   const size_t pairs = static_cast<size_t>(B) * T * heads * (head_size / 2);
   if (pairs == 0) return;
-  rope_kernel<<<grid_for(pairs, 256, ctx), 256, 0, ctx.stream>>>(x, B, T, ld, heads, head_size, theta, inverse,
-                                                                  pos0);
+  rope_kernel<<<grid_for(pairs, 256, ctx), 256, 0, ctx.stream>>>(x, B, T, ld, heads, head_size, theta, inverse, pos0,
+                                                                 positions);
   check_launch("rope");
 }
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# data.pack_documents end to end: `data text --eot` writes one document per input file
+# (GPT-2's end-of-text after each); a packed run on a 2-stage pipeline says in its header
+# how the documents were packed and that the long ones were split, its losses equal the
+# single rank's packed run, and it evaluates packed validation data. Bad input: a file
+# whose tokenizer has no end-of-text token, and data.respect_documents beside packing, are
+# one-line errors naming the file or the keys.
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+source "$(dirname "$0")/lib/expect.sh"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 40 documents of 40 to 1 600 bytes (about 10 to 400 tokens) from the corpus.
+python3 - "$SRC/inputs/austen.txt" "$tmp" <<'PY'
+import sys
+text, at = open(sys.argv[1], "rb").read(), 0
+for i in range(1, 41):
+    n = (i * 37) % 40 * 40 + 40
+    open(f"{sys.argv[2]}/doc{i}.txt", "wb").write(text[at:at + n])
+    at += n
+PY
+docs=()
+for i in $(seq 1 40); do docs+=("$tmp/doc$i.txt"); done
+timeout 120 "$PIPETRAIN" data text "${docs[@]}" -o "$tmp/docs.h5" --tokenizer gpt2 --eot >/dev/null
+
+common=(--set data.train="$tmp/docs.h5" --set data.pack_documents=true --set model.vocab_size=50304
+        --set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set train.seq_len=64
+        --set model.max_seq_len=64 --set train.global_batch=4 --set train.microbatches=2 --set train.steps=4
+        --set data.sampling=sequential --set log.every=1 --set data.val="$tmp/docs.h5" --set train.eval_every=2)
+timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" --metrics "$tmp/one.jsonl" >"$tmp/one.out"
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" --set parallel.pp=2 \
+  --metrics "$tmp/pp2.jsonl" >"$tmp/pp2.out"
+line=$(grep -m1 "documents packed into" "$tmp/one.out") || fail "no packing line in the header: $(head -40 "$tmp/one.out")"
+echo "$line"
+[[ $line =~ \(40\ documents\ packed\ into\ [0-9]+\ sequences\ of\ 64,\ [0-9]+%\ of\ positions\ filled,\ ([0-9]+)\ longer\ than\ seq_len\ split ]] ||
+  fail "the packing line: $line"
+[ "${BASH_REMATCH[1]}" -gt 0 ] || fail "no document was split"
+python3 - "$tmp/one.jsonl" "$tmp/pp2.jsonl" <<'PY'
+import json, math, sys
+one, pp2 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(one) == len(pp2) == 4, (len(one), len(pp2))
+for a, b in zip(one, pp2):
+    assert math.isfinite(a["loss"]) and abs(a["loss"] - math.log(50257)) < 1.5, a
+    # the same sums in another order: f32 rounding, far below any packing mistake
+    assert abs(a["loss"] - b["loss"]) <= 1e-4 * a["loss"], (a["loss"], b["loss"])
+vals = [r["val_loss"] for r in one if "val_loss" in r]
+assert len(vals) == 2 and all(math.isfinite(v) for v in vals), one
+print("packed losses", [round(r["loss"], 4) for r in one], "validation", [round(v, 4) for v in vals])
+PY
+
+timeout 60 "$PIPETRAIN" data text "$tmp/doc1.txt" -o "$tmp/bytes.h5" >/dev/null
+check_failure no-eot one "bytes.h5" "end-of-text" -- \
+  "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --set data.train="$tmp/bytes.h5" --set data.pack_documents=true || true
+check_failure both-keys one "data.respect_documents" "data.pack_documents" -- \
+  "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" --set data.train="$tmp/docs.h5" --set data.pack_documents=true \
+  --set data.respect_documents=true --set model.vocab_size=50304 || true
+exit_with_failures
+echo "packed documents: end to end passed"
