@@ -17,6 +17,7 @@
 #include "pipetrain/app/run_header.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/plan/planner.hpp"
@@ -131,7 +132,8 @@ int run_check(const CheckOptions& o) {
   fmt::print("{}\n",
              grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
                         sched.num_microbatches, sim.bubble_fraction, predicted ? predicted->memory.total() : 0.0,
-                        vocab.on ? cfg.parallel.pp * cfg.parallel.tp : 0, cfg.model.padded_vocab(), vocab.reason}));
+                        vocab.on ? cfg.parallel.pp * cfg.parallel.tp : 0, cfg.model.padded_vocab(), vocab.reason,
+                        sequence_parallel_on(cfg)}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

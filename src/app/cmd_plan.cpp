@@ -38,6 +38,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"pp", l.pp},
           {"tp", l.tp},
           {"ep", l.ep},
+          {"sequence_parallel", l.sequence_parallel},
           {"virtual_stages", l.virtual_stages},
           {"schedule", l.pp == 1 ? "none" : l.schedule},
           {"microbatches", l.microbatches},

@@ -19,6 +19,7 @@
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/data_blend.hpp"
@@ -202,16 +203,17 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
     if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
       const auto& u = units[static_cast<size_t>(st)];
       const Recompute mode = trainer.recompute_of(st);
-      in.largest_stash =
-          std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
-                                                 cfg.train.seq_len, storage, mode, keeps, vocab));
+      in.largest_stash = std::max(
+          in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(),
+                                        cfg.train.seq_len, storage, mode, keeps, vocab, sequence_parallel_on(cfg)));
       const auto pieces = stage_pieces(cfg.model, u);
       rank_pieces.insert(rank_pieces.end(), pieces.begin(), pieces.end());
       if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
             return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
           }))
-        in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(),
-                                                              cfg.train.seq_len, storage, mode, keeps));
+        in.recompute =
+            std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(), cfg.train.seq_len,
+                                                   storage, mode, keeps, sequence_parallel_on(cfg)));
     }
   in.packed = rank_dense_weight_params(cfg.model, rank_pieces, grid.tp(), vocab ? grid.pp() * grid.tp() : 0);
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
@@ -221,7 +223,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
                      cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(), cfg.train.seq_len, storage, in);
   if (grid.pp() > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * cfg.train.seq_len * cfg.model.d_model *
-                          static_cast<double>(dtype_size(storage));
+                          static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.tp() : 1);
     in.receive_buffers = 4;
   }
   in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
@@ -396,7 +398,7 @@ int run_train(const TrainOptions& opt) {
   log_blend(log, cfg, data);
   log.line(grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
                       sim.bubble_fraction, est, trainer.vocab_parallel() ? grid.pp() * grid.tp() : 0,
-                      cfg.model.padded_vocab(), choose_vocab_parallel(cfg).reason}));
+                      cfg.model.padded_vocab(), choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg)}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   log.run_files(cfg, run_info(cfg, grid, trainer, sim, predicted), sched, sim);

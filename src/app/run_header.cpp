@@ -46,10 +46,11 @@ std::string grid_line(const GridSummary& g) {
                                                              g.vocab_slices, g.padded_vocab / g.vocab_slices, why)
                             : why.empty()      ? ""
                                                : "; vocabulary parallel off" + why;
-  return fmt::format("  grid dp {} x pp {} x tp {} ({} ranks); schedule {}: {} stages, {} microbatches, simulated "
-                     "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",
-                     g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.schedule, g.stages, g.microbatches, percent(g.bubble),
-                     g.memory_bytes / 1048576.0, vocab);
+  return fmt::format(
+      "  grid dp {} x pp {} x tp {} ({} ranks){}; schedule {}: {} stages, {} microbatches, simulated "
+      "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",
+      g.dp, g.pp, g.tp, g.dp * g.pp * g.tp, g.sequence_parallel ? ", sequence parallel" : "", g.schedule, g.stages,
+      g.microbatches, percent(g.bubble), g.memory_bytes / 1048576.0, vocab);
 }
 
 std::string plan_line(const std::string& note, const Layout& layout, const Prediction& p, const ClusterSpec& cluster) {

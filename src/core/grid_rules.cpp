@@ -20,6 +20,18 @@ std::string tp_split_problem(const ModelConfig& m, int tp) {
   return "";
 }
 
+bool sequence_parallel_on(const Config& cfg) {
+  return cfg.parallel.tp > 1 && cfg.parallel.sequence_parallel != Toggle::Off;
+}
+
+std::string sequence_parallel_problem(const Config& cfg) {
+  if (!sequence_parallel_on(cfg) || cfg.train.seq_len % cfg.parallel.tp == 0) return "";
+  return fmt::format(
+      "parallel.tp ({}) must divide train.seq_len ({}) under sequence parallelism (each rank holds an equal share of "
+      "the tokens; set parallel.sequence_parallel = false to keep every token on every tp rank)",
+      cfg.parallel.tp, cfg.train.seq_len);
+}
+
 std::string stage_split_problem(const ModelConfig& m, int64_t stages) {
   if (stages <= m.n_layer) return "";
   return fmt::format(

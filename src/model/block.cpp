@@ -1,13 +1,15 @@
 // GPT-2's block halves (pipetrain/model/block.hpp): forward, the two backward halves and
 // selective recomputation of each.
+#include "pipetrain/model/block.hpp"
+
 #include <cmath>
 
 #include "pipetrain/backend/backend.hpp"
-#include "pipetrain/model/block.hpp"
 #include "pipetrain/model/kv_cache.hpp"
-#include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/precision.hpp"
+#include "pipetrain/model/sequence_parallel.hpp"
+#include "pipetrain/model/stage.hpp"
 
 namespace pipetrain {
 
@@ -32,20 +34,33 @@ Shard qkv_rows(int C, TensorParallel tp) {  // this rank's heads of Q, K and V
   return {0, {{o, n}, {C + o, n}, {2 * C + o, n}}};
 }
 
-// Row-parallel output: partial products summed over the tensor-parallel ranks (in f32),
-// then the (replicated) bias and the residual; without tensor parallelism all in the product.
-void row_parallel_out(const MicrobatchContext& ctx, const Tensor& y, const Tensor& x, const Parameter& w,
-                      const Parameter& b, const Tensor& residual, int N) {
-  Backend& be = *ctx.backend;
+// Row-parallel output of x's N rows: partial products summed over the tensor-parallel ranks
+// (in f32; this rank's rows of the sum under sequence parallelism), then the (replicated)
+// bias and the residual (of as many rows); without tensor parallelism all in the product.
+Tensor row_parallel_out(const MicrobatchContext& ctx, const Tensor& x, const Parameter& w, const Parameter& b,
+                        const Tensor& residual) {
+  const int64_t N = x.shape()[0], C = w.shape[0];
+  Tensor y = Tensor::empty(*ctx.pool, {N, C});
   if (!tensor_parallel(ctx)) {
     linear_forward(ctx, y, x, w, &b, &residual);
-    return;
+    return y;
   }
-  const size_t n = static_cast<size_t>(N) * static_cast<size_t>(w.shape[0]);
   linear_forward(ctx, y, x, w, nullptr);
-  tp_allreduce(ctx, y);
-  be.bias_add(y.f32(), compute_weight(b).f32(), N, static_cast<int>(w.shape[0]));
-  be.accumulate(y.f32(), residual.f32(), n);
+  y = finish_row_parallel(ctx, y);
+  const int64_t n = y.shape()[0];
+  ctx.backend->bias_add(y.f32(), compute_weight(b).f32(), static_cast<int>(n), static_cast<int>(C));
+  ctx.backend->accumulate(y.f32(), residual.f32(), static_cast<size_t>(n * C));
+  return y;
+}
+
+// The LayerNorm's weight gradients from this rank's rows (summed over tp under sequence
+// parallelism).
+void layernorm_weight_grads(const MicrobatchContext& ctx, Parameter& w, Parameter& b, const Tensor& dln,
+                            const Tensor& x, const Tensor& mean, const Tensor& rstd, int n, int C) {
+  replicated_grads(ctx, {&w, &b}, [&](const std::vector<float*>& g) {
+    ctx.backend->layernorm_backward_weight(g[0], g[1], working_f32(ctx, dln).f32(), working_f32(ctx, x).f32(),
+                                           mean.f32(), rstd.f32(), n, C);
+  });
 }
 
 // y = x + LN-branch(x) backward's input half: dx = dy + LN's input gradient of dln.
@@ -99,19 +114,20 @@ GptMlp::GptMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorParal
 Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
   MemoryPool& pool = *ctx.pool;
-  const int B = ctx.B, T = ctx.T, N = B * T, C = C_, Cl = Cl_;
+  const int B = ctx.B, T = ctx.T, N = B * T, n = local_rows(ctx), C = C_, Cl = Cl_;
   auto s = std::make_unique<AttentionHalfStash>();
-  Tensor xf = working_f32(ctx, x);
+  Tensor xf = working_f32(ctx, x);  // this rank's n rows under sequence parallelism
   s->x = x;
-  Tensor ln1 = Tensor::empty(pool, {N, C});
-  s->mean1 = Tensor::empty(pool, {N});
-  s->rstd1 = Tensor::empty(pool, {N});
+  Tensor ln1 = Tensor::empty(pool, {n, C});
+  s->mean1 = Tensor::empty(pool, {n});
+  s->rstd1 = Tensor::empty(pool, {n});
   be.layernorm_forward(ln1.f32(), s->mean1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(ln1w_).f32(),
-                       compute_weight(ln1b_).f32(), N, C, kLayerNormEps);
+                       compute_weight(ln1b_).f32(), n, C, kLayerNormEps);
   s->ln1 = store(ctx, ln1);
+  ln1 = {};
   Tensor qkv = Tensor::empty(pool, {N, 3 * Cl});
-  linear_forward(ctx, qkv, s->ln1, qkvw_, &qkvb_);
-  ln1 = {};  // f32 working tensors go as soon as they are used: the stash is what stays
+  linear_forward(ctx, qkv, whole_rows(ctx, s->ln1), qkvw_,
+                 &qkvb_);  // f32 working tensors go as soon as they are used: the stash is what stays
   s->qkv = store(ctx, qkv);
   Tensor atty = Tensor::empty(pool, {N, Cl});
   if (ctx.kv) {  // generation: the new keys and values join the cache; the queries attend over it
@@ -126,8 +142,7 @@ Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std:
   qkv = {};
   s->atty = store(ctx, atty);
   atty = {};
-  const Tensor r = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, r, s->atty, projw_, projb_, xf, N);
+  const Tensor r = row_parallel_out(ctx, s->atty, projw_, projb_, xf);
   if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
     s->att.reset();
     s->atty = {};
@@ -141,16 +156,16 @@ Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std:
 Tensor GptAttention::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
   MemoryPool& pool = *ctx.pool;
   auto& s = as<AttentionHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_, Cl = Cl_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_, Cl = Cl_;
   if (!s.att) {
     Tensor atty = Tensor::empty(pool, {N, Cl});
     s.att = attention_forward_stored(ctx, atty, s.qkv, Cl, NH_, NH_);
     s.atty = store(ctx, atty);
   }
   const Tensor dyf = working_f32(ctx, dy);
-  s.dy = dy;
+  s.dy = whole_rows(ctx, dy);  // the row-parallel products' gradients need every row
   Tensor datty = Tensor::empty(pool, {N, Cl});
-  linear_backward_input(ctx, datty, dy, projw_);
+  linear_backward_input(ctx, datty, s.dy, projw_);
   Tensor dqkv = Tensor::empty(pool, {N, 3 * Cl});
   attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cl, NH_, NH_);
   s.att.reset();  // the probabilities are the biggest part of the stash
@@ -159,43 +174,41 @@ Tensor GptAttention::backward_input(const MicrobatchContext& ctx, const Tensor& 
   Tensor dln1 = Tensor::empty(pool, {N, C});
   linear_backward_input(ctx, dln1, s.dqkv, qkvw_);
   dqkv = {};
-  tp_allreduce(ctx, dln1);  // column-parallel input: sum the partial gradients
+  dln1 = finish_row_parallel(ctx, dln1);  // column-parallel input: sum the partial gradients
   s.dln1 = store(ctx, dln1);
-  return store(ctx, residual_layernorm_dx(ctx, dyf, dln1, s.x, ln1w_, s.mean1, s.rstd1, N, C));
+  s.ln1 = whole_rows(ctx, s.ln1);  // for the weight gradient
+  return store(ctx, residual_layernorm_dx(ctx, dyf, dln1, s.x, ln1w_, s.mean1, s.rstd1, n, C));
 }
 
 void GptAttention::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<AttentionHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
   linear_backward_weight(ctx, s.dy, s.atty, projw_, &projb_);
   linear_backward_weight(ctx, s.dqkv, s.ln1, qkvw_, &qkvb_);
-  ctx.backend->layernorm_backward_weight(ln1w_.grad.f32(), ln1b_.grad.f32(), working_f32(ctx, s.dln1).f32(),
-                                         working_f32(ctx, s.x).f32(), s.mean1.f32(), s.rstd1.f32(), N, C);
+  layernorm_weight_grads(ctx, ln1w_, ln1b_, s.dln1, s.x, s.mean1, s.rstd1, local_rows(ctx), C_);
 }
 
 Tensor GptMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
   MemoryPool& pool = *ctx.pool;
-  const int N = ctx.B * ctx.T, C = C_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_;
   auto s = std::make_unique<MlpHalfStash>();
-  const Tensor xf = working_f32(ctx, x);
+  const Tensor xf = working_f32(ctx, x);  // this rank's n rows under sequence parallelism
   s->x = x;
-  Tensor ln2 = Tensor::empty(pool, {N, C});
-  s->mean2 = Tensor::empty(pool, {N});
-  s->rstd2 = Tensor::empty(pool, {N});
+  Tensor ln2 = Tensor::empty(pool, {n, C});
+  s->mean2 = Tensor::empty(pool, {n});
+  s->rstd2 = Tensor::empty(pool, {n});
   be.layernorm_forward(ln2.f32(), s->mean2.f32(), s->rstd2.f32(), xf.f32(), compute_weight(ln2w_).f32(),
-                       compute_weight(ln2b_).f32(), N, C, kLayerNormEps);
+                       compute_weight(ln2b_).f32(), n, C, kLayerNormEps);
   s->ln2 = store(ctx, ln2);
+  ln2 = {};
   Tensor fch = Tensor::empty(pool, {N, Fl_});
   Tensor fch_gelu = Tensor::empty(pool, {N, Fl_});
-  linear_gelu_forward(ctx, fch_gelu, fch, s->ln2, fcw_, fcb_);
-  ln2 = {};
+  linear_gelu_forward(ctx, fch_gelu, fch, whole_rows(ctx, s->ln2), fcw_, fcb_);
   s->fch = store(ctx, fch);
   fch = {};
   s->fch_gelu = store(ctx, fch_gelu);
   fch_gelu = {};
-  const Tensor y = Tensor::empty(pool, {N, C});
-  row_parallel_out(ctx, y, s->fch_gelu, fcprojw_, fcprojb_, xf, N);
+  const Tensor y = row_parallel_out(ctx, s->fch_gelu, fcprojw_, fcprojb_, xf);
   if (ctx.recompute == Recompute::Selective) s->fch_gelu = {};  // recomputed at backward_input
   out = std::move(s);
   return store(ctx, y);
@@ -207,7 +220,7 @@ Tensor GptMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   Backend& be = *ctx.backend;
   MemoryPool& pool = *ctx.pool;
   auto& s = as<MlpHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_;
   const size_t NF = static_cast<size_t>(N) * Fl_;
   if (!s.fch_gelu.defined()) {
     const Tensor fch = working_f32(ctx, s.fch);
@@ -216,27 +229,26 @@ Tensor GptMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
     s.fch_gelu = store(ctx, fch_gelu);
   }
   const Tensor dyf = working_f32(ctx, dy);
-  s.dy = dy;
+  s.dy = whole_rows(ctx, dy);  // the row-parallel products' gradients need every row
   Tensor dfch = Tensor::empty(pool, {N, Fl_});
-  linear_backward_input(ctx, dfch, dy, fcprojw_);
+  linear_backward_input(ctx, dfch, s.dy, fcprojw_);
   be.gelu_backward(dfch.f32(), working_f32(ctx, s.fch).f32(), dfch.f32(), NF);
   s.dfch = store(ctx, dfch);
   Tensor dln2 = Tensor::empty(pool, {N, C});
   linear_backward_input(ctx, dln2, s.dfch, fcw_);
   dfch = {};
-  tp_allreduce(ctx, dln2);  // column-parallel input: sum the partial gradients
+  dln2 = finish_row_parallel(ctx, dln2);  // column-parallel input: sum the partial gradients
   s.dln2 = store(ctx, dln2);
   s.fch = {};  // needed by the input gradient only
-  return store(ctx, residual_layernorm_dx(ctx, dyf, dln2, s.x, ln2w_, s.mean2, s.rstd2, N, C));
+  s.ln2 = whole_rows(ctx, s.ln2);  // for the weight gradient
+  return store(ctx, residual_layernorm_dx(ctx, dyf, dln2, s.x, ln2w_, s.mean2, s.rstd2, n, C));
 }
 
 void GptMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<MlpHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
   linear_backward_weight(ctx, s.dy, s.fch_gelu, fcprojw_, &fcprojb_);
   linear_backward_weight(ctx, s.dfch, s.ln2, fcw_, &fcb_);
-  ctx.backend->layernorm_backward_weight(ln2w_.grad.f32(), ln2b_.grad.f32(), working_f32(ctx, s.dln2).f32(),
-                                         working_f32(ctx, s.x).f32(), s.mean2.f32(), s.rstd2.f32(), N, C);
+  layernorm_weight_grads(ctx, ln2w_, ln2b_, s.dln2, s.x, s.mean2, s.rstd2, local_rows(ctx), C_);
 }
 
 }  // namespace pipetrain

@@ -11,6 +11,7 @@
 #include "pipetrain/model/linear.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
 #include "pipetrain/model/precision.hpp"
+#include "pipetrain/model/sequence_parallel.hpp"
 
 namespace pipetrain {
 
@@ -40,14 +41,25 @@ Shard qkv_rows(const ModelConfig& cfg, TensorParallel tp) {
 
 Tensor f32_like(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
 
-// out = residual + the row-parallel product's result summed over the tp ranks (the residual
-// joins after the tp sum, else in the product).
-void row_parallel_residual(const MicrobatchContext& ctx, const Tensor& out, const Tensor& in, const Parameter& w,
-                           const Tensor& residual) {
+// residual + the row-parallel product of `in`'s N rows summed over the tp ranks (this
+// rank's rows of it under sequence parallelism; the residual, of as many rows, joins after
+// the tp sum, else in the product).
+Tensor row_parallel_residual(const MicrobatchContext& ctx, const Tensor& in, const Parameter& w,
+                             const Tensor& residual) {
   const bool tp = tensor_parallel(ctx);
+  Tensor out = f32_like(ctx, in.shape()[0], w.shape[0]);
   linear_forward(ctx, out, in, w, nullptr, tp ? nullptr : &residual);
-  tp_allreduce(ctx, out);
+  out = finish_row_parallel(ctx, out);
   if (tp) ctx.backend->accumulate(out.f32(), residual.f32(), static_cast<size_t>(out.numel()));
+  return out;
+}
+
+// The RMSNorm weight's gradient from this rank's rows (summed over tp under sequence parallelism).
+void rmsnorm_weight_grad(const MicrobatchContext& ctx, Parameter& w, const Tensor& dn, const Tensor& x,
+                         const Tensor& rstd, int n, int C) {
+  replicated_grads(ctx, {&w}, [&](const std::vector<float*>& g) {
+    ctx.backend->rmsnorm_backward_weight(g[0], working_f32(ctx, dn).f32(), working_f32(ctx, x).f32(), rstd.f32(), n, C);
+  });
 }
 
 // y = x + norm-branch(x) backward's input half: dx = dy + RMSNorm's input gradient of dn.
@@ -115,17 +127,17 @@ void LlamaAttention::rotate(const MicrobatchContext& ctx, const Tensor& qkv, boo
 // store() rounds its f32 argument in place, so what follows computes with stored values.
 Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
-  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
   auto s = std::make_unique<AttentionHalfStash>();
-  const Tensor xf = working_f32(ctx, x);
+  const Tensor xf = working_f32(ctx, x);  // this rank's n rows under sequence parallelism
   s->x = x;
-  Tensor n1 = f32_like(ctx, N, C);
-  s->rstd1 = Tensor::empty(*ctx.pool, {N});
-  be.rmsnorm_forward(n1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(n1w_).f32(), N, C, eps_);
+  Tensor n1 = f32_like(ctx, n, C);
+  s->rstd1 = Tensor::empty(*ctx.pool, {n});
+  be.rmsnorm_forward(n1.f32(), s->rstd1.f32(), xf.f32(), compute_weight(n1w_).f32(), n, C, eps_);
   s->n1 = store(ctx, n1);
   n1 = {};
   Tensor qkv = f32_like(ctx, N, R);
-  linear_forward(ctx, qkv, s->n1, qkvw_, nullptr);
+  linear_forward(ctx, qkv, whole_rows(ctx, s->n1), qkvw_, nullptr);
   rotate(ctx, qkv, false);
   s->qkv = store(ctx, qkv);
   Tensor atty = f32_like(ctx, N, Cq);
@@ -141,8 +153,7 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
   qkv = {};
   s->atty = store(ctx, atty);
   atty = {};
-  const Tensor h = f32_like(ctx, N, C);  // x + O(atty), summed over the tp ranks
-  row_parallel_residual(ctx, h, s->atty, ow_, xf);
+  const Tensor h = row_parallel_residual(ctx, s->atty, ow_, xf);  // x + O(atty), summed over the tp ranks
   if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
     s->att.reset();
     s->atty = {};
@@ -155,16 +166,16 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
 // recomputation attention first, from the stored, rotated qkv with the forward's kernels.
 Tensor LlamaAttention::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
   auto& s = as<AttentionHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_, Cq = NHl_ * hs_, R = (NHl_ + 2 * NKVl_) * hs_;
   if (!s.att) {
     Tensor atty = f32_like(ctx, N, Cq);
     s.att = attention_forward_stored(ctx, atty, s.qkv, Cq, NHl_, NKVl_);
     s.atty = store(ctx, atty);
   }
   const Tensor dyf = working_f32(ctx, dy);
-  s.dy = dy;
+  s.dy = whole_rows(ctx, dy);  // the row-parallel product's gradients need every row
   Tensor datty = f32_like(ctx, N, Cq);
-  linear_backward_input(ctx, datty, dy, ow_);
+  linear_backward_input(ctx, datty, s.dy, ow_);
   Tensor dqkv = f32_like(ctx, N, R);
   attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cq, NHl_, NKVl_);
   s.att.reset();
@@ -174,34 +185,34 @@ Tensor LlamaAttention::backward_input(const MicrobatchContext& ctx, const Tensor
   dqkv = {};
   Tensor dn1 = f32_like(ctx, N, C);
   linear_backward_input(ctx, dn1, s.dqkv, qkvw_);
-  tp_allreduce(ctx, dn1);
+  dn1 = finish_row_parallel(ctx, dn1);
   s.dn1 = store(ctx, dn1);
-  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn1, s.x, n1w_, s.rstd1, N, C));
+  s.n1 = whole_rows(ctx, s.n1);  // for the weight gradient
+  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn1, s.x, n1w_, s.rstd1, n, C));
 }
 
 void LlamaAttention::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<AttentionHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
   linear_backward_weight(ctx, s.dy, s.atty, ow_, nullptr);
   linear_backward_weight(ctx, s.dqkv, s.n1, qkvw_, nullptr);
-  ctx.backend->rmsnorm_backward_weight(n1w_.grad.f32(), working_f32(ctx, s.dn1).f32(), working_f32(ctx, s.x).f32(),
-                                       s.rstd1.f32(), N, C);
+  rmsnorm_weight_grad(ctx, n1w_, s.dn1, s.x, s.rstd1, local_rows(ctx), C_);
 }
 
 Tensor LlamaMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
-  const int N = ctx.B * ctx.T, C = C_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_;
   auto s = std::make_unique<MlpHalfStash>();
-  const Tensor hf = working_f32(ctx, x);
+  const Tensor hf = working_f32(ctx, x);  // this rank's n rows under sequence parallelism
   s->x = x;
-  Tensor n2 = f32_like(ctx, N, C);
-  s->rstd2 = Tensor::empty(*ctx.pool, {N});
-  be.rmsnorm_forward(n2.f32(), s->rstd2.f32(), hf.f32(), compute_weight(n2w_).f32(), N, C, eps_);
+  Tensor n2 = f32_like(ctx, n, C);
+  s->rstd2 = Tensor::empty(*ctx.pool, {n});
+  be.rmsnorm_forward(n2.f32(), s->rstd2.f32(), hf.f32(), compute_weight(n2w_).f32(), n, C, eps_);
   s->n2 = store(ctx, n2);
   n2 = {};
   Tensor g = f32_like(ctx, N, Fl_), u = f32_like(ctx, N, Fl_), a = f32_like(ctx, N, Fl_);
-  linear_forward(ctx, g, s->n2, gatew_, nullptr);
-  linear_forward(ctx, u, s->n2, upw_, nullptr);
+  const Tensor n2_all = whole_rows(ctx, s->n2);
+  linear_forward(ctx, g, n2_all, gatew_, nullptr);
+  linear_forward(ctx, u, n2_all, upw_, nullptr);
   s->g = store(ctx, g);  // rounded in place under bf16: the SwiGLU sees the stored values
   s->u = store(ctx, u);
   be.swiglu_forward(a.f32(), g.f32(), u.f32(), static_cast<size_t>(a.numel()));
@@ -209,8 +220,7 @@ Tensor LlamaMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
   u = {};
   s->a = store(ctx, a);
   a = {};
-  const Tensor y = f32_like(ctx, N, C);
-  row_parallel_residual(ctx, y, s->a, downw_, hf);
+  const Tensor y = row_parallel_residual(ctx, s->a, downw_, hf);
   if (ctx.recompute == Recompute::Selective) s->a = {};  // recomputed at backward_input
   out = std::move(s);
   return store(ctx, y);
@@ -221,7 +231,7 @@ Tensor LlamaMlp::forward(const MicrobatchContext& ctx, const Tensor& x, std::uni
 Tensor LlamaMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = as<MlpHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_;
   const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * Fl_;
   if (!s.a.defined()) {
     const Tensor g = working_f32(ctx, s.g), u = working_f32(ctx, s.u), a = f32_like(ctx, N, Fl_);
@@ -229,9 +239,9 @@ Tensor LlamaMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, 
     s.a = store(ctx, a);
   }
   const Tensor dyf = working_f32(ctx, dy);
-  s.dy = dy;
+  s.dy = whole_rows(ctx, dy);  // the row-parallel product's gradients need every row
   Tensor da = f32_like(ctx, N, Fl_);
-  linear_backward_input(ctx, da, dy, downw_);
+  linear_backward_input(ctx, da, s.dy, downw_);
   Tensor dg = f32_like(ctx, N, Fl_), du = f32_like(ctx, N, Fl_);
   be.swiglu_backward(dg.f32(), du.f32(), da.f32(), working_f32(ctx, s.g).f32(), working_f32(ctx, s.u).f32(), NF);
   da = {};
@@ -244,21 +254,20 @@ Tensor LlamaMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, 
   part = {};
   dg = {};
   du = {};
-  tp_allreduce(ctx, dn2);  // column-parallel inputs: sum the partial gradients
+  dn2 = finish_row_parallel(ctx, dn2);  // column-parallel inputs: sum the partial gradients
   s.dn2 = store(ctx, dn2);
   s.g = {};  // needed by the input gradient only
   s.u = {};
-  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn2, s.x, n2w_, s.rstd2, N, C));
+  s.n2 = whole_rows(ctx, s.n2);  // for the weight gradients
+  return store(ctx, residual_rmsnorm_dx(ctx, dyf, dn2, s.x, n2w_, s.rstd2, n, C));
 }
 
 void LlamaMlp::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
   auto& s = as<MlpHalfStash>(stash);
-  const int N = ctx.B * ctx.T, C = C_;
   linear_backward_weight(ctx, s.dy, s.a, downw_, nullptr);
   linear_backward_weight(ctx, s.dg, s.n2, gatew_, nullptr);
   linear_backward_weight(ctx, s.du, s.n2, upw_, nullptr);
-  ctx.backend->rmsnorm_backward_weight(n2w_.grad.f32(), working_f32(ctx, s.dn2).f32(), working_f32(ctx, s.x).f32(),
-                                       s.rstd2.f32(), N, C);
+  rmsnorm_weight_grad(ctx, n2w_, s.dn2, s.x, s.rstd2, local_rows(ctx), C_);
 }
 
 }  // namespace pipetrain

@@ -95,16 +95,20 @@ BlockBytes moe_stash(const ModelConfig& cfg, double N, int tp) {
 }
 
 BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp, int B, int T, Recompute mode,
-                       AttentionKeeps keeps) {
+                       AttentionKeeps keeps, bool sp) {
+  sp = sp && tp > 1;
+  // Cr: a row's C values on this rank (a tp-th under sequence parallelism); Cw: the whole
+  // rows the weight pass keeps beyond them (the gathered norm output; sequence parallel only).
+  const double C = cfg.d_model, Cr = sp ? C / tp : C, Cw = sp ? C : 0, rows = sp ? 1.0 / tp : 1.0;
   if (kind == PieceKind::Block) {
-    if (mode == Recompute::Full) return {static_cast<double>(B) * T * cfg.d_model, 0};
-    const BlockBytes a = block_stash(cfg, PieceKind::Attention, block, tp, B, T, mode, keeps),
-                     m = block_stash(cfg, PieceKind::Mlp, block, tp, B, T, mode, keeps);
+    if (mode == Recompute::Full) return {static_cast<double>(B) * T * Cr, 0};
+    const BlockBytes a = block_stash(cfg, PieceKind::Attention, block, tp, B, T, mode, keeps, sp),
+                     m = block_stash(cfg, PieceKind::Mlp, block, tp, B, T, mode, keeps, sp);
     return {a.stored + m.stored, a.stats + m.stats};
   }
-  const double N = static_cast<double>(B) * T, C = cfg.d_model, Cl = C / tp;
-  if (mode == Recompute::Full) return {N * C, 0};
-  if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N, tp);
+  const double N = static_cast<double>(B) * T, Cl = C / tp;
+  if (mode == Recompute::Full) return {N * Cr, 0};
+  if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N, tp);  // sees whole rows
   const bool attention = kind == PieceKind::Attention, selective = mode == Recompute::Selective;
   const double NH = static_cast<double>(cfg.n_head) / tp;
   const double per_head = keeps == AttentionKeeps::kCausalBlocks ? static_cast<double>(causal_block_elements(T))
@@ -113,18 +117,21 @@ BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp
   const double probs = B * NH * per_head;  // selective recomputation drops them and attention's output
   if (cfg.arch == "llama") {
     const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
-    // Attention: x, n1 (N x C), qkv (Rl), atty (Cl), the probabilities; for the weight pass
-    // dh, dn1 (N x C), dqkv (Rl). MLP: h, n2 (N x C), gate, up and their SwiGLU (3 Fl); for
-    // the weight pass dy, dn2 (N x C), dg, du (2 Fl). RMSNorm statistics: N each.
-    if (attention) return {N * (2 * C + Rl + (selective ? 0 : Cl)) + (selective ? 0 : probs) + N * (2 * C + Rl), N};
-    return {N * (2 * C + (selective ? 2 : 3) * Fl) + N * (2 * C + 2 * Fl), N};
+    // Attention: x, n1 (N x Cr), qkv (Rl), atty (Cl), the probabilities; for the weight pass
+    // dh (N x C), dn1 (N x Cr), dqkv (Rl). MLP: h, n2 (N x Cr), gate, up and their SwiGLU
+    // (3 Fl); for the weight pass dy (N x C), dn2 (N x Cr), dg, du (2 Fl). RMSNorm
+    // statistics: N (rows) each.
+    if (attention)
+      return {N * (2 * Cr + Rl + (selective ? 0 : Cl)) + (selective ? 0 : probs) + N * (C + Cr + Cw + Rl), N * rows};
+    return {N * (2 * Cr + (selective ? 2 : 3) * Fl) + N * (C + Cr + Cw + 2 * Fl), N * rows};
   }
-  // Attention: ln1 (N x C), qkv (3 Cl), atty (Cl), the probabilities (NH x per_head per
-  // sequence); for the weight pass dr, dln1 (N x C), dqkv (3 Cl). MLP: r, ln2 (N x C), fch and
-  // its GELU (4 Cl each); for the weight pass dy, dln2 (N x C), dfch (4 Cl). LayerNorm
-  // statistics: 2 N each.
-  if (attention) return {N * (C + (selective ? 3 : 4) * Cl) + (selective ? 0 : probs) + N * (2 * C + 3 * Cl), 2 * N};
-  return {N * (2 * C + (selective ? 4 : 8) * Cl) + N * (2 * C + 4 * Cl), 2 * N};
+  // Attention: ln1 (N x Cr), qkv (3 Cl), atty (Cl), the probabilities (NH x per_head per
+  // sequence); for the weight pass dr (N x C), dln1 (N x Cr), dqkv (3 Cl). MLP: r, ln2 (N x
+  // Cr), fch and its GELU (4 Cl each); for the weight pass dy (N x C), dln2 (N x Cr), dfch
+  // (4 Cl). LayerNorm statistics: 2 N (rows) each.
+  if (attention)
+    return {N * (Cr + (selective ? 3 : 4) * Cl) + (selective ? 0 : probs) + N * (C + Cr + Cw + 3 * Cl), 2 * N * rows};
+  return {N * (2 * Cr + (selective ? 4 : 8) * Cl) + N * (C + Cr + Cw + 4 * Cl), 2 * N * rows};
 }
 
 }  // namespace
@@ -135,7 +142,7 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size) {
 }
 
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
-                   Recompute mode, AttentionKeeps keeps, bool vocab_parallel) {
+                   Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel) {
   const double N = static_cast<double>(B) * T, C = cfg.d_model;
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
   const double logits = vocab_parallel ? 0.0 : static_cast<double>(cfg.padded_vocab()) / tp;
@@ -148,7 +155,7 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
       stored += head;
       stats += head_stats;
     } else {
-      const BlockBytes b = block_stash(cfg, p.kind, p.block, tp, B, T, mode, keeps);
+      const BlockBytes b = block_stash(cfg, p.kind, p.block, tp, B, T, mode, keeps, sequence_parallel);
       stored += b.stored;
       stats += b.stats;
     }
@@ -163,10 +170,10 @@ double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType
 }
 
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
-                       AttentionKeeps keeps) {
+                       AttentionKeeps keeps, bool sequence_parallel) {
   if (mode == Recompute::None) return 0;
-  const BlockBytes all = block_stash(cfg, PieceKind::Block, -1, tp, B, T, Recompute::None, keeps),
-                   kept = block_stash(cfg, PieceKind::Block, -1, tp, B, T, mode, keeps);
+  const BlockBytes all = block_stash(cfg, PieceKind::Block, -1, tp, B, T, Recompute::None, keeps, sequence_parallel),
+                   kept = block_stash(cfg, PieceKind::Block, -1, tp, B, T, mode, keeps, sequence_parallel);
   return (all.stored - kept.stored) * static_cast<double>(dtype_size(storage)) + (all.stats - kept.stats) * 4.0;
 }
 

@@ -59,7 +59,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
     const auto& u = units[static_cast<size_t>(st)];
     h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
-                                                            l.recompute, keeps, vp));
+                                                            l.recompute, keeps, vp, l.sequence_parallel));
     for (const StagePiece& p : stage_pieces(model, u)) {
       const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
       const double params =
@@ -207,8 +207,11 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
   const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
-  // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it.
-  out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) + allgather_seconds(act, tp, group_link(c, 1, tp)) : 0;
+  // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it (under sequence
+  // parallelism the slice is what the next stage takes: no gather).
+  out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) +
+                             (l.sequence_parallel ? 0.0 : allgather_seconds(act, tp, group_link(c, 1, tp)))
+                       : 0;
   const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
   const UnitParams up_head = unit_params(model, UnitKind::Head);
   const Recompute mode = l.recompute;
@@ -253,8 +256,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.widened = widened;
     in.largest_stash = largest;
     in.peak_inflight = built.peaks[static_cast<size_t>(r)];
-    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps) : 0.0;
-    in.activation_bytes = R > 1 ? act : 0.0;
+    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps, l.sequence_parallel) : 0.0;
+    in.activation_bytes = R > 1 ? (l.sequence_parallel ? act / tp : act) : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
     in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
     in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only

@@ -174,10 +174,10 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  return fmt::format("dp {} x pp {} x tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}", l.dp, l.pp, l.tp,
+  return fmt::format("dp {} x pp {} x tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}{}", l.dp, l.pp, l.tp,
                      l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "", sched, l.microbatches, l.microbatch_size,
                      to_string(l.recompute), l.zero1 ? "on" : "off", l.precision,
-                     l.vocab_parallel ? ", vocabulary parallel" : "");
+                     l.vocab_parallel ? ", vocabulary parallel" : "", l.sequence_parallel ? ", sequence parallel" : "");
 }
 
 Layout layout_of(const Config& cfg) {
@@ -192,6 +192,7 @@ Layout layout_of(const Config& cfg) {
   l.ep = cfg.parallel.ep;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
+  l.sequence_parallel = sequence_parallel_on(cfg);
   return l;
 }
 
@@ -200,6 +201,7 @@ std::vector<std::string> with_planning_layout(const std::vector<std::string>& ov
                                   "parallel.pp=1",
                                   "parallel.tp=1",
                                   "parallel.ep=1",
+                                  "parallel.sequence_parallel=auto",
                                   "parallel.virtual_stages=1",
                                   "parallel.layers_per_stage=auto",
                                   "parallel.recompute_stages=all",
@@ -240,7 +242,8 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
           fmt::format("train.recompute={}", to_string(l.recompute)),
           fmt::format("train.precision={}", l.precision),
-          fmt::format("parallel.vocab_parallel={}", l.vocab_parallel ? "true" : "false")};
+          fmt::format("parallel.vocab_parallel={}", l.vocab_parallel ? "true" : "false"),
+          fmt::format("parallel.sequence_parallel={}", l.sequence_parallel ? "true" : "false")};
 }
 
 Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch) {
@@ -361,6 +364,7 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
               if (!allowed(o.only_ep, ep)) continue;
               Layout l;
               l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.virtual_stages = v, l.schedule = name;
+              l.sequence_parallel = tp > 1 && cfg.train.seq_len % tp == 0;
               l.microbatches = m, l.microbatch_size = per_replica / m;
               add_variants(cx, o, precisions, std::move(l), b, res, fits);
             }

@@ -80,7 +80,8 @@ Tensor PipelineExecutor::Impl::my_slice(const Tensor& t) const {
 
 void PipelineExecutor::Impl::post(const Instr& in) {
   PendingRecv r;
-  r.buffer = Tensor::empty(ex.pool_, {static_cast<int64_t>(B) * T, ex.d_model_}, ex.storage_);
+  const int64_t rows = static_cast<int64_t>(B) * T / (rows_between_stages() ? ex.tp_->size() : 1);
+  r.buffer = Tensor::empty(ex.pool_, {rows, ex.d_model_}, ex.storage_);
   r.peer = in.peer;
   r.request = ex.pp_.recv(scatter(r.buffer) ? my_slice(r.buffer) : r.buffer, in.peer, in.tag, ex.backend_.stream());
   recvs.emplace(key_of(in), std::move(r));
@@ -162,6 +163,7 @@ MicrobatchContext PipelineExecutor::Impl::run_context() const {
   ctx.loss_scale = loss_scale;
   ctx.storage = ex.storage_;
   ctx.moe = hooks.moe;
+  ctx.sequence_parallel = ex.sequence_parallel_;
   return ctx;
 }
 

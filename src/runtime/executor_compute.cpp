@@ -1,6 +1,7 @@
 // PipelineExecutor::Impl's computations (executor_impl.hpp): a stage's forward, backward
 // input and backward weight over its layers, with stashes and recomputation.
 #include "executor_impl.hpp"
+#include "pipetrain/model/sequence_parallel.hpp"
 
 namespace pipetrain {
 
@@ -25,8 +26,13 @@ Steps<> PipelineExecutor::Impl::forward(Action a, bool frees) {
   ss.layers.resize(layers.size());
   ss.inputs.resize(layers.size());
   const bool full = ss.ctx.recompute == Recompute::Full && ss.ctx.loss_scale != 0;  // evaluation keeps nothing anyway
+  const bool sp = layer_util::sequence_sharded(ss.ctx);
+  bool rows = sp && a.stage > 0;  // a received input: this rank's rows
   for (size_t i = 0; i < layers.size(); ++i) {
     const bool again = full && layers[i]->recomputable();
+    const bool want = layer_util::takes_rows(ss.ctx, *layers[i]);
+    x = layer_util::to_rows(ss.ctx, x, rows, want);
+    rows = want;
     if (again) ss.inputs[i] = x;
     x = co_await layers[i]->forward_steps(ss.ctx, x, ss.layers[i]);
     if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
@@ -39,10 +45,10 @@ Steps<> PipelineExecutor::Impl::forward(Action a, bool frees) {
   }
   stats.peak_stashed = std::max(stats.peak_stashed, static_cast<int>(stashes.size()));
   if (frees) stashes.erase({a.microbatch, a.stage});  // forward only: nothing to keep
-  if (st.has_head() && vocab())
-    hidden[a.microbatch] = std::move(x);  // the final norm's output, for every rank's output slice
+  if (st.has_head() && vocab())                       // the final norm's output, for every rank's output slice
+    hidden[a.microbatch] = layer_util::to_rows(ss.ctx, x, rows, false);
   else if (!st.has_head())
-    outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, std::move(x));
+    outputs.emplace(Key{kActivation, a.microbatch, a.stage + 1}, layer_util::to_rows(ss.ctx, x, rows, sp));
 }
 
 StageStash& PipelineExecutor::Impl::stash_of(const Action& a) {
@@ -69,7 +75,12 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
   StageStash& ss = stash_of(a);
   ss.ctx.ep = ex.ep_backward_;
   auto& layers = st.layers();
+  const bool sp = layer_util::sequence_sharded(ss.ctx);
+  bool rows = sp && !st.has_head();  // a received gradient: this rank's rows
   for (size_t i = layers.size(); i-- > 0;) {
+    const bool want = layer_util::takes_rows(ss.ctx, *layers[i]);
+    dy = layer_util::to_rows(ss.ctx, dy, rows, want);
+    rows = want;
     if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
       co_await layers[i]->forward_steps(ss.ctx, ss.inputs[i], ss.layers[i]);
       ss.inputs[i] = {};
@@ -85,9 +96,10 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
   }
   if (frees) stashes.erase({a.microbatch, a.stage});
   if (a.stage > 0)
-    outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1}, std::move(dy));
+    outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1},
+                    layer_util::to_rows(ss.ctx, dy, rows, sp));
   else if (vocab())
-    embed_grad[a.microbatch] = std::move(dy);  // for every rank's embedding slice
+    embed_grad[a.microbatch] = layer_util::to_rows(ss.ctx, dy, rows, false);  // for every rank's embedding slice
 }
 
 void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t index) {

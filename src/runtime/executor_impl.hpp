@@ -112,7 +112,12 @@ struct PipelineExecutor::Impl {
   // Megatron's scatter-gather: every tensor that crosses stages is replicated over the
   // stage's tp ranks, so each tp rank moves only its 1/tp slice between stages and the
   // receiving tp ranks all-gather the whole (bytes per rank divided by tp, values unchanged).
-  bool scatter(const Tensor& t) const { return ex.tp_ && ex.tp_->size() > 1 && t.numel() % ex.tp_->size() == 0; }
+  // Under sequence parallelism a stage's input and output already are this rank's rows: sent
+  // and received as they are, nothing gathered.
+  bool scatter(const Tensor& t) const {
+    return ex.tp_ && ex.tp_->size() > 1 && t.numel() % ex.tp_->size() == 0 && !rows_between_stages();
+  }
+  bool rows_between_stages() const { return ex.sequence_parallel_ && ex.tp_ && ex.tp_->size() > 1; }
   Tensor my_slice(const Tensor& t) const;
 
   // RECV: posted now into a pooled buffer, waited on by the compute that needs it.

@@ -336,6 +336,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm(), &grid.ep_backward_comm());
   executor_->set_overlap(cfg.schedule.overlap);
   executor_->set_packed_documents(source_.is_packed());
+  if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
+  executor_->set_sequence_parallel(sequence_parallel_on(cfg));
   train_program_ =
       program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)

@@ -28,6 +28,7 @@ struct GridSummary {
   int vocab_slices = 0;     // parallel.vocab_parallel: the slices (pp x tp); 0 = off
   int padded_vocab = 0;
   std::string vocab_reason;  // why on or off (plan/vocab_choice.hpp); "" = off as set
+  bool sequence_parallel = false;  // parallel.sequence_parallel in effect (tp > 1)
 };
 std::string grid_line(const GridSummary& g);
 

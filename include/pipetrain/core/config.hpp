@@ -79,6 +79,11 @@ struct ParallelConfig {
   // Expert parallelism: each MoE layer's experts are split over `ep` consecutive dp ranks
   // of a stage (ep divides dp and model.n_experts); tokens reach their experts by all-to-all.
   int ep = 1;
+  // Sequence parallelism (Megatron's): with tp > 1 the activations between the tensor-
+  // parallel products are split by rows (tokens) over the tp ranks: norms and residuals run
+  // on a rank's rows, all-gathers feed the column-parallel products and reduce-scatters
+  // leave the row-parallel ones. "auto": on wherever tp > 1 (sequence_parallel_on).
+  Toggle sequence_parallel = Toggle::Auto;
 };
 
 struct ScheduleConfig {

@@ -22,6 +22,11 @@ std::string vocab_split_problem(const ModelConfig& m, int slices);
 // ones cannot run its collectives yet). `true` refuses the first that fails; "auto" turns
 // the slices off and says why.
 std::string vocab_parallel_problem(const Config& cfg);
+// parallel.sequence_parallel: whether a run splits its activations by rows over its tp
+// ranks (on, or "auto", with tp > 1), and, where it does, the rule it needs: tp divides
+// train.seq_len (each rank an equal share of every microbatch's rows).
+bool sequence_parallel_on(const Config& cfg);
+std::string sequence_parallel_problem(const Config& cfg);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -22,6 +22,7 @@ class GptAttention : public Layer {
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
+  bool row_sharded() const override { return true; }  // sequence parallelism: this rank's rows
 
  private:
   int index_, C_, NH_;  // C_ = d_model; NH_ = this rank's heads
@@ -38,6 +39,7 @@ class GptMlp : public Layer {
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
+  bool row_sharded() const override { return true; }  // sequence parallelism: this rank's rows
 
  private:
   int index_, C_, Fl_;  // Fl_: this rank's hidden units, 4 C_ / tp

@@ -28,6 +28,7 @@ class BlockPair : public Layer {
   Steps<Tensor> forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& stash) override;
   Steps<Tensor> backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) override;
   bool recomputable() const override { return true; }
+  bool row_sharded() const override { return attention_->row_sharded(); }
 
  private:
   std::string name_;

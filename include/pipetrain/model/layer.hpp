@@ -54,6 +54,8 @@ struct MicrobatchContext {
   MemoryPool* pool = nullptr;
   Communicator* tp = nullptr;  // tensor-parallel peers (null or size 1: none)
   Communicator* ep = nullptr;  // expert-parallel peers (null or size 1: every expert here)
+  // Sequence parallelism over `tp` (parallel.sequence_parallel; model/sequence_parallel.hpp).
+  bool sequence_parallel = false;
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage; kIgnoredTarget counts nowhere)
@@ -109,6 +111,10 @@ class Layer {
   // before backward (train.recompute = "full"): blocks yes; the embedding's stash is tiny
   // and the head's holds the loss gradient its forward computed.
   virtual bool recomputable() const { return false; }
+  // Whether, under sequence parallelism, this layer takes and returns (and takes and
+  // returns the gradients of) this rank's rows only (model/sequence_parallel.hpp); the
+  // others see whole rows.
+  virtual bool row_sharded() const { return false; }
 
   Tensor backward(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) {
     Tensor dx = backward_input(ctx, dy, stash);

@@ -22,6 +22,7 @@ class LlamaAttention : public Layer {
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
+  bool row_sharded() const override { return true; }  // sequence parallelism: this rank's rows
 
  private:
   void rotate(const MicrobatchContext& ctx, const Tensor& qkv, bool inverse) const;  // RoPE on Q and K
@@ -39,6 +40,7 @@ class LlamaMlp : public Layer {
   Tensor backward_input(const MicrobatchContext& ctx, const Tensor& dy, Stash& stash) override;
   void backward_weight(const MicrobatchContext& ctx, Stash& stash) override;
   bool recomputable() const override { return true; }
+  bool row_sharded() const override { return true; }  // sequence parallelism: this rank's rows
 
  private:
   int index_, C_, Fl_;  // this rank's MLP width

@@ -55,15 +55,20 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size);
 // layer (a whole block, or a half block at the stage's ends).
 // `keeps`: what attention keeps per (sequence, head).
 // vocab_parallel: the head unit is its final norm only (the logits are the slices').
+// sequence_parallel (model/sequence_parallel.hpp): the blocks keep a tp-th of the rows
+// between their tensor-parallel regions (inputs, norm outputs and statistics, the norms'
+// input gradients), and whole rows only for the weight pass (the row-parallel products'
+// output gradients, the gathered norm outputs).
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
                    DType storage = DType::F32, Recompute mode = Recompute::None,
-                   AttentionKeeps keeps = AttentionKeeps::kCausalBlocks, bool vocab_parallel = false);
+                   AttentionKeeps keeps = AttentionKeeps::kCausalBlocks, bool vocab_parallel = false,
+                   bool sequence_parallel = false);
 // What one microbatch's output slice keeps from OF to OB on each of `slices` ranks: its
 // logits (f32) and the hidden states it received (as stored).
 double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType storage);
 // What recomputation holds on top, at most once per stage and for one microbatch at a time:
 // the stash of the (whole) block being recomputed (0 for none).
 double recompute_bytes(const ModelConfig& cfg, int tp, int B, int T, DType storage, Recompute mode,
-                       AttentionKeeps keeps = AttentionKeeps::kCausalBlocks);
+                       AttentionKeeps keeps = AttentionKeeps::kCausalBlocks, bool sequence_parallel = false);
 
 }  // namespace pipetrain

@@ -104,6 +104,9 @@ class PipelineExecutor {
   void set_overlap(bool overlap) { overlap_ = overlap; }
   // Packed documents (core/documents.hpp): every stage loads each microbatch's positions.
   void set_packed_documents(bool packed) { packed_ = packed; }
+  // Sequence parallelism (model/sequence_parallel.hpp): stages hand each other this tp
+  // rank's rows, and layers convert between rows and whole where they differ.
+  void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -123,6 +126,7 @@ class PipelineExecutor {
   VocabRun vocab_;
   bool overlap_ = true;
   bool packed_ = false;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace pipetrain
