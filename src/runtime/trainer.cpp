@@ -173,6 +173,27 @@ double Trainer::peak_memory_bytes() const {
   return static_cast<double>(pool_->stats().peak_in_use_bytes) + static_cast<double>(backend_.packed_weights().bytes);
 }
 
+// What the executor runs beside the layers: the vocabulary slices, the experts' exchanges,
+// F&B overlap, packed documents' positions and sequence parallelism.
+void Trainer::configure_executor(const Config& cfg, int me) {
+  if (vocab_parallel_) {
+    VocabRun v;
+    v.slice = vocab_slice_.get();
+    v.group = &grid_.replica_comm();
+    v.first_root = schedule_.stage_to_rank.front() * grid_.tp();
+    v.last_root = schedule_.stage_to_rank.back() * grid_.tp();
+    v.holds_first = me == schedule_.stage_to_rank.front();
+    v.holds_last = me == schedule_.stage_to_rank.back();
+    v.sums_to_all = grid_.tp() > 1;
+    executor_->set_vocab(v);
+  }
+  if (grid_.ep() > 1) executor_->set_experts(&grid_.ep_comm(), &grid_.ep_backward_comm());
+  executor_->set_overlap(cfg.schedule.overlap);
+  executor_->set_packed_documents(source_.is_packed());
+  if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
+  executor_->set_sequence_parallel(sequence_parallel_on(cfg));
+}
+
 // This rank's stages of the schedule, each holding its units' layers.
 std::map<int, ModelStage*> Trainer::build_stages() {
   const int me = grid_.coords().pp;
@@ -320,24 +341,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
       recompute_[s] = mode;
   executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_, cfg.model.d_model,
                                                  bf16 ? DType::BF16 : DType::F32, recompute_);
+  configure_executor(cfg, me);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  if (vocab_parallel_) {
-    VocabRun v;
-    v.slice = vocab_slice_.get();
-    v.group = &grid.replica_comm();
-    v.first_root = schedule_.stage_to_rank.front() * grid.tp();
-    v.last_root = schedule_.stage_to_rank.back() * grid.tp();
-    v.holds_first = me == schedule_.stage_to_rank.front();
-    v.holds_last = me == schedule_.stage_to_rank.back();
-    v.sums_to_all = grid.tp() > 1;
-    executor_->set_vocab(v);
-  }
-  if (grid.ep() > 1) executor_->set_experts(&grid.ep_comm(), &grid.ep_backward_comm());
-  executor_->set_overlap(cfg.schedule.overlap);
-  executor_->set_packed_documents(source_.is_packed());
-  if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
-  executor_->set_sequence_parallel(sequence_parallel_on(cfg));
   train_program_ =
       program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)

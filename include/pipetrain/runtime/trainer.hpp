@@ -165,6 +165,7 @@ class Trainer {
  private:
   // The constructor's parts.
   std::map<int, ModelStage*> build_stages();
+  void configure_executor(const Config& cfg, int me);
   void build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1);
   int64_t count_model_params();  // the whole model's, summed over the replica's ranks
   void reduce_gradients();
