@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
         {"zero1", "dp, ZeRO-1"},
         {"dp-no-comm", "dp, no communication"},
         {"tp", "tp"},
+        {"tp-no-sp", "tp, no sequence parallelism"},
         {"ep", "dp with ep"},
         {"ep-dualpipev", "dp with ep, dualpipev"},
         {"ep-dualpipev-in-order", "dp with ep, dualpipev in order"}};
@@ -105,12 +106,12 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len);
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
-    app.add_option(
-           "--layouts", only,
-           "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, ep, ep-dualpipev, "
-           "ep-dualpipev-in-order (default: all but the ep ones; with --moe: dp and the ep ones)")
-        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "ep",
-                               "ep-dualpipev", "ep-dualpipev-in-order"}));
+    app.add_option("--layouts", only,
+                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, tp-no-sp, ep, "
+                   "ep-dualpipev, "
+                   "ep-dualpipev-in-order (default: all but the ep ones; with --moe: dp and the ep ones)")
+        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "tp-no-sp",
+                               "ep", "ep-dualpipev", "ep-dualpipev-in-order"}));
     app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
     app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
     app.add_option("--capacity-factor", capacity_factor,
@@ -161,7 +162,8 @@ int main(int argc, char** argv) {
       }
       Config c = cfg;
       (kind[0] == 'd' ? c.parallel.dp : c.parallel.tp) = size;
-      if (kind == "dp, no progress thread" || kind == "tp") c.comm.progress_us = 0;
+      if (kind == "dp, no progress thread" || kind[0] == 't') c.comm.progress_us = 0;
+      if (kind == "tp, no sequence parallelism") c.parallel.sequence_parallel = Toggle::Off;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
       if (flag.substr(0, 2) == "ep") c.parallel.ep = size;
       if (flag.substr(0, 3) == "ep-") {  // V placement on one pipeline rank: dualpipev's pairs from the start
@@ -213,6 +215,13 @@ int main(int argc, char** argv) {
             "  blocked on the experts' all-to-alls with no computation beside them (exposed): {:.3f} s = {:.1f}% of "
             "the step ({:.3f} s on the rank with least), in F&B pairs {:.3f} s ({:.3f} s); medians of the steps\n",
             exchange[0], 100.0 * exchange[0] / t, least[0], exchange[1], least[1]);
+      if (kind[0] == 't') {  // sequence parallelism's point: the activations between the tp products
+        double peak = layout.trainer.peak_memory_bytes();
+        MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (rank == 0)
+          fmt::print("  peak memory per rank (pool and packed copies; the rank with most): {:.1f} MiB\n",
+                     peak / 1048576.0);
+      }
       bench::print_phases(layout.phase, rank);
     }
     bench::single_rank_mean(median(singles), rank);

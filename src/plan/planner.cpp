@@ -364,7 +364,8 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
               if (!allowed(o.only_ep, ep)) continue;
               Layout l;
               l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.virtual_stages = v, l.schedule = name;
-              l.sequence_parallel = tp > 1 && cfg.train.seq_len % tp == 0;
+              l.sequence_parallel = tp > 1 && cfg.train.seq_len % tp == 0 &&
+                                    cfg.parallel.sequence_parallel != Toggle::Off;  // off: only where set so
               l.microbatches = m, l.microbatch_size = per_replica / m;
               add_variants(cx, o, precisions, std::move(l), b, res, fits);
             }

@@ -44,7 +44,8 @@ struct Layout {
   std::string precision = "fp32";
   bool vocab_parallel = false;           // parallel.vocab_parallel: the vocabulary sliced over pp x tp ranks
   // parallel.sequence_parallel: on wherever tp > 1 divides the sequence (the same bytes as
-  // the all-reduces it replaces, a tp-th of the activations between them: never worse).
+  // the all-reduces it replaces, a tp-th of the activations between them: never worse),
+  // unless the config sets it false.
   bool sequence_parallel = false;
   std::vector<double> blocks_per_stage;  // the auto split under the cost model (x.5: half blocks)
 };
