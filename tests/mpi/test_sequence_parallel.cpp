@@ -1,7 +1,8 @@
 // Sequence parallelism (parallel.sequence_parallel, on by default wherever tp > 1, so every
-// other grid suite runs it): switched off, tp grids still match the single-rank run; and
-// on two tp ranks it holds less memory than off, the rows between the tensor-parallel
-// products being a tp-th, as the estimate says.
+// other grid suite runs it on tp = 2): on tp = 4 (each rank a quarter of the tokens), and
+// switched off, tp grids match the single-rank run; and on two tp ranks it holds less
+// memory than off, the rows between the tensor-parallel products being a tp-th, as the
+// estimate says.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,6 +34,24 @@ Config sp_config(int dp, int pp, int tp, bool llama, Toggle sp) {
     c.schedule.name = "zb-h1";
   }
   return c;
+}
+
+TEST(SequenceParallel, FourTensorParallelRanksMatchTheSingleRank) {
+  if (world_size() != 4) GTEST_SKIP() << "runs on 4 ranks (tp 4)";
+  for (bool llama : {false, true}) {
+    auto config = [&](int tp) {
+      Config c = sp_config(1, 1, tp, llama, Toggle::Auto);
+      c.model.n_head = 4;
+      c.model.n_kv_head = llama ? 4 : 0;  // a whole key/value head per rank
+      c.model.d_model = 32;
+      return c;
+    };
+    const RunResult ref = run(config(1), MPI_COMM_SELF);
+    const Config cfg = config(4);
+    ASSERT_TRUE(sequence_parallel_on(cfg));
+    SCOPED_TRACE(llama ? "llama, tp 4" : "gpt2, tp 4");
+    expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+  }
 }
 
 TEST(SequenceParallel, OffStillMatchesTheSingleRank) {
