@@ -215,6 +215,39 @@ class Backend : public DeviceAllocator {
     attention_backward(dqkv, dout, wide.f32(), stash, B, T, C, NH, NKV, pool, positions);
   }
 
+  // ---- attention against one block of keys, by global positions (context parallelism's
+  // ring, model/ring_attention.hpp; flash style: nothing of Tq x Tk kept between passes) ----
+  // B sequences of Tq queries (q: rows of ldq floats, NH heads of hs) against Tk keys and
+  // values (k, v: rows of ldkv floats, NKV heads; query head h reads h / (NH / NKV)); key j
+  // of a sequence is visible to its query i iff kpos[b Tk + j] <= qpos[b Tq + i]. out (B Tq
+  // rows of NH hs): the visible values weighted by their softmax within the block; lse (B,
+  // NH, Tq): the log-sum-exp of the visible scores, -inf for a row that sees none (its out 0).
+  virtual void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v,
+                                       int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk,
+                                       int NH, int NKV, int hs, MemoryPool& pool) {
+    no_block_attention(out, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk, NH, NKV, hs, pool);
+  }
+  // The blocks merged: out = the lse-weighted mean of out and block_out, lse = their
+  // log-sum-exp (a block_lse of -inf leaves the row as it is).
+  virtual void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B, int T,
+                               int NH, int hs) {
+    no_block_attention(out, lse, block_out, block_lse, B, T, NH, hs);
+  }
+  // delta (B, NH, T) = the row sums of dout * out, per head (the softmax backward's term).
+  virtual void attention_delta(float* delta, const float* dout, const float* out, int B, int T, int NH, int hs) {
+    no_block_attention(delta, dout, out, B, T, NH, hs);
+  }
+  // One block's part of the merged attention's backward, with the merged lse and delta:
+  // dq (rows of lddq) += the block's query gradient, dk and dv (rows of lddkv) += its keys'
+  // and values' (accumulates).
+  virtual void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
+                                        const float* delta, const float* lse, const float* q, int ldq, const float* k,
+                                        const float* v, int ldkv, const int32_t* qpos, const int32_t* kpos, int B,
+                                        int Tq, int Tk, int NH, int NKV, int hs, MemoryPool& pool) {
+    no_block_attention(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk, NH, NKV,
+                       hs, pool);
+  }
+
   // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----
   // out = inp * rstd * weight with rstd[n] = 1 / sqrt(mean_c inp[n, c]^2 + eps) (saved).
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -322,6 +355,15 @@ class Backend : public DeviceAllocator {
   static int qkv_width(int C, int NH, int NKV) { return C + 2 * NKV * (C / NH); }
 
  private:
+  // The block-attention forms' default: refused with the backend's name (each argument named
+  // above is taken, so none goes unused).
+  template <typename... Args>
+  [[noreturn]] void no_block_attention(const Args&...) const {
+    fail(
+        "{}: attention against a block of keys (context parallelism's ring) runs on the CPU backend only in this "
+        "version",
+        name());
+  }
   Tensor widened_qkv(const bf16* qkv, int B, int T, int C, int NH, int NKV, MemoryPool& pool) {
     if (NH <= 0 || NKV <= 0 || C % NH != 0) fail("attention: {} query heads, {} key/value heads, {} channels", NH, NKV, C);
     const int64_t n = static_cast<int64_t>(B) * T * qkv_width(C, NH, NKV);
