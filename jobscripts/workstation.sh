@@ -7,8 +7,8 @@
 #
 # Variables (arguments win over the environment):
 #   CONFIG       TOML config (first argument)
-#   NRANKS       MPI ranks (second argument when it is a number; default: parallel.dp *
-#                pp * tp of the config after the --set options)
+#   NRANKS       MPI ranks (second argument when it is a number; default: parallel.dp * pp *
+#                cp * tp of the config after the --set options)
 #   PIPETRAIN    pipetrain executable (default: `pipetrain` on PATH, else this
 #                checkout's build/bin/pipetrain)
 #   MPIEXEC      launcher (default mpirun)

@@ -109,6 +109,26 @@ TEST_P(KernelDocumentsTest, RopeTurnsByThePlaceInTheDocument) {
     }
 }
 
+// Positions past the rows' count (context parallelism's global ones: chunks 0 and 3 of a
+// sequence of 8 on 4 rows) turn the rows as those rows of the whole sequence.
+TEST_P(KernelDocumentsTest, RopeTurnsByGlobalPositionsPastTheRows) {
+  const int hs = 8, heads = 2, ld = heads * hs;
+  const Vec whole = random_vec(size_t(8) * ld, 98, -2.0f, 2.0f);
+  const Ints mine = {0, 1, 6, 7};
+  Vec part;
+  for (int32_t t : mine) {
+    const Vec r = rows(whole, size_t(t), 1, ld);
+    part.insert(part.end(), r.begin(), r.end());
+  }
+  DevBuf<float> all(be(), whole), some(be(), part);
+  DevBuf<int32_t> pos(be(), mine);
+  be().rope(all.get(), 1, 8, ld, heads, hs, 10000.0f, false);
+  be().rope(some.get(), 1, 4, ld, heads, hs, 10000.0f, false, 0, pos.get());
+  const Vec a = all.host(), s = some.host();
+  for (size_t i = 0; i < mine.size(); ++i)
+    EXPECT_EQ(rows(s, i, 1, ld), rows(a, size_t(mine[i]), 1, ld)) << "position " << mine[i];
+}
+
 TEST_P(KernelDocumentsTest, PositionEmbeddingsAtThePlaceInTheDocument) {
   const int T = 9, C = 21;
   const Docs docs = {{3, 6}, {9}, {2, 2, 5}};

@@ -15,7 +15,7 @@
 #                                    `--set SECTION.KEY=V` in the args, else the file's,
 #                                    else DEFAULT
 #   pt_grid_ranks CONFIG [TRAIN ARGS...]
-#                                    MPI ranks the run needs: parallel.dp * pp * tp
+#                                    MPI ranks the run needs: parallel.dp * pp * cp * tp
 #   pt_checkpoint_step DIR           step of the checkpoint DIR/latest names (the next
 #                                    step to run), read with `pipetrain ckpt inspect`;
 #                                    fails (prints nothing) when there is none
@@ -33,7 +33,7 @@
 #                                    PT_CKPT_DIR and PT_TARGET_STEPS (what the run will
 #                                    use) and PT_RANKS (dp * pp * tp)
 #   pt_check_grid CONFIG NRANKS WHERE
-#                                    the run can start on NRANKS ranks: dp*pp*tp = NRANKS
+#                                    the run can start on NRANKS ranks: dp*pp*cp*tp = NRANKS
 #                                    (any count under --plan auto), then `pipetrain check`
 #                                    on one process (grid, lowered program, data, memory;
 #                                    CHECK_ARGS adds options, e.g. --cluster F or --no-data);
@@ -132,14 +132,15 @@ pt_config_get() {  # CONFIG SECTION.KEY DEFAULT [TRAIN ARGS...]
 }
 
 pt_grid_ranks() {  # CONFIG [TRAIN ARGS...]
-  local config=$1 dp pp tp
+  local config=$1 dp pp tp cp
   shift
   dp=$(pt_config_get "$config" parallel.dp 1 "$@")
   pp=$(pt_config_get "$config" parallel.pp 1 "$@")
   tp=$(pt_config_get "$config" parallel.tp 1 "$@")
-  [[ $dp =~ ^[0-9]+$ && $pp =~ ^[0-9]+$ && $tp =~ ^[0-9]+$ ]] ||
-    pt_die "$config: parallel.dp/pp/tp are not plain integers ($dp, $pp, $tp)"
-  echo $((dp * pp * tp))
+  cp=$(pt_config_get "$config" parallel.cp 1 "$@")
+  [[ $dp =~ ^[0-9]+$ && $pp =~ ^[0-9]+$ && $tp =~ ^[0-9]+$ && $cp =~ ^[0-9]+$ ]] ||
+    pt_die "$config: parallel.dp/pp/cp/tp are not plain integers ($dp, $pp, $cp, $tp)"
+  echo $((dp * pp * cp * tp))
 }
 
 pt_checkpoint_step() {  # DIR
@@ -237,7 +238,7 @@ pt_check_grid() {  # CONFIG NRANKS WHERE
   per_node=${per_node%%(*}  # "32" or "32(x2)"
   if [[ $per_node =~ ^[0-9]+$ ]]; then extra+=(--ranks-per-node "$per_node"); fi
   if [ "$PT_PLAN_AUTO" = 0 ] && [ "$nranks" != "$PT_RANKS" ]; then
-    pt_die "$config needs parallel.dp*pp*tp = $PT_RANKS ranks but the job runs $nranks ($where)"
+    pt_die "$config needs parallel.dp*pp*cp*tp = $PT_RANKS ranks but the job runs $nranks ($where)"
   fi
   PIPETRAIN=${PIPETRAIN:-$(pt_find_pipetrain)}
   if [ ! -x "$PIPETRAIN" ]; then

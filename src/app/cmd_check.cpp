@@ -49,12 +49,13 @@ Config resolve(const CheckOptions& o, const std::optional<ClusterSpec>& cluster,
   if (!o.plan.empty() && o.plan != "auto") fail("--plan: the only plan is 'auto' (got '{}')", o.plan);
   if (o.plan != "auto") {
     Config cfg = load_config(o.config, o.overrides);
-    const int grid = cfg.parallel.dp * cfg.parallel.pp * cfg.parallel.tp;
+    const int grid = static_cast<int>(grid_ranks(cfg.parallel));
     if (ranks == 0) ranks = grid;
     if (ranks != grid)
-      fail("{}: parallel.dp * parallel.pp * parallel.tp = {} * {} * {} = {} ranks, but the job runs {} (sbatch "
-           "--ntasks, mpirun -n, --ranks)",
-           cfg.source, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, grid, ranks);
+      fail(
+          "{}: parallel.dp * parallel.pp * parallel.cp * parallel.tp = {} * {} * {} * {} = {} ranks, but the job runs "
+          "{} (sbatch --ntasks, mpirun -n, --ranks)",
+          cfg.source, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp, grid, ranks);
     return cfg;
   }
   if (ranks == 0) fail("check --plan auto: say how many ranks the job runs (--ranks N)");
@@ -133,7 +134,7 @@ int run_check(const CheckOptions& o) {
              grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
                         sched.num_microbatches, sim.bubble_fraction, predicted ? predicted->memory.total() : 0.0,
                         vocab.on ? cfg.parallel.pp * cfg.parallel.tp : 0, cfg.model.padded_vocab(), vocab.reason,
-                        sequence_parallel_on(cfg)}));
+                        sequence_parallel_on(cfg), cfg.parallel.cp}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

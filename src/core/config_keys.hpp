@@ -62,6 +62,7 @@ inline constexpr std::array kKeys{
     PT_KEY(parallel, dp_bucket_mb),
     PT_KEY(parallel, vocab_parallel),
     PT_KEY(parallel, sequence_parallel),
+    PT_KEY(parallel, cp),
     PT_KEY(train, recompute),
     PT_KEY(schedule, name),
     PT_KEY(schedule, file),

@@ -128,6 +128,7 @@ void check_parallel(const Checker& c, const Config& cfg) {
   c.check(p.dp_bucket_mb > 0, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
   c.rule(tp_split_problem(m, p.tp));
   c.rule(sequence_parallel_problem(cfg));
+  c.rule(context_parallel_problem(cfg));
   if (p.vocab_parallel == Toggle::On) c.rule(vocab_parallel_problem(cfg));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pipetrain {
 
 std::string tp_split_problem(const ModelConfig& m, int tp) {
@@ -25,12 +27,30 @@ bool sequence_parallel_on(const Config& cfg) {
 }
 
 std::string sequence_parallel_problem(const Config& cfg) {
-  if (!sequence_parallel_on(cfg) || cfg.train.seq_len % cfg.parallel.tp == 0) return "";
+  const int cp = std::max(cfg.parallel.cp, 1);
+  if (!sequence_parallel_on(cfg) || (cfg.train.seq_len / cp) % cfg.parallel.tp == 0) return "";
   return fmt::format(
-      "parallel.tp ({}) must divide train.seq_len ({}) under sequence parallelism (each rank holds an equal share of "
-      "the tokens; set parallel.sequence_parallel = false to keep every token on every tp rank)",
-      cfg.parallel.tp, cfg.train.seq_len);
+      "parallel.tp ({}) must divide train.seq_len / parallel.cp ({}) under sequence parallelism (each rank holds an "
+      "equal share of the tokens; set parallel.sequence_parallel = false to keep every token on every tp rank)",
+      cfg.parallel.tp, cfg.train.seq_len / cp);
 }
+
+std::string context_parallel_problem(const Config& cfg) {
+  const int cp = cfg.parallel.cp;
+  if (cp < 1) return fmt::format("parallel.cp ({}) must be >= 1", cp);
+  if (cp == 1) return "";
+  if (cfg.train.seq_len % (2 * cp) != 0)
+    return fmt::format("parallel.cp ({}): train.seq_len ({}) must cut into 2 x parallel.cp equal chunks", cp,
+                       cfg.train.seq_len);
+  if (cfg.model.n_experts > 0) return "parallel.cp > 1 with model.n_experts: not in this version";
+  if (cfg.data.pack_documents) return "parallel.cp > 1 with data.pack_documents: not in this version";
+  if (cfg.runtime.device != "cpu")
+    return fmt::format("parallel.cp > 1 on runtime.device = \"{}\": the ring's kernels run on CPUs in this version",
+                       cfg.runtime.device);
+  return "";
+}
+
+int64_t grid_ranks(const ParallelConfig& p) { return int64_t{p.dp} * p.pp * std::max(p.cp, 1) * p.tp; }
 
 std::string stage_split_problem(const ModelConfig& m, int64_t stages) {
   if (stages <= m.n_layer) return "";
@@ -60,6 +80,7 @@ std::string vocab_parallel_problem(const Config& cfg) {
         cfg.schedule.file);
   if (cfg.comm.p2p == "nccl")
     return "parallel.vocab_parallel: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet";
+  if (cfg.parallel.cp > 1) return "parallel.vocab_parallel with parallel.cp > 1: not in this version";
   return "";
 }
 

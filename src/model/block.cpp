@@ -114,7 +114,7 @@ GptMlp::GptMlp(const ModelConfig& cfg, int index, ParameterStore& p, TensorParal
 Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std::unique_ptr<Stash>& out) {
   Backend& be = *ctx.backend;
   MemoryPool& pool = *ctx.pool;
-  const int B = ctx.B, T = ctx.T, N = B * T, n = local_rows(ctx), C = C_, Cl = Cl_;
+  const int N = ctx.B * ctx.T, n = local_rows(ctx), C = C_, Cl = Cl_;
   auto s = std::make_unique<AttentionHalfStash>();
   Tensor xf = working_f32(ctx, x);  // this rank's n rows under sequence parallelism
   s->x = x;
@@ -136,8 +136,7 @@ Tensor GptAttention::forward(const MicrobatchContext& ctx, const Tensor& x, std:
     be.attention_decode(atty.f32(), qkv.f32(), 3 * Cl, ctx.kv->keys(index_), ctx.kv->values(index_),
                         ctx.kv->width(), N, pos, NH_, NH_, Cl / NH_);
   } else {
-    s->att =
-        be.attention_forward(atty.f32(), qkv.f32(), B, T, Cl, NH_, NH_, pool, ctx.storage, ctx.document_positions());
+    s->att = attend(ctx, atty, qkv, Cl, NH_, NH_);
   }
   qkv = {};
   s->atty = store(ctx, atty);

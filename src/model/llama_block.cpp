@@ -147,8 +147,7 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
     be.attention_decode(atty.f32(), qkv.f32(), R, ctx.kv->keys(index_), ctx.kv->values(index_), ctx.kv->width(), N,
                         pos, NHl_, NKVl_, hs_);
   } else {
-    s->att = be.attention_forward(atty.f32(), qkv.f32(), ctx.B, ctx.T, Cq, NHl_, NKVl_, *ctx.pool, ctx.storage,
-                                  ctx.document_positions());
+    s->att = attend(ctx, atty, qkv, Cq, NHl_, NKVl_);
   }
   qkv = {};
   s->atty = store(ctx, atty);

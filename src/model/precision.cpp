@@ -3,8 +3,30 @@
 
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/model/ring_attention.hpp"
 
 namespace pipetrain::layer_util {
+namespace {
+
+// Context parallelism's attention stash: the ring, holding its merged output and log-sum-exp.
+struct RingStash final : AttentionStash {
+  RingStash(const MicrobatchContext& ctx, int C, int NH, int NKV)
+      : ring(*ctx.cp, *ctx.backend, *ctx.pool, ctx.B, ctx.cp_tokens, NH, NKV, C / NH) {}
+  RingAttention ring;
+  size_t bytes() const override { return ring.kept_bytes(); }
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionStash> attend(const MicrobatchContext& ctx, const Tensor& out, const Tensor& qkv, int C,
+                                       int NH, int NKV) {
+  if (!uses_ring(ctx))
+    return ctx.backend->attention_forward(out.f32(), qkv.f32(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage,
+                                          ctx.document_positions());
+  auto s = std::make_unique<RingStash>(ctx, C, NH, NKV);
+  s->ring.forward(qkv, out);
+  return s;
+}
 
 Tensor working_f32(const MicrobatchContext& ctx, const Tensor& t) {
   if (!t.defined() || t.dtype() == DType::F32) return t;
@@ -26,6 +48,7 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x) {
 std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext& ctx, const Tensor& out,
                                                          const Tensor& qkv, int C, int NH, int NKV) {
   Backend& be = *ctx.backend;
+  if (uses_ring(ctx)) return attend(ctx, out, working_f32(ctx, qkv), C, NH, NKV);
   if (qkv.dtype() == DType::BF16)
     return be.attention_forward(out.f32(), qkv.bf16_data(), ctx.B, ctx.T, C, NH, NKV, *ctx.pool, ctx.storage,
                                 ctx.document_positions());
@@ -36,6 +59,7 @@ std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext
 void attention_backward_stored(const MicrobatchContext& ctx, const Tensor& dqkv, const Tensor& dout,
                                const Tensor& qkv, AttentionStash& stash, int C, int NH, int NKV) {
   Backend& be = *ctx.backend;
+  if (uses_ring(ctx)) return static_cast<RingStash&>(stash).ring.backward(working_f32(ctx, qkv), dout, dqkv);
   if (qkv.dtype() == DType::BF16)
     be.attention_backward(dqkv.f32(), dout.f32(), qkv.bf16_data(), stash, ctx.B, ctx.T, C, NH, NKV, *ctx.pool,
                           ctx.document_positions());

@@ -17,6 +17,8 @@ constexpr int kForwardTag = 0, kBackwardTag = 1 << 10, kGradTag = 2 << 10, kHome
 
 }  // namespace
 
+bool uses_ring(const MicrobatchContext& ctx) { return ctx.cp && ctx.cp->size() > 1 && !ctx.kv; }
+
 std::vector<int32_t> ring_positions(int T, int cp, int rank) {
   if (cp < 1 || T % (2 * cp) != 0) fail("context parallelism: {} tokens do not cut into 2 x {} equal chunks", T, cp);
   const int c = T / (2 * cp);

@@ -20,7 +20,7 @@ void PipelineExecutor::Impl::load_step_data(const std::vector<Instr>& program) {
     heads += it->second->has_head();
   }
   std::vector<int32_t> host_in(slot.size() * static_cast<size_t>(n)), host_tgt(host_in.size());
-  if (ex.packed_) {
+  if (ex.packed_ || ex.cp_) {
     load_positions(program, host_in, host_tgt);
   } else {
     for (const auto& [m, at] : slot) load(m, host_in.data() + at * n, host_tgt.data() + at * n, nullptr);
@@ -54,7 +54,7 @@ void PipelineExecutor::Impl::load_positions(const std::vector<Instr>& program, s
       load(m, nullptr, nullptr, p);
     else
       load(m, host_in.data() + it->second * n, host_tgt.data() + it->second * n, p);
-    for (int64_t r = 0; r < n; ++r)
+    for (int64_t r = 0; r < n && ex.packed_; ++r)
       if (p[r] != 0 && (r % T == 0 || p[r] != p[r - 1] + 1))
         fail(
             "microbatch {}: token {} of sequence {} is at position {}, which does not count up from its document's "
@@ -164,11 +164,13 @@ MicrobatchContext PipelineExecutor::Impl::run_context() const {
   ctx.storage = ex.storage_;
   ctx.moe = hooks.moe;
   ctx.sequence_parallel = ex.sequence_parallel_;
+  ctx.cp = ex.cp_;
+  ctx.cp_tokens = ex.cp_tokens_;
   return ctx;
 }
 
 void PipelineExecutor::Impl::set_positions(MicrobatchContext& ctx, int m) const {
-  if (!ex.packed_) return;
+  if (!ex.packed_ && !ex.cp_) return;
   const int64_t n = static_cast<int64_t>(B) * T;
   ctx.positions = positions.view(place.at(m) * n, {n});
 }

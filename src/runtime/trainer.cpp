@@ -17,6 +17,7 @@
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/model/ring_attention.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/csv.hpp"
@@ -192,6 +193,8 @@ void Trainer::configure_executor(const Config& cfg, int me) {
   executor_->set_packed_documents(source_.is_packed());
   if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
   executor_->set_sequence_parallel(sequence_parallel_on(cfg));
+  if (const std::string e = context_parallel_problem(cfg); !e.empty()) fail("{}", e);
+  if (grid_.cp() > 1) executor_->set_context_parallel(&grid_.cp_comm(), cfg.train.seq_len);
 }
 
 // This rank's stages of the schedule, each holding its units' layers.
@@ -227,8 +230,9 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
   Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
   if (zero1) {  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
     const int64_t experts = params_.numel() - params_.expert_begin();
-    const int64_t n = params_.expert_begin() / grid_.dp(), e = experts / (grid_.dp() / grid_.ep());
-    const int64_t d = grid_.coords().dp;
+    // Shared out over the ranks holding the same parameters: dp x cp (experts: cp = 1).
+    const int64_t n = params_.expert_begin() / grid_.dp_comm().size(), e = experts / (grid_.dp() / grid_.ep());
+    const int64_t d = grid_.dp_comm().rank();
     owned_.push_back({n * d, n * (d + 1), 0});
     if (e > 0)
       owned_.push_back(
@@ -238,9 +242,9 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n + e));
     }
   }
-  if (grid_.dp() > 1) {
+  if (grid_.dp_comm().size() > 1) {
     DataParallelReducer::Options o;
-    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
+    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * local_seq_len();
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
     o.progress = mpi_progress();
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
@@ -258,7 +262,7 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
   // claim on them.
   if (pair) {
     const bool wte_alone = !reducer_ || zero1;
-    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * cfg_.train.seq_len;
+    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * local_seq_len();
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
                                                    !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
   }
@@ -305,7 +309,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   pack_ = resolve_pack_weights(cfg);
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
-  const bool zero1 = cfg.parallel.zero1 && grid.dp() > 1;
+  const bool zero1 = cfg.parallel.zero1 && grid.dp_comm().size() > 1;
   const bool training = use == TrainerUse::Train;
   if (!training && grid.world_size() > 1)
     fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
@@ -321,7 +325,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   params_.allocate(*pool_, backend_,
                    {.moments = training && !zero1,
                     .grads = training,
-                    .align = 16 * grid.dp(),
+                    .align = 16 * grid.dp_comm().size(),
                     .expert_align = 16 * (grid.dp() / grid.ep())});
   if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
@@ -487,9 +491,7 @@ StepMetrics Trainer::train_step(int step) {
   const int64_t first = step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());
   // The loss is the mean over the step's targets that count (all of them unless packed).
   const int64_t step_targets = source_.is_packed() ? source_.targets(step_first, cfg_.train.global_batch) : step_tokens;
-  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
-    source_.load(first + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt, pos);
-  };
+  const MicrobatchLoader load = loader(source_, first);
   ExecutorHooks hooks;
   hooks.step = step;
   if (reducer_) {
@@ -515,7 +517,7 @@ StepMetrics Trainer::train_step(int step) {
   };
   backend_.defer_checks(true);  // a device backend checks the step's token ids and targets once, below
   last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                               cfg_.train.seq_len, 1.0f / static_cast<float>(step_targets), trace_, hooks);
+                               local_seq_len(), 1.0f / static_cast<float>(step_targets), trace_, hooks);
   backend_.defer_checks(false);
   out.phases.program_s = since();
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
@@ -531,7 +533,7 @@ StepMetrics Trainer::train_step(int step) {
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
                     local_expert_grad_squares(), local_grad_squares()};
-  if (zero1() || grid_.dp() == 1) {
+  if (zero1() || grid_.dp_comm().size() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
     grid_.world().allreduce_sum(sums, 3);
@@ -563,6 +565,33 @@ StepMetrics Trainer::train_step(int step) {
   grid_.world().allreduce_max(&out.step_time_s, 1);
   out.tokens_per_s = static_cast<double>(step_tokens) / out.step_time_s;
   return out;
+}
+
+MicrobatchLoader Trainer::loader(const BatchSource& source, int64_t first) const {
+  const int cp = grid_.cp();
+  if (cp == 1)
+    return [&source, first, B = mb_size_](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
+      source.load(first + static_cast<int64_t>(m) * B, B, in, tgt, pos);
+    };
+  // Context parallelism: whole samples, of which this rank keeps chunks cp_rank and
+  // 2 cp - 1 - cp_rank of every sequence, at their global positions.
+  return [&source, first, B = mb_size_, T = cfg_.train.seq_len,
+          mine = ring_positions(cfg_.train.seq_len, cp, grid_.coords().cp)](int m, int32_t* in, int32_t* tgt,
+                                                                            int32_t* pos) {
+    const size_t Tl = mine.size();
+    const size_t whole = static_cast<size_t>(B) * static_cast<size_t>(T);
+    std::vector<int32_t> whole_in(in ? whole : 0), whole_tgt(tgt ? whole : 0);
+    if (in || tgt)
+      source.load(first + static_cast<int64_t>(m) * B, B, in ? whole_in.data() : nullptr,
+                  tgt ? whole_tgt.data() : nullptr, nullptr);
+    for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+      for (size_t i = 0; i < Tl; ++i) {
+        const size_t from = b * static_cast<size_t>(T) + static_cast<size_t>(mine[i]), to = b * Tl + i;
+        if (in) in[to] = whole_in[from];
+        if (tgt) tgt[to] = whole_tgt[from];
+        if (pos) pos[to] = mine[i];
+      }
+  };
 }
 
 std::vector<float> Trainer::reduced_gradients() {
@@ -604,12 +633,10 @@ double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
   if (source.is_packed() != source_.is_packed())
     fail("evaluation: the validation data {} documents while the training data {}",
          source.is_packed() ? "packs" : "does not pack", source_.is_packed() ? "does" : "does not");
-  MicrobatchLoader load = [&](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
-    source.load(mine + static_cast<int64_t>(m) * mb_size_, mb_size_, in, tgt, pos);
-  };
+  const MicrobatchLoader load = loader(source, mine);
   const Program& program = eval_program(per_replica);
   const ExecutorStats st = executor_->run(program.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                                          cfg_.train.seq_len, 0.0f, false);
+                                          local_seq_len(), 0.0f, false);
   double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
   grid_.world().allreduce_sum(&sum, 1);
   const int64_t samples = static_cast<int64_t>(per_replica) * dp * mb_size_;

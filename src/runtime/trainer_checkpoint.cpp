@@ -74,8 +74,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
         if (kind == 0 || !zero1()) {
           const Tensor& src = kind == 0 ? p->value : kind == 1 ? p->m : p->v;
           t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
-          // The first replica writes; an expert-parallel part, the first rank holding it.
-          const int writer = p->expert_parallel ? grid_.coords().dp / grid_.ep() : grid_.coords().dp;
+          // The first replica writes (of dp x cp: context-parallel ranks hold the same values);
+          // an expert-parallel part, the first rank holding it.
+          const int writer = p->expert_parallel ? grid_.coords().dp / grid_.ep() : grid_.dp_comm().rank();
           t.write = writer == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
           // ZeRO-1: this rank holds the moments of its owned ranges only, and writes /

@@ -133,7 +133,7 @@ for s in slurm-single-node.sbatch slurm-multi-node.sbatch; do
   decide 0 "dry run: srun --ntasks=2" "$s" TRAIN_ARGS="--set parallel.pp=2 --set train.steps=9" --
   decide 1 "but this is submission 5 of MAX_SUBMISSIONS=5: not resubmitting" "$s" \
     PIPETRAIN_SUBMISSION=5 MAX_SUBMISSIONS=5 -- --set parallel.pp=2 --set train.steps=9
-  decide 1 "needs parallel.dp*pp*tp = 2 ranks but the job runs 4" "$s" SLURM_NTASKS=4 -- --set parallel.pp=2
+  decide 1 "needs parallel.dp*pp*cp*tp = 2 ranks but the job runs 4" "$s" SLURM_NTASKS=4 -- --set parallel.pp=2
 done
 decide 0 "done: the checkpoint in ws is at step 6" pbs.qsub TRAIN_ARGS="--set parallel.pp=2 --set train.steps=6" --
 decide 0 "would resubmit (step 6 of 7; submission 4 of 20): qsub -V -v PIPETRAIN_SUBMISSION=4 -W depend=afterany:" \

@@ -29,6 +29,7 @@ struct GridSummary {
   int padded_vocab = 0;
   std::string vocab_reason;  // why on or off (plan/vocab_choice.hpp); "" = off as set
   bool sequence_parallel = false;  // parallel.sequence_parallel in effect (tp > 1)
+  int cp = 1;                      // parallel.cp
 };
 std::string grid_line(const GridSummary& g);
 

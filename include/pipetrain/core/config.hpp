@@ -84,6 +84,10 @@ struct ParallelConfig {
   // on a rank's rows, all-gathers feed the column-parallel products and reduce-scatters
   // leave the row-parallel ones. "auto": on wherever tp > 1 (sequence_parallel_on).
   Toggle sequence_parallel = Toggle::Auto;
+  // Context parallelism: each sequence cut into 2 cp chunks over cp ranks (rank i holds
+  // chunks i and 2cp-1-i), attention as a ring (model/ring_attention.hpp); the grid is
+  // dp x pp x cp x tp and gradients are summed over dp x cp.
+  int cp = 1;
 };
 
 struct ScheduleConfig {

@@ -27,6 +27,11 @@ std::string vocab_parallel_problem(const Config& cfg);
 // train.seq_len (each rank an equal share of every microbatch's rows).
 bool sequence_parallel_on(const Config& cfg);
 std::string sequence_parallel_problem(const Config& cfg);
+// parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism
+// does not run with yet (mixtures of experts, vocabulary parallelism, packed documents, GPUs).
+std::string context_parallel_problem(const Config& cfg);
+// The ranks a config's grid needs: dp x pp x cp x tp.
+int64_t grid_ranks(const ParallelConfig& p);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -56,11 +56,17 @@ struct MicrobatchContext {
   Communicator* ep = nullptr;  // expert-parallel peers (null or size 1: every expert here)
   // Sequence parallelism over `tp` (parallel.sequence_parallel; model/sequence_parallel.hpp).
   bool sequence_parallel = false;
+  // Context parallelism (parallel.cp; model/ring_attention.hpp): this rank holds T of each
+  // sequence's cp_tokens tokens (chunks, at the global positions in `positions`), and
+  // attention is a ring over `cp`. Null: the whole sequence is here.
+  Communicator* cp = nullptr;
+  int cp_tokens = 0;
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage; kIgnoredTarget counts nowhere)
   // (B*T) int32: each token's place in its document when documents are packed
-  // (core/documents.hpp), on every stage; undefined: token t is at position t.
+  // (core/documents.hpp), or its global position under context parallelism, on every
+  // stage; undefined: token t is at position t.
   Tensor positions;
   const int32_t* document_positions() const { return positions.defined() ? positions.i32() : nullptr; }
   float loss_scale = 0.f;  // d(step loss)/d(token loss); 0 = forward only (evaluation)

@@ -24,9 +24,14 @@ Tensor store(const MicrobatchContext& ctx, const Tensor& x);
 // widened to f32 (an Error naming the parameter where it has no widened copy: a matrix where
 // products are native bf16, see Parameter::compute).
 const Tensor& compute_weight(const Parameter& p);
+// Attention's forward from the f32 qkv a block's forward computed: the backend's causal
+// attention (packed documents' positions where the context has them), or under context
+// parallelism the ring (model/ring_attention.hpp), whose stash is the ring itself.
+std::unique_ptr<AttentionStash> attend(const MicrobatchContext& ctx, const Tensor& out, const Tensor& qkv, int C,
+                                       int NH, int NKV);
 // Attention's forward (as recomputation runs it) and backward from qkv as stored: bf16
 // qkv is handed over as it is (the backend widens it, or multiplies it as bf16), an f32
-// one as f32. C, NH, NKV as Backend::attention_forward.
+// one as f32 (the ring takes f32). C, NH, NKV as Backend::attention_forward.
 std::unique_ptr<AttentionStash> attention_forward_stored(const MicrobatchContext& ctx, const Tensor& out,
                                                          const Tensor& qkv, int C, int NH, int NKV);
 void attention_backward_stored(const MicrobatchContext& ctx, const Tensor& dqkv, const Tensor& dout,

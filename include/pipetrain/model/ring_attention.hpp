@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pipetrain/core/tensor.hpp"
+#include "pipetrain/model/layer.hpp"
 
 namespace pipetrain {
 
@@ -26,6 +27,9 @@ class Communicator;
 // The global positions of rank `rank`'s rows of one sequence of T tokens over cp ranks:
 // chunk rank, then chunk 2 cp - 1 - rank, of T / (2 cp) tokens each.
 std::vector<int32_t> ring_positions(int T, int cp, int rank);
+
+// Whether a microbatch's attention is the ring (MicrobatchContext::cp with more than one rank).
+bool uses_ring(const MicrobatchContext& ctx);
 
 class RingAttention {
  public:
@@ -37,6 +41,7 @@ class RingAttention {
   void forward(const Tensor& qkv, const Tensor& out);
   // dqkv (overwritten, like qkv) from dout, for the qkv of the last forward.
   void backward(const Tensor& qkv, const Tensor& dout, const Tensor& dqkv);
+  size_t kept_bytes() const { return out_.bytes() + lse_.bytes(); }  // from forward to backward
 
  private:
   Tensor pack_kv(const Tensor& qkv) const;  // the K and V columns of qkv's rows, contiguous

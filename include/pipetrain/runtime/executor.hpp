@@ -107,6 +107,13 @@ class PipelineExecutor {
   // Sequence parallelism (model/sequence_parallel.hpp): stages hand each other this tp
   // rank's rows, and layers convert between rows and whole where they differ.
   void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
+  // Context parallelism (model/ring_attention.hpp): each rank runs its chunks of every
+  // sequence of `tokens` (run()'s T is its share), every stage loads their global positions,
+  // and attention runs as a ring over `cp`.
+  void set_context_parallel(Communicator* cp, int tokens) {
+    cp_ = cp;
+    cp_tokens_ = tokens;
+  }
   // The backend forgets its packed copies of the stages' weights, which go away with them.
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -127,6 +134,8 @@ class PipelineExecutor {
   bool overlap_ = true;
   bool packed_ = false;
   bool sequence_parallel_ = false;
+  Communicator* cp_ = nullptr;
+  int cp_tokens_ = 0;
 };
 
 }  // namespace pipetrain

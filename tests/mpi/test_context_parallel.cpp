@@ -1,0 +1,75 @@
+// Context parallelism (parallel.cp): each sequence cut into 2 cp chunks, rank i of the cp
+// ranks holding chunks i and 2cp-1-i, attention a ring over them, gradients summed over
+// dp x cp. GPT-2 (learned positions) under 1f1b and Llama (rotary angles, grouped-query
+// attention) under zb-h1 with selective recomputation, ZeRO-1 where there are dp ranks, on
+// every grid of the world's size with cp 2 or 4 beside dp, pp and tp, match the single
+// rank; bad cuts are one-line errors naming the key.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mpi/mpi_fixtures.hpp"
+#include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
+
+namespace pipetrain {
+namespace {
+
+using namespace testing;
+
+struct CpGrid {
+  int dp, pp, cp, tp;
+};
+
+Config cp_config(CpGrid g, bool llama) {
+  Config c = tiny_run_config();  // 8 tokens a sequence: chunks of 2 (cp 2) or 1 (cp 4)
+  c.model.n_layer = 4;
+  c.model.vocab_size = 100;
+  c.train.microbatches = 2;
+  c.train.lr = 3e-3;
+  c.train.grad_clip = 0.05;
+  c.parallel.dp = g.dp, c.parallel.pp = g.pp, c.parallel.cp = g.cp, c.parallel.tp = g.tp;
+  c.parallel.zero1 = g.dp > 1 && llama;
+  if (llama) {
+    c.model.arch = "llama";
+    c.model.n_head = 4;
+    c.model.n_kv_head = 2;
+    c.model.ffn_hidden = 32;
+    c.model.rope_theta = 10000;
+    c.schedule.name = "zb-h1";
+    c.train.recompute = "selective";
+  }
+  return c;
+}
+
+TEST(ContextParallel, EveryGridMatchesTheSingleRank) {
+  const std::vector<CpGrid> all = {{1, 1, 2, 1}, {2, 1, 2, 1}, {1, 2, 2, 1}, {1, 1, 2, 2},
+                                   {1, 1, 4, 1}, {2, 2, 2, 1}, {1, 2, 2, 2}};
+  std::vector<CpGrid> grids;
+  for (CpGrid g : all)
+    if (g.dp * g.pp * g.cp * g.tp == world_size()) grids.push_back(g);
+  if (grids.empty()) GTEST_SKIP() << "no cp grid of the list has " << world_size() << " ranks";
+  for (bool llama : {false, true}) {
+    const RunResult ref = run(cp_config({1, 1, 1, 1}, llama), MPI_COMM_SELF);
+    for (CpGrid g : grids) {
+      SCOPED_TRACE(::testing::Message() << (llama ? "llama" : "gpt2") << ", grid dp " << g.dp << " pp " << g.pp
+                                        << " cp " << g.cp << " tp " << g.tp);
+      const Config cfg = cp_config(g, llama);
+      expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+    }
+  }
+}
+
+TEST(ContextParallel, BadCutsAreOneLineErrorsNamingTheKey) {
+  Config c = cp_config({1, 1, 3, 1}, false);  // 8 tokens do not cut into 6 chunks
+  EXPECT_NE(context_parallel_problem(c).find("parallel.cp"), std::string::npos);
+  EXPECT_NE(context_parallel_problem(c).find("train.seq_len"), std::string::npos);
+  c.parallel.cp = 2;
+  EXPECT_EQ(context_parallel_problem(c), "");
+  c.data.pack_documents = true;
+  EXPECT_NE(context_parallel_problem(c).find("data.pack_documents"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipetrain
