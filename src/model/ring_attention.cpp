@@ -1,6 +1,7 @@
 // RingAttention (pipetrain/model/ring_attention.hpp).
 #include "pipetrain/model/ring_attention.hpp"
 
+#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -14,6 +15,14 @@ namespace {
 // Tags of the ring's transfers: each step's key/value block forward and backward, the
 // backward's travelling gradients, and their last hop home.
 constexpr int kForwardTag = 0, kBackwardTag = 1 << 10, kGradTag = 2 << 10, kHomeTag = 3 << 10;
+
+// Waits for a transfer pair, adding the time blocked to `waited`.
+void finish(CommRequest& received, CommRequest& sent, Stream& stream, double& waited) {
+  const auto t0 = std::chrono::steady_clock::now();
+  received.wait_on(stream);
+  sent.wait();
+  waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -74,8 +83,7 @@ void RingAttention::forward(const Tensor& qkv, const Tensor& out) {
                                 qpos_.i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_, pool_);
     be_.attention_merge(out_.f32(), lse_.f32(), block_out.f32(), block_lse.f32(), B_, Tl_, NH_, hs_);
     if (received) {
-      received->wait_on(be_.stream());
-      sent->wait();
+      finish(*received, *sent, be_.stream(), waited_s_);
       kv = std::move(next);
     }
   }
@@ -109,13 +117,11 @@ void RingAttention::backward(const Tensor& qkv, const Tensor& dout, const Tensor
       next_grad = Tensor::empty(pool_, kv.shape());
       auto gsent = cp_.send(dkv, (me + 1) % cp, tag, be_.stream());
       auto greceived = cp_.recv(next_grad, (me + cp - 1) % cp, tag, be_.stream());
-      greceived->wait_on(be_.stream());
-      gsent->wait();
+      finish(*greceived, *gsent, be_.stream(), waited_s_);
       dkv = std::move(next_grad);
     }
     if (received) {
-      received->wait_on(be_.stream());
-      sent->wait();
+      finish(*received, *sent, be_.stream(), waited_s_);
       kv = std::move(next);
     }
   }

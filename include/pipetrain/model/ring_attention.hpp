@@ -42,6 +42,8 @@ class RingAttention {
   // dqkv (overwritten, like qkv) from dout, for the qkv of the last forward.
   void backward(const Tensor& qkv, const Tensor& dout, const Tensor& dqkv);
   size_t kept_bytes() const { return out_.bytes() + lse_.bytes(); }  // from forward to backward
+  // Seconds this object's passes waited for the ring's transfers after computing (exposed).
+  double waited_seconds() const { return waited_s_; }
 
  private:
   Tensor pack_kv(const Tensor& qkv) const;  // the K and V columns of qkv's rows, contiguous
@@ -51,6 +53,7 @@ class RingAttention {
   MemoryPool& pool_;
   int B_, T_, Tl_, NH_, NKV_, hs_;
   Tensor out_, lse_, qpos_;
+  double waited_s_ = 0;
 };
 
 }  // namespace pipetrain
