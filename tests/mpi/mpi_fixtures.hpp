@@ -4,6 +4,16 @@
 
 namespace pipetrain::testing {
 
+// The tiny Llama of the long-sequence suites: 4 query heads on 2 key/value heads (one each
+// on 2 tp ranks), SwiGLU width 32, rotary base 10000.
+inline void make_tiny_llama(Config& c) {
+  c.model.arch = "llama";
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.ffn_hidden = 32;
+  c.model.rope_theta = 10000;
+}
+
 inline Config tiny_run_config() {
   Config c;
   c.source = "test";

@@ -32,11 +32,7 @@ Config cp_config(CpGrid g, bool llama) {
   c.parallel.dp = g.dp, c.parallel.pp = g.pp, c.parallel.cp = g.cp, c.parallel.tp = g.tp;
   c.parallel.zero1 = g.dp > 1 && llama;
   if (llama) {
-    c.model.arch = "llama";
-    c.model.n_head = 4;
-    c.model.n_kv_head = 2;
-    c.model.ffn_hidden = 32;
-    c.model.rope_theta = 10000;
+    make_tiny_llama(c);
     c.schedule.name = "zb-h1";
     c.train.recompute = "selective";
   }

@@ -26,11 +26,7 @@ Config sp_config(int dp, int pp, int tp, bool llama, Toggle sp) {
   c.parallel.dp = dp, c.parallel.pp = pp, c.parallel.tp = tp;
   c.parallel.sequence_parallel = sp;
   if (llama) {
-    c.model.arch = "llama";
-    c.model.n_head = 4;
-    c.model.n_kv_head = 2;
-    c.model.ffn_hidden = 32;
-    c.model.rope_theta = 10000;
+    make_tiny_llama(c);
     c.schedule.name = "zb-h1";
   }
   return c;
