@@ -1,5 +1,6 @@
 // Tests for src/core/config.cpp: TOML parsing, --set overrides, validation, to_toml.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,10 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_rules.hpp"
 
 namespace pipetrain {
 namespace {
@@ -465,6 +465,34 @@ TEST(ConfigTestValidate, DirectCallOnDefaultsAndEdges) {
   c.source = "a/b.toml";
   c.train.beta2 = std::numeric_limits<double>::quiet_NaN();
   EXPECT_HAS(error_of_validate(c), "a/b.toml: train.beta2: must be a finite number");
+}
+
+}  // namespace
+}  // namespace pipetrain
+
+namespace pipetrain {
+namespace {
+
+// parallel.sequence_parallel: "auto" is on wherever tp divides a rank's tokens and off
+// elsewhere (never an error); `true` there is a one-line error naming the keys.
+TEST(ConfigTestValidate, SequenceParallelAutoStaysOffWhereTpDoesNotDivideTheTokens) {
+  Config c;
+  c.model.n_head = 12, c.model.d_model = 768, c.model.vocab_size = 50257;
+  c.train.seq_len = 1024;
+  c.parallel.tp = 3;
+  EXPECT_FALSE(sequence_parallel_on(c));
+  EXPECT_EQ(sequence_parallel_problem(c), "");
+  c.parallel.tp = 2;
+  EXPECT_TRUE(sequence_parallel_on(c));
+  c.parallel.cp = 2, c.train.seq_len = 12;  // 6 tokens a rank
+  EXPECT_TRUE(sequence_parallel_on(c));
+  c.parallel.tp = 4;  // 6 tokens over 4 tp ranks
+  EXPECT_FALSE(sequence_parallel_on(c));
+  c.parallel.sequence_parallel = Toggle::On;
+  EXPECT_NE(sequence_parallel_problem(c).find("parallel.tp"), std::string::npos);
+  EXPECT_NE(sequence_parallel_problem(c).find("train.seq_len"), std::string::npos);
+  c.parallel.sequence_parallel = Toggle::Off;
+  EXPECT_FALSE(sequence_parallel_on(c));
 }
 
 }  // namespace

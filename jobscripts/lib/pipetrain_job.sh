@@ -31,7 +31,7 @@
 #                                    sets train_args (array: --resume, checkpoint.dir
 #                                    and .every overrides, then the user's options),
 #                                    PT_CKPT_DIR and PT_TARGET_STEPS (what the run will
-#                                    use) and PT_RANKS (dp * pp * tp)
+#                                    use) and PT_RANKS (dp * pp * cp * tp)
 #   pt_check_grid CONFIG NRANKS WHERE
 #                                    the run can start on NRANKS ranks: dp*pp*cp*tp = NRANKS
 #                                    (any count under --plan auto), then `pipetrain check`

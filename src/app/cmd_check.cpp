@@ -37,7 +37,7 @@ constexpr int kMinTagUb = 32767;
 struct CheckOptions {
   std::string config, cluster, plan;
   std::vector<std::string> overrides;
-  int ranks = 0;           // 0: the config's dp * pp * tp
+  int ranks = 0;           // 0: the config's dp * pp * cp * tp
   int ranks_per_node = 0;  // 0: min(ranks, this node's CPUs)
   bool no_data = false;
   std::string resume, init, metrics, trace;  // `train` options a job script passes along; unused
@@ -165,7 +165,8 @@ void add_check_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("config", o->config, "TOML config file")->required();
   sub->add_option("--set", o->overrides, "Override a config key: section.key=value (repeatable)")
       ->allow_extra_args(false);
-  sub->add_option("--ranks", o->ranks, "The job's MPI ranks (default: parallel.dp * pp * tp)")->check(CLI::PositiveNumber);
+  sub->add_option("--ranks", o->ranks, "The job's MPI ranks (default: parallel.dp * pp * cp * tp)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--ranks-per-node", o->ranks_per_node,
                   "Ranks sharing this node's memory, without --cluster (default: min(ranks, CPUs))")
       ->check(CLI::PositiveNumber);

@@ -341,7 +341,7 @@ nlohmann::json run_info(const Config& cfg, const Grid& grid, const Trainer& trai
                         const std::optional<Prediction>& predicted) {
   nlohmann::json info = {
       {"config", cfg.source},
-      {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}}},
+      {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}, {"cp", grid.cp()}}},
       {"world_size", grid.world_size()},
       {"schedule", trainer.schedule().name},
       {"num_stages", trainer.schedule().num_stages},

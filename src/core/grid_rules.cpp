@@ -22,13 +22,21 @@ std::string tp_split_problem(const ModelConfig& m, int tp) {
   return "";
 }
 
+namespace {
+bool tp_divides_the_tokens(const Config& cfg) {
+  return (cfg.train.seq_len / std::max(cfg.parallel.cp, 1)) % cfg.parallel.tp == 0;
+}
+}  // namespace
+
 bool sequence_parallel_on(const Config& cfg) {
-  return cfg.parallel.tp > 1 && cfg.parallel.sequence_parallel != Toggle::Off;
+  const Toggle sp = cfg.parallel.sequence_parallel;
+  if (cfg.parallel.tp <= 1 || sp == Toggle::Off) return false;
+  return sp == Toggle::On || tp_divides_the_tokens(cfg);  // "auto": wherever it can
 }
 
 std::string sequence_parallel_problem(const Config& cfg) {
   const int cp = std::max(cfg.parallel.cp, 1);
-  if (!sequence_parallel_on(cfg) || (cfg.train.seq_len / cp) % cfg.parallel.tp == 0) return "";
+  if (!sequence_parallel_on(cfg) || tp_divides_the_tokens(cfg)) return "";
   return fmt::format(
       "parallel.tp ({}) must divide train.seq_len / parallel.cp ({}) under sequence parallelism (each rank holds an "
       "equal share of the tokens; set parallel.sequence_parallel = false to keep every token on every tp rank)",

@@ -64,11 +64,17 @@ void BlendedSampler::load(int64_t first_sample, int count, int32_t* inputs, int3
 }
 
 int64_t BlendedSampler::targets(int64_t first_sample, int count) {
+  // The cached position moves forward only cheaply: restore it, so the loads that follow
+  // (from first_sample on) do not walk the stream again from sample 0.
+  const int64_t at = at_;
+  const std::vector<int64_t> taken = count_;
   int64_t n = 0;
   for (int i = 0; i < count; ++i) {
     const auto [k, j] = source_of(first_sample + i);
     n += samplers_[static_cast<size_t>(k)]->targets(j, 1);
   }
+  at_ = at;
+  count_ = taken;
   return n;
 }
 

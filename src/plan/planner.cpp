@@ -201,7 +201,7 @@ std::vector<std::string> with_planning_layout(const std::vector<std::string>& ov
                                   "parallel.pp=1",
                                   "parallel.tp=1",
                                   "parallel.ep=1",
-                                  "parallel.sequence_parallel=auto",
+                                  "parallel.cp=1",
                                   "parallel.virtual_stages=1",
                                   "parallel.layers_per_stage=auto",
                                   "parallel.recompute_stages=all",
@@ -234,6 +234,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("parallel.pp={}", l.pp),
           fmt::format("parallel.tp={}", l.tp),
           fmt::format("parallel.ep={}", l.ep),
+          "parallel.cp=1",  // the planner's layouts have no context parallelism yet
           fmt::format("parallel.virtual_stages={}", l.virtual_stages),
           "parallel.layers_per_stage=auto",
           fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),

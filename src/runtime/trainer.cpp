@@ -292,14 +292,14 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
     fail("{}", e);
   // runtime.pack_weights: the units are measured as the run will multiply ("auto" weighs
   // the copies once the split is known, below).
-  apply_pack_weights(cfg, backend, mb_size_ * cfg.train.seq_len);
+  apply_pack_weights(cfg, backend, mb_size_ * (cfg.train.seq_len / grid.cp()));
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
   // parallel.layers_per_stage = "auto": balance the stages by the units' measured costs.
   if (cfg.parallel.layers_per_stage.empty() && S > 1)
-    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len,
-                                     cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);
+    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len / grid.cp(),
+                                     cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);  // a rank's tokens
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
   vocab_parallel_ = choose_vocab_parallel(cfg).on && use == TrainerUse::Train;

@@ -82,7 +82,8 @@ struct ParallelConfig {
   // Sequence parallelism (Megatron's): with tp > 1 the activations between the tensor-
   // parallel products are split by rows (tokens) over the tp ranks: norms and residuals run
   // on a rank's rows, all-gathers feed the column-parallel products and reduce-scatters
-  // leave the row-parallel ones. "auto": on wherever tp > 1 (sequence_parallel_on).
+  // leave the row-parallel ones. "auto": on wherever tp > 1 divides a rank's tokens
+  // (sequence_parallel_on).
   Toggle sequence_parallel = Toggle::Auto;
   // Context parallelism: each sequence cut into 2 cp chunks over cp ranks (rank i holds
   // chunks i and 2cp-1-i), attention as a ring (model/ring_attention.hpp); the grid is

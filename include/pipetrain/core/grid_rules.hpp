@@ -23,8 +23,8 @@ std::string vocab_split_problem(const ModelConfig& m, int slices);
 // the slices off and says why.
 std::string vocab_parallel_problem(const Config& cfg);
 // parallel.sequence_parallel: whether a run splits its activations by rows over its tp
-// ranks (on, or "auto", with tp > 1), and, where it does, the rule it needs: tp divides
-// train.seq_len (each rank an equal share of every microbatch's rows).
+// ranks (true with tp > 1; "auto" where tp also divides train.seq_len / parallel.cp), and
+// the rule `true` needs: tp divides those tokens (each rank an equal share of the rows).
 bool sequence_parallel_on(const Config& cfg);
 std::string sequence_parallel_problem(const Config& cfg);
 // parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism

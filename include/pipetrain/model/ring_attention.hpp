@@ -10,8 +10,8 @@
 // each block's probabilities from the merged log-sum-exp, so nothing of T x T is kept.
 //
 // One object per attention call: forward keeps the merged output and log-sum-exp (B Tl x
-// NH hs and B NH Tl floats) for backward. The grid's cp dimension is not built yet: the
-// ring runs over whatever communicator it is given.
+// NH hs and B NH Tl floats) for backward. The ring runs over whatever communicator it is
+// given: in training the Grid's cp_comm (parallel.cp), through precision's attend().
 #pragma once
 #include <cstdint>
 #include <vector>
