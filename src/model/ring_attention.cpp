@@ -40,8 +40,7 @@ std::vector<int32_t> ring_positions(int T, int cp, int rank) {
 RingAttention::RingAttention(Communicator& cp, Backend& backend, MemoryPool& pool, int B, int T, int NH, int NKV,
                              int hs)
     : cp_(cp), be_(backend), pool_(pool), B_(B), T_(T), Tl_(T / cp.size()), NH_(NH), NKV_(NKV), hs_(hs) {
-  ring_positions(T, cp.size(), cp.rank());  // checks the cut
-  qpos_ = positions_of(cp.rank());
+  for (int r = 0; r < cp.size(); ++r) positions_.push_back(positions_of(r));  // checks the cut
 }
 
 Tensor RingAttention::positions_of(int rank) const {
@@ -78,9 +77,10 @@ void RingAttention::forward(const Tensor& qkv, const Tensor& out) {
       sent = cp_.send(kv, (me + 1) % cp, kForwardTag + s, be_.stream());
       received = cp_.recv(next, (me + cp - 1) % cp, kForwardTag + s, be_.stream());
     }
-    const Tensor kpos = positions_of((me + cp - s) % cp);
+    const Tensor& kpos = positions_[static_cast<size_t>((me + cp - s) % cp)];
     be_.attention_block_forward(block_out.f32(), block_lse.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv,
-                                qpos_.i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_, pool_);
+                                positions_[static_cast<size_t>(me)].i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_,
+                                pool_);
     be_.attention_merge(out_.f32(), lse_.f32(), block_out.f32(), block_lse.f32(), B_, Tl_, NH_, hs_);
     if (received) {
       finish(*received, *sent, be_.stream(), waited_s_);
@@ -107,10 +107,11 @@ void RingAttention::backward(const Tensor& qkv, const Tensor& dout, const Tensor
       sent = cp_.send(kv, (me + 1) % cp, kBackwardTag + s, be_.stream());
       received = cp_.recv(next, (me + cp - 1) % cp, kBackwardTag + s, be_.stream());
     }
-    const Tensor kpos = positions_of((me + cp - s) % cp);
+    const Tensor& kpos = positions_[static_cast<size_t>((me + cp - s) % cp)];
     be_.attention_block_backward(dqkv.f32(), R, dkv.f32(), dkv.f32() + Ckv, 2 * Ckv, dout.f32(), delta.f32(),
-                                 lse_.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv, qpos_.i32(), kpos.i32(),
-                                 B_, Tl_, Tl_, NH_, NKV_, hs_, pool_);
+                                 lse_.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv,
+                                 positions_[static_cast<size_t>(me)].i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_,
+                                 pool_);
     // The gradients go on to the next rank: after the last step that is the block's owner.
     const int tag = s + 1 < cp ? kGradTag + s : kHomeTag;
     if (cp > 1) {

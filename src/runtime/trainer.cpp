@@ -17,7 +17,6 @@
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
-#include "pipetrain/model/ring_attention.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/csv.hpp"
@@ -567,33 +566,6 @@ StepMetrics Trainer::train_step(int step) {
   return out;
 }
 
-MicrobatchLoader Trainer::loader(const BatchSource& source, int64_t first) const {
-  const int cp = grid_.cp();
-  if (cp == 1)
-    return [&source, first, B = mb_size_](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
-      source.load(first + static_cast<int64_t>(m) * B, B, in, tgt, pos);
-    };
-  // Context parallelism: whole samples, of which this rank keeps chunks cp_rank and
-  // 2 cp - 1 - cp_rank of every sequence, at their global positions.
-  return [&source, first, B = mb_size_, T = cfg_.train.seq_len,
-          mine = ring_positions(cfg_.train.seq_len, cp, grid_.coords().cp)](int m, int32_t* in, int32_t* tgt,
-                                                                            int32_t* pos) {
-    const size_t Tl = mine.size();
-    const size_t whole = static_cast<size_t>(B) * static_cast<size_t>(T);
-    std::vector<int32_t> whole_in(in ? whole : 0), whole_tgt(tgt ? whole : 0);
-    if (in || tgt)
-      source.load(first + static_cast<int64_t>(m) * B, B, in ? whole_in.data() : nullptr,
-                  tgt ? whole_tgt.data() : nullptr, nullptr);
-    for (size_t b = 0; b < static_cast<size_t>(B); ++b)
-      for (size_t i = 0; i < Tl; ++i) {
-        const size_t from = b * static_cast<size_t>(T) + static_cast<size_t>(mine[i]), to = b * Tl + i;
-        if (in) in[to] = whole_in[from];
-        if (tgt) tgt[to] = whole_tgt[from];
-        if (pos) pos[to] = mine[i];
-      }
-  };
-}
-
 std::vector<float> Trainer::reduced_gradients() {
   if (tied_) tied_->receive_sum();
   std::vector<float> out(static_cast<size_t>(params_.numel()));
@@ -622,26 +594,6 @@ const Program& Trainer::eval_program(int microbatches) {
     }
   }
   return eval_program_;
-}
-
-double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
-  fault::point("eval");
-  const int dp = grid_.dp();
-  const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
-  if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
-  const int64_t mine = first + static_cast<int64_t>(grid_.coords().dp) * per_replica * mb_size_;
-  if (source.is_packed() != source_.is_packed())
-    fail("evaluation: the validation data {} documents while the training data {}",
-         source.is_packed() ? "packs" : "does not pack", source_.is_packed() ? "does" : "does not");
-  const MicrobatchLoader load = loader(source, mine);
-  const Program& program = eval_program(per_replica);
-  const ExecutorStats st = executor_->run(program.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
-                                          local_seq_len(), 0.0f, false);
-  double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
-  grid_.world().allreduce_sum(&sum, 1);
-  const int64_t samples = static_cast<int64_t>(per_replica) * dp * mb_size_;
-  return sum / static_cast<double>(source.is_packed() ? source.targets(first, static_cast<int>(samples))
-                                                      : samples * cfg_.train.seq_len);
 }
 
 }  // namespace pipetrain

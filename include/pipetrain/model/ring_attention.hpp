@@ -52,7 +52,8 @@ class RingAttention {
   Backend& be_;
   MemoryPool& pool_;
   int B_, T_, Tl_, NH_, NKV_, hs_;
-  Tensor out_, lse_, qpos_;
+  Tensor out_, lse_;
+  std::vector<Tensor> positions_;  // every cp rank's rows' positions (its keys' and, for this rank, queries')
   double waited_s_ = 0;
 };
 
