@@ -51,10 +51,6 @@ std::string context_parallel_problem(const Config& cfg) {
     return fmt::format("parallel.cp ({}): train.seq_len ({}) must cut into 2 x parallel.cp equal chunks", cp,
                        cfg.train.seq_len);
   if (cfg.model.n_experts > 0) return "parallel.cp > 1 with model.n_experts: not in this version";
-  if (cfg.data.pack_documents) return "parallel.cp > 1 with data.pack_documents: not in this version";
-  if (cfg.runtime.device != "cpu")
-    return fmt::format("parallel.cp > 1 on runtime.device = \"{}\": the ring's kernels run on CPUs in this version",
-                       cfg.runtime.device);
   return "";
 }
 

@@ -11,7 +11,7 @@ namespace {
 // Context parallelism's attention stash: the ring, holding its merged output and log-sum-exp.
 struct RingStash final : AttentionStash {
   RingStash(const MicrobatchContext& ctx, int C, int NH, int NKV)
-      : ring(*ctx.cp, *ctx.backend, *ctx.pool, ctx.B, ctx.cp_tokens, NH, NKV, C / NH) {}
+      : ring(*ctx.cp, *ctx.backend, *ctx.pool, ctx.B, ctx.cp_tokens, NH, NKV, C / NH, ctx.document_starts) {}
   RingAttention ring;
   size_t bytes() const override { return ring.kept_bytes(); }
 };

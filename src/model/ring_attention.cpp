@@ -38,8 +38,17 @@ std::vector<int32_t> ring_positions(int T, int cp, int rank) {
 }
 
 RingAttention::RingAttention(Communicator& cp, Backend& backend, MemoryPool& pool, int B, int T, int NH, int NKV,
-                             int hs)
-    : cp_(cp), be_(backend), pool_(pool), B_(B), T_(T), Tl_(T / cp.size()), NH_(NH), NKV_(NKV), hs_(hs) {
+                             int hs, Tensor document_starts)
+    : cp_(cp),
+      be_(backend),
+      pool_(pool),
+      B_(B),
+      T_(T),
+      Tl_(T / cp.size()),
+      NH_(NH),
+      NKV_(NKV),
+      hs_(hs),
+      starts_(std::move(document_starts)) {
   for (int r = 0; r < cp.size(); ++r) positions_.push_back(positions_of(r));  // checks the cut
 }
 
@@ -79,8 +88,8 @@ void RingAttention::forward(const Tensor& qkv, const Tensor& out) {
     }
     const Tensor& kpos = positions_[static_cast<size_t>((me + cp - s) % cp)];
     be_.attention_block_forward(block_out.f32(), block_lse.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv,
-                                positions_[static_cast<size_t>(me)].i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_,
-                                pool_);
+                                positions_[static_cast<size_t>(me)].i32(), starts(), kpos.i32(), B_, Tl_, Tl_, NH_,
+                                NKV_, hs_, pool_);
     be_.attention_merge(out_.f32(), lse_.f32(), block_out.f32(), block_lse.f32(), B_, Tl_, NH_, hs_);
     if (received) {
       finish(*received, *sent, be_.stream(), waited_s_);
@@ -110,8 +119,8 @@ void RingAttention::backward(const Tensor& qkv, const Tensor& dout, const Tensor
     const Tensor& kpos = positions_[static_cast<size_t>((me + cp - s) % cp)];
     be_.attention_block_backward(dqkv.f32(), R, dkv.f32(), dkv.f32() + Ckv, 2 * Ckv, dout.f32(), delta.f32(),
                                  lse_.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv,
-                                 positions_[static_cast<size_t>(me)].i32(), kpos.i32(), B_, Tl_, Tl_, NH_, NKV_, hs_,
-                                 pool_);
+                                 positions_[static_cast<size_t>(me)].i32(), starts(), kpos.i32(), B_, Tl_, Tl_, NH_,
+                                 NKV_, hs_, pool_);
     // The gradients go on to the next rank: after the last step that is the block's owner.
     const int tag = s + 1 < cp ? kGradTag + s : kHomeTag;
     if (cp > 1) {

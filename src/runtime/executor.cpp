@@ -1,6 +1,7 @@
 // PipelineExecutor (pipetrain/runtime/executor.hpp): the step's data, receives, sends and
 // hand-offs, the microbatch contexts, and running one rank's program.
 #include "executor_impl.hpp"
+#include "pipetrain/model/ring_attention.hpp"
 
 namespace pipetrain {
 
@@ -54,7 +55,8 @@ void PipelineExecutor::Impl::load_positions(const std::vector<Instr>& program, s
       load(m, nullptr, nullptr, p);
     else
       load(m, host_in.data() + it->second * n, host_tgt.data() + it->second * n, p);
-    for (int64_t r = 0; r < n && ex.packed_; ++r)
+    // Under context parallelism a rank's rows are chunks: a document may begin before them.
+    for (int64_t r = 0; r < n && ex.packed_ && !ex.cp_; ++r)
       if (p[r] != 0 && (r % T == 0 || p[r] != p[r - 1] + 1))
         fail(
             "microbatch {}: token {} of sequence {} is at position {}, which does not count up from its document's "
@@ -64,6 +66,26 @@ void PipelineExecutor::Impl::load_positions(const std::vector<Instr>& program, s
   if (place.empty()) return;
   positions = Tensor::empty(ex.pool_, {static_cast<int64_t>(host.size())}, DType::I32);
   ex.backend_.to_device(positions.raw(), host.data(), positions.bytes());
+  if (ex.packed_ && ex.cp_) load_document_starts(host);
+}
+
+// A token at global position g and document position p: its document starts at g - p,
+// which must lie in the sequence, and each chunk's positions count up within a document.
+void PipelineExecutor::Impl::load_document_starts(const std::vector<int32_t>& host) {
+  const std::vector<int32_t> global = ring_positions(ex.cp_tokens_, ex.cp_->size(), ex.cp_->rank());
+  std::vector<int32_t> first(host.size());
+  for (size_t r = 0; r < host.size(); ++r) {
+    const size_t t = r % static_cast<size_t>(T);
+    const bool follows = t > 0 && global[t] == global[t - 1] + 1;
+    if (host[r] < 0 || host[r] > global[t] || (follows && host[r] != 0 && host[r] != host[r - 1] + 1))
+      fail(
+          "token {} of a sequence (global position {}) is at document position {}, which does not count up from its "
+          "document's start (packed documents, context parallelism)",
+          t, global[t], host[r]);
+    first[r] = global[t] - host[r];
+  }
+  starts = Tensor::empty(ex.pool_, {static_cast<int64_t>(first.size())}, DType::I32);
+  ex.backend_.to_device(starts.raw(), first.data(), starts.bytes());
 }
 
 void PipelineExecutor::Impl::sum_losses() {
@@ -173,6 +195,7 @@ void PipelineExecutor::Impl::set_positions(MicrobatchContext& ctx, int m) const 
   if (!ex.packed_ && !ex.cp_) return;
   const int64_t n = static_cast<int64_t>(B) * T;
   ctx.positions = positions.view(place.at(m) * n, {n});
+  if (starts.defined()) ctx.document_starts = starts.view(place.at(m) * n, {n});
 }
 
 MicrobatchContext PipelineExecutor::Impl::make_context(int m, int stage, const ModelStage& st) {

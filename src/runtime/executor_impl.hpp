@@ -87,9 +87,10 @@ struct PipelineExecutor::Impl {
   // host once at the end — no host synchronisation per microbatch.
   std::map<int, int64_t> slot;
   Tensor tokens, targets, losses;
-  // Packed documents: every microbatch this rank computes (place[m] in `positions`).
+  // Packed documents: every microbatch this rank computes (place[m] in `positions`); under
+  // context parallelism each token's document's first global position too (`starts`).
   std::map<int, int64_t> place;
-  Tensor positions;
+  Tensor positions, starts;
   int64_t losses_kept = 0;
   // Vocabulary parallelism: each microbatch's slice results until their collective takes
   // them (EF's partial lookup, the last stage's hidden states, OF's softmax partials of their
@@ -104,6 +105,8 @@ struct PipelineExecutor::Impl {
   void load_step_data(const std::vector<Instr>& program);
   void set_positions(MicrobatchContext& ctx, int m) const;  // packed documents
   void load_positions(const std::vector<Instr>& program, std::vector<int32_t>& host_in, std::vector<int32_t>& host_tgt);
+  // Packed documents under context parallelism: `starts` from the documents' positions.
+  void load_document_starts(const std::vector<int32_t>& host);
   // The head's losses of this run, summed in the order they were computed.
   void sum_losses();
 

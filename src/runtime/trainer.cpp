@@ -193,7 +193,7 @@ void Trainer::configure_executor(const Config& cfg, int me) {
   if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
   executor_->set_sequence_parallel(sequence_parallel_on(cfg));
   if (const std::string e = context_parallel_problem(cfg); !e.empty()) fail("{}", e);
-  if (grid_.cp() > 1) executor_->set_context_parallel(&grid_.cp_comm(), cfg.train.seq_len);
+  if (grid_.cp() > 1) executor_->set_context_parallel(comms_->cp(), cfg.train.seq_len);
 }
 
 // This rank's stages of the schedule, each holding its units' layers.

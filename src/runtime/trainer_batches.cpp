@@ -16,22 +16,23 @@ MicrobatchLoader Trainer::loader(const BatchSource& source, int64_t first) const
       source.load(first + static_cast<int64_t>(m) * B, B, in, tgt, pos);
     };
   // Context parallelism: whole samples, of which this rank keeps chunks cp_rank and
-  // 2 cp - 1 - cp_rank of every sequence, at their global positions.
-  return [&source, first, B = mb_size_, T = cfg_.train.seq_len,
+  // 2 cp - 1 - cp_rank of every sequence, at their global positions (packed documents:
+  // their document positions; the executor finds each document's start from both).
+  return [&source, first, B = mb_size_, T = cfg_.train.seq_len, packed = source.is_packed(),
           mine = ring_positions(cfg_.train.seq_len, cp, grid_.coords().cp)](int m, int32_t* in, int32_t* tgt,
                                                                             int32_t* pos) {
     const size_t Tl = mine.size();
     const size_t whole = static_cast<size_t>(B) * static_cast<size_t>(T);
-    std::vector<int32_t> whole_in(in ? whole : 0), whole_tgt(tgt ? whole : 0);
-    if (in || tgt)
+    std::vector<int32_t> whole_in(in ? whole : 0), whole_tgt(tgt ? whole : 0), whole_pos(pos && packed ? whole : 0);
+    if (in || tgt || !whole_pos.empty())
       source.load(first + static_cast<int64_t>(m) * B, B, in ? whole_in.data() : nullptr,
-                  tgt ? whole_tgt.data() : nullptr, nullptr);
+                  tgt ? whole_tgt.data() : nullptr, whole_pos.empty() ? nullptr : whole_pos.data());
     for (size_t b = 0; b < static_cast<size_t>(B); ++b)
       for (size_t i = 0; i < Tl; ++i) {
         const size_t from = b * static_cast<size_t>(T) + static_cast<size_t>(mine[i]), to = b * Tl + i;
         if (in) in[to] = whole_in[from];
         if (tgt) tgt[to] = whole_tgt[from];
-        if (pos) pos[to] = mine[i];
+        if (pos) pos[to] = packed ? whole_pos[from] : mine[i];
       }
   };
 }

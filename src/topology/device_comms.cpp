@@ -65,6 +65,7 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
     tp_ = &grid.tp_comm();
     dp_ = &grid.dp_comm();
     pp_ = &grid.pp_comm();
+    cp_ = &grid.cp_comm();
     tied_mpi_ = std::move(pair);
     tied_ = tied_mpi_.get();
     summary_ = "mpi";
@@ -94,6 +95,9 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
   dp_ = make(grid.dp_comm(), true, false, "data parallelism", own_dp_);
   pp_ = make(grid.pp_comm(), p2p_nccl, true, "the pipeline", own_pp_);
   pp_nccl_ = p2p_nccl && grid.pp_comm().size() > 1;
+  // The ring's sends and receives are posted together on every rank, in either order: MPI's
+  // nonblocking pairs take that; NCCL's would need them grouped.
+  if (grid.cp_comm().size() > 1) cp_ = make(grid.cp_comm(), false, false, "context parallelism", own_cp_);
   if (pair) {
     tied_mpi_ = std::move(pair);
     tied_ = make(*tied_mpi_, p2p_nccl, true, "the tied embedding", own_tied_);

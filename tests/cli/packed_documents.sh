@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # data.pack_documents end to end: `data text --eot` writes one document per input file
 # (GPT-2's end-of-text after each); a packed run on a 2-stage pipeline says in its header
-# how the documents were packed and that the long ones were split, its losses equal the
-# single rank's packed run, and it evaluates packed validation data. Bad input: a file
+# how the documents were packed and that the long ones were split, its losses (and those of
+# cp = 2, documents spanning the two ranks' chunks) equal the single rank's packed run, and
+# it evaluates packed validation data. Bad input: a file
 # whose tokenizer has no end-of-text token, and data.respect_documents beside packing, are
 # one-line errors naming the file or the keys.
 set -euo pipefail
@@ -33,19 +34,24 @@ common=(--set data.train="$tmp/docs.h5" --set data.pack_documents=true --set mod
 timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" --metrics "$tmp/one.jsonl" >"$tmp/one.out"
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" --set parallel.pp=2 \
   --metrics "$tmp/pp2.jsonl" >"$tmp/pp2.out"
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" "${common[@]}" --set parallel.cp=2 \
+  --metrics "$tmp/cp2.jsonl" >"$tmp/cp2.out"
 line=$(grep -m1 "documents packed into" "$tmp/one.out") || fail "no packing line in the header: $(head -40 "$tmp/one.out")"
 echo "$line"
 [[ $line =~ \(40\ documents\ packed\ into\ [0-9]+\ sequences\ of\ 64,\ [0-9]+%\ of\ positions\ filled,\ ([0-9]+)\ longer\ than\ seq_len\ split ]] ||
   fail "the packing line: $line"
 [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "no document was split"
-python3 - "$tmp/one.jsonl" "$tmp/pp2.jsonl" <<'PY'
+python3 - "$tmp/one.jsonl" "$tmp/pp2.jsonl" "$tmp/cp2.jsonl" <<'PY'
 import json, math, sys
-one, pp2 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
-assert len(one) == len(pp2) == 4, (len(one), len(pp2))
-for a, b in zip(one, pp2):
-    assert math.isfinite(a["loss"]) and abs(a["loss"] - math.log(50257)) < 1.5, a
-    # the same sums in another order: f32 rounding, far below any packing mistake
-    assert abs(a["loss"] - b["loss"]) <= 1e-4 * a["loss"], (a["loss"], b["loss"])
+one, *others = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
+for other in others:
+    assert len(one) == len(other) == 4, (len(one), len(other))
+    for a, b in zip(one, other):
+        assert math.isfinite(a["loss"]) and abs(a["loss"] - math.log(50257)) < 1.5, a
+        # the same sums in another order: f32 rounding, far below any packing mistake
+        for key in ("loss", "val_loss"):
+            if key in a:
+                assert abs(a[key] - b[key]) <= 1e-4 * a[key], (key, a[key], b[key])
 vals = [r["val_loss"] for r in one if "val_loss" in r]
 assert len(vals) == 2 and all(math.isfinite(v) for v in vals), one
 print("packed losses", [round(r["loss"], 4) for r in one], "validation", [round(v, 4) for v in vals])

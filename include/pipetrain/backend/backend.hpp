@@ -219,13 +219,15 @@ class Backend : public DeviceAllocator {
   // ring, model/ring_attention.hpp; flash style: nothing of Tq x Tk kept between passes) ----
   // B sequences of Tq queries (q: rows of ldq floats, NH heads of hs) against Tk keys and
   // values (k, v: rows of ldkv floats, NKV heads; query head h reads h / (NH / NKV)); key j
-  // of a sequence is visible to its query i iff kpos[b Tk + j] <= qpos[b Tq + i]. out (B Tq
-  // rows of NH hs): the visible values weighted by their softmax within the block; lse (B,
-  // NH, Tq): the log-sum-exp of the visible scores, -inf for a row that sees none (its out 0).
+  // of a sequence is visible to its query i iff qstart[b Tq + i] <= kpos[b Tk + j] <= qpos[b Tq
+  // + i] (qstart: the global position of the query's document's first token under packed
+  // documents; nullptr: 0, every earlier key). out (B Tq rows of NH hs): the visible values weighted by their softmax
+  // within the block; lse (B, NH, Tq): the log-sum-exp of the visible scores, -inf for a row that sees none (its out
+  // 0).
   virtual void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v,
-                                       int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk,
-                                       int NH, int NKV, int hs, MemoryPool& pool) {
-    no_block_attention(out, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk, NH, NKV, hs, pool);
+                                       int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B,
+                                       int Tq, int Tk, int NH, int NKV, int hs, MemoryPool& pool) {
+    no_block_attention(out, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B, Tq, Tk, NH, NKV, hs, pool);
   }
   // The blocks merged: out = the lse-weighted mean of out and block_out, lse = their
   // log-sum-exp (a block_lse of -inf leaves the row as it is).
@@ -242,10 +244,11 @@ class Backend : public DeviceAllocator {
   // and values' (accumulates).
   virtual void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
                                         const float* delta, const float* lse, const float* q, int ldq, const float* k,
-                                        const float* v, int ldkv, const int32_t* qpos, const int32_t* kpos, int B,
-                                        int Tq, int Tk, int NH, int NKV, int hs, MemoryPool& pool) {
-    no_block_attention(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk, NH, NKV,
-                       hs, pool);
+                                        const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart,
+                                        const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
+                                        MemoryPool& pool) {
+    no_block_attention(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B, Tq, Tk, NH,
+                       NKV, hs, pool);
   }
 
   // ---- Llama: RMSNorm, rotary embeddings, SwiGLU ----

@@ -69,6 +69,10 @@ struct MicrobatchContext {
   // stage; undefined: token t is at position t.
   Tensor positions;
   const int32_t* document_positions() const { return positions.defined() ? positions.i32() : nullptr; }
+  // (B*T) int32 under context parallelism with packed documents (positions then being the
+  // documents' ones): the global position of each token's document's first token, which
+  // bounds the keys the ring lets it see; undefined otherwise.
+  Tensor document_starts;
   float loss_scale = 0.f;  // d(step loss)/d(token loss); 0 = forward only (evaluation)
   // What activations, activation gradients and the stash are stored as (train.precision;
   // see precision.hpp). Layer inputs and outputs have this dtype; losses are f32.

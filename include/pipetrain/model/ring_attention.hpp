@@ -34,8 +34,11 @@ bool uses_ring(const MicrobatchContext& ctx);
 class RingAttention {
  public:
   // B sequences of T tokens over the ranks of `cp` (2 cp must divide T); NH query and NKV
-  // key/value heads of hs channels.
-  RingAttention(Communicator& cp, Backend& backend, MemoryPool& pool, int B, int T, int NH, int NKV, int hs);
+  // key/value heads of hs channels. document_starts (this rank's B x T / cp rows, int32 on
+  // the device; undefined: none): under packed documents, the global position of each
+  // token's document's first token, before which it sees no key.
+  RingAttention(Communicator& cp, Backend& backend, MemoryPool& pool, int B, int T, int NH, int NKV, int hs,
+                Tensor document_starts = {});
   int local_rows() const { return B_ * Tl_; }  // this rank's rows: B x T / cp
   // qkv: this rank's rows of [Q | K | V] (rows of (NH + 2 NKV) hs); out: (B Tl, NH hs).
   void forward(const Tensor& qkv, const Tensor& out);
@@ -54,6 +57,8 @@ class RingAttention {
   int B_, T_, Tl_, NH_, NKV_, hs_;
   Tensor out_, lse_;
   std::vector<Tensor> positions_;  // every cp rank's rows' positions (its keys' and, for this rank, queries')
+  Tensor starts_;                  // document_starts
+  const int32_t* starts() const { return starts_.defined() ? starts_.i32() : nullptr; }
   double waited_s_ = 0;
 };
 

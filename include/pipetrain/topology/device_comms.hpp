@@ -2,7 +2,8 @@
 // On the host they are the Grid's MPI communicators. On a GPU: NCCL for tp and dp (one
 // NCCL communicator per group, its unique id broadcast over the group's MPI
 // communicator), and for the pipeline and the tied-embedding pair NCCL or, with
-// comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU). A
+// comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU); the
+// context-parallel ring is MPI staged through host buffers. A
 // group of one rank never moves data; it gets the staged path. Host scalars (norms,
 // metrics) always go over the Grid's MPI communicators.
 #pragma once
@@ -40,6 +41,7 @@ class DeviceComms {
   Communicator& tp() { return *tp_; }
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
+  Communicator* cp() { return cp_; }      // the context-parallel ring (null on a GPU without one)
   Communicator* tied() { return tied_; }  // null unless this rank holds one of two distinct copies
   // Pipeline messages match in the order they are posted (NCCL): the program must pass
   // validate_in_order (schedule/program.hpp).
@@ -51,9 +53,9 @@ class DeviceComms {
   std::string summary() const { return summary_; }
 
  private:
-  std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_;
+  std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_, own_cp_;
   std::unique_ptr<MpiCommunicator> tied_mpi_;  // the pair's MPI communicator (under a staged or NCCL one on GPUs)
-  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr;
+  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr, *cp_ = nullptr;
   bool pp_nccl_ = false, tied_nccl_ = false;
   std::string summary_;
 };

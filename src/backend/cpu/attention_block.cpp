@@ -18,15 +18,16 @@ namespace {
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-// Masks row i's scores to the visible keys (kpos[j] <= qpos), exponentiates them against
+// Masks row i's scores to the visible keys (qstart <= kpos[j] <= qpos), exponentiates them against
 // the row's own max and normalizes (fast_expf and kLanes partial sums, as the causal
 // kernel's softmax); returns the log-sum-exp (-inf with no visible key: the row is all 0).
 // What no pair computed (an invisible key) is only ever selected away.
 PIPETRAIN_SIMD_CLONES
-float block_softmax_row(float* s, const int32_t* kpos, int32_t qpos, int Tk) {
+float block_softmax_row(float* s, const int32_t* kpos, int32_t qpos, int32_t qstart, int Tk) {
+  const auto seen = [=](int j) { return kpos[j] <= qpos && kpos[j] >= qstart; };
   float m = kMinusInf;
   for (int j = 0; j < Tk; ++j) {
-    const float x = kpos[j] <= qpos ? s[j] : kMinusInf;
+    const float x = seen(j) ? s[j] : kMinusInf;
     s[j] = x;
     m = x > m ? x : m;
   }
@@ -38,13 +39,13 @@ float block_softmax_row(float* s, const int32_t* kpos, int32_t qpos, int Tk) {
   int c = 0;
   for (; c + kLanes <= Tk; c += kLanes)
     for (int j = 0; j < kLanes; ++j) {
-      const float e = kpos[c + j] <= qpos ? fast_expf(s[c + j] - m) : 0.0f;
+      const float e = seen(c + j) ? fast_expf(s[c + j] - m) : 0.0f;
       s[c + j] = e;
       sums[j] += e;
     }
   float sum = 0.0f;
   for (; c < Tk; ++c) {
-    const float e = kpos[c] <= qpos ? fast_expf(s[c] - m) : 0.0f;
+    const float e = seen(c) ? fast_expf(s[c] - m) : 0.0f;
     s[c] = e;
     sum += e;
   }
@@ -57,13 +58,14 @@ float block_softmax_row(float* s, const int32_t* kpos, int32_t qpos, int Tk) {
 // A row of the backward: p = exp(S - lse) (the merged softmax's probability) over the
 // visible keys, dS = p (dP - delta) (the scale goes into the products), 0 elsewhere.
 PIPETRAIN_SIMD_CLONES
-void block_backward_row(float* p, float* ds, const int32_t* kpos, int32_t qpos, float lse, float delta, int Tk) {
+void block_backward_row(float* p, float* ds, const int32_t* kpos, int32_t qpos, int32_t qstart, float lse, float delta,
+                        int Tk) {
   if (lse == kMinusInf) {
     for (int j = 0; j < Tk; ++j) p[j] = ds[j] = 0.0f;
     return;
   }
   for (int j = 0; j < Tk; ++j) {
-    const bool seen = kpos[j] <= qpos;
+    const bool seen = kpos[j] <= qpos && kpos[j] >= qstart;
     const float pj = seen ? fast_expf(p[j] - lse) : 0.0f;
     p[j] = pj;
     ds[j] = seen ? pj * (ds[j] - delta) : 0.0f;
@@ -117,12 +119,13 @@ std::vector<Tile> tiles_of(const std::vector<Run>& queries, const std::vector<Ru
 }  // namespace
 
 void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v, int ldkv,
-                             const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
-                             float* scores) {
+                             const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq, int Tk,
+                             int NH, int NKV, int hs, float* scores) {
   const int group = NH / NKV, ldo = NH * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int b = 0; b < B; ++b) {
     const int32_t *qp = qpos + static_cast<int64_t>(b) * Tq, *kp = kpos + static_cast<int64_t>(b) * Tk;
+    const int32_t* qs = qstart ? qstart + static_cast<int64_t>(b) * Tq : nullptr;
     const std::vector<Tile> tiles = tiles_of(runs_of(qp, Tq), runs_of(kp, Tk));
     for (int h = 0; h < NH; ++h) {
       const float* qb = q + static_cast<int64_t>(b) * Tq * ldq + h * hs;
@@ -133,8 +136,9 @@ void attention_block_forward(float* out, float* lse, const float* q, int ldq, co
       for (const Tile& t : tiles)  // S = scale Q K^T
         gemm(false, true, t.qn, t.kn, hs, scale, qb + int64_t{t.q0} * ldq, ldq, kb + int64_t{t.k0} * ldkv, ldkv, 0.0f,
              scores + int64_t{t.q0} * Tk + t.k0, Tk);
-      Kokkos::parallel_for("pipetrain::attention_block_softmax", HostRange(0, Tq),
-                           [=](const int64_t i) { l[i] = block_softmax_row(scores + i * Tk, kp, qp[i], Tk); });
+      Kokkos::parallel_for("pipetrain::attention_block_softmax", HostRange(0, Tq), [=](const int64_t i) {
+        l[i] = block_softmax_row(scores + i * Tk, kp, qp[i], qs ? qs[i] : 0, Tk);
+      });
       for (int i = 0; i < Tq; ++i)
         for (int d = 0; d < hs; ++d) ob[int64_t{i} * ldo + d] = 0.0f;
       for (const Tile& t : tiles)  // O = P V
@@ -146,13 +150,13 @@ void attention_block_forward(float* out, float* lse, const float* q, int ldq, co
 
 void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
                               const float* delta, const float* lse, const float* q, int ldq, const float* k,
-                              const float* v, int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk,
-                              int NH, int NKV, int hs, float* p, float* ds) {
+                              const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos,
+                              int B, int Tq, int Tk, int NH, int NKV, int hs, float* p, float* ds) {
   const int group = NH / NKV, ldo = NH * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int b = 0; b < B; ++b) {
     const int64_t qrow = static_cast<int64_t>(b) * Tq, krow = static_cast<int64_t>(b) * Tk;
-    const int32_t *qp = qpos + qrow, *kp = kpos + krow;
+    const int32_t *qp = qpos + qrow, *kp = kpos + krow, *qs = qstart ? qstart + qrow : nullptr;
     const std::vector<Tile> tiles = tiles_of(runs_of(qp, Tq), runs_of(kp, Tk));
     for (int h = 0; h < NH; ++h) {
       const int64_t kv = (h / group) * hs;
@@ -173,7 +177,7 @@ void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int ldd
              ds + at, Tk);  // dP = dO V^T
       }
       Kokkos::parallel_for("pipetrain::attention_block_backward_row", HostRange(0, Tq), [=](const int64_t i) {
-        block_backward_row(p + i * Tk, ds + i * Tk, kp, qp[i], l[i], D[i], Tk);
+        block_backward_row(p + i * Tk, ds + i * Tk, kp, qp[i], qs ? qs[i] : 0, l[i], D[i], Tk);
       });
       for (const Tile& t : tiles) {
         const int64_t at = int64_t{t.q0} * Tk + t.k0, qi = t.q0, ki = t.k0;

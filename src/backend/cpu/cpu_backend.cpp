@@ -193,11 +193,12 @@ class CpuBackend final : public Backend {
     Backend::attention_backward(dqkv, dout, qkv, stash, B, T, C, NH, NKV, pool, positions);
   }
   void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v,
-                               int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk, int NH,
-                               int NKV, int hs, MemoryPool& pool) override {
+                               int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq,
+                               int Tk, int NH, int NKV, int hs, MemoryPool& pool) override {
     check_heads("attention_block_forward", NH * hs, NH, NKV);
     const Tensor scores = Tensor::empty(pool, {Tq, std::max(Tk, 1)});
-    cpu::attention_block_forward(out, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk, NH, NKV, hs, scores.f32());
+    cpu::attention_block_forward(out, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B, Tq, Tk, NH, NKV, hs,
+                                 scores.f32());
   }
   void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B, int T, int NH,
                        int hs) override {
@@ -208,12 +209,13 @@ class CpuBackend final : public Backend {
   }
   void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
                                 const float* delta, const float* lse, const float* q, int ldq, const float* k,
-                                const float* v, int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq,
-                                int Tk, int NH, int NKV, int hs, MemoryPool& pool) override {
+                                const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart,
+                                const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
+                                MemoryPool& pool) override {
     check_heads("attention_block_backward", NH * hs, NH, NKV);
     const Tensor p = Tensor::empty(pool, {Tq, std::max(Tk, 1)}), ds = Tensor::empty(pool, {Tq, std::max(Tk, 1)});
-    cpu::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, kpos, B, Tq, Tk,
-                                  NH, NKV, hs, p.f32(), ds.f32());
+    cpu::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B,
+                                  Tq, Tk, NH, NKV, hs, p.f32(), ds.f32());
   }
   // attention_bf16.cpp's forms, qkv in f32 (bf16 values) or bf16; workspace from `pool`.
   template <class Q>

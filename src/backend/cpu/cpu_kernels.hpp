@@ -231,12 +231,12 @@ void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const
 // ---- attention of one block of keys with global positions (attention_block.cpp) ----
 // scores: Tq x Tk floats of workspace; p, ds: Tq x Tk each. lse and delta: (B, NH, Tq).
 void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v, int ldkv,
-                             const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
-                             float* scores);
+                             const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq, int Tk,
+                             int NH, int NKV, int hs, float* scores);
 void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
                               const float* delta, const float* lse, const float* q, int ldq, const float* k,
-                              const float* v, int ldkv, const int32_t* qpos, const int32_t* kpos, int B, int Tq, int Tk,
-                              int NH, int NKV, int hs, float* p, float* ds);
+                              const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos,
+                              int B, int Tq, int Tk, int NH, int NKV, int hs, float* p, float* ds);
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B, int T, int NH,
                      int hs);
 void attention_delta(float* delta, const float* dout, const float* out, int B, int T, int NH, int hs);

@@ -324,6 +324,36 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(ctx(), dqkv, scratch.f32(), dout, qkv, static_cast<ProbabilityStash&>(stash).att.f32(),
                              B, T, C, NH);
   }
+  // Context parallelism's ring (attention_block.cu): flash style, no workspace from the pool.
+  static void check_block_heads(const char* kernel, int NH, int NKV, int hs) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || hs <= 0 || hs > cuda::kMaxBlockHead)
+      fail(
+          "{}: the cuda backend takes {} query heads over {} key/value heads of size {} (need NKV | NH and a head "
+          "size in [1, {}])",
+          kernel, NH, NKV, hs, cuda::kMaxBlockHead);
+  }
+  void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v,
+                               int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq,
+                               int Tk, int NH, int NKV, int hs, MemoryPool& /*pool*/) override {
+    check_block_heads("attention_block_forward", NH, NKV, hs);
+    cuda::attention_block_forward(ctx(), out, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B, Tq, Tk, NH, NKV, hs);
+  }
+  void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B, int T, int NH,
+                       int hs) override {
+    cuda::attention_merge(ctx(), out, lse, block_out, block_lse, B, T, NH, hs);
+  }
+  void attention_delta(float* delta, const float* dout, const float* out, int B, int T, int NH, int hs) override {
+    cuda::attention_delta(ctx(), delta, dout, out, B, T, NH, hs);
+  }
+  void attention_block_backward(float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
+                                const float* delta, const float* lse, const float* q, int ldq, const float* k,
+                                const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart,
+                                const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
+                                MemoryPool& /*pool*/) override {
+    check_block_heads("attention_block_backward", NH, NKV, hs);
+    cuda::attention_block_backward(ctx(), dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, qstart,
+                                   kpos, B, Tq, Tk, NH, NKV, hs);
+  }
 
   // ---- Llama ----
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,

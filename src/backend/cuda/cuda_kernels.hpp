@@ -154,6 +154,23 @@ void flash_attention_backward(const Ctx& ctx, float* dqkv, float* delta, const f
                               const float* out, const float* lse, int B, int T, int C, int NH, int NKV,
                               const int32_t* positions);
 
+// ---- attention against one block of keys by global positions (attention_block.cu: context
+// parallelism's ring, as Backend states it; flash style, head size <= kMaxBlockHead,
+// grouped-query; positions int32 on the device, qstart null for 0) ----
+inline constexpr int kMaxBlockHead = 256;
+// out (B Tq rows of NH hs) and lse (B, NH, Tq); Tk = 0 gives 0 rows and lse -inf.
+void attention_block_forward(const Ctx& ctx, float* out, float* lse, const float* q, int ldq, const float* k,
+                             const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos,
+                             int B, int Tq, int Tk, int NH, int NKV, int hs);
+void attention_merge(const Ctx& ctx, float* out, float* lse, const float* block_out, const float* block_lse, int B,
+                     int T, int NH, int hs);
+void attention_delta(const Ctx& ctx, float* delta, const float* dout, const float* out, int B, int T, int NH, int hs);
+// Adds to dq, dk and dv (deterministic: every row summed by one warp in a fixed order).
+void attention_block_backward(const Ctx& ctx, float* dq, int lddq, float* dk, float* dv, int lddkv, const float* dout,
+                              const float* delta, const float* lse, const float* q, int ldq, const float* k,
+                              const float* v, int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos,
+                              int B, int Tq, int Tk, int NH, int NKV, int hs);
+
 // ---- Llama (llama.cu): RMSNorm, rotary embeddings, SwiGLU, as Backend states them ----
 void rmsnorm_forward(const Ctx& ctx, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps);
