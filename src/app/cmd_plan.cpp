@@ -25,7 +25,7 @@ namespace {
 struct PlanCliOptions {
   std::string config, cluster, output;
   std::vector<std::string> overrides, precisions, schedules, recompute;
-  std::vector<int> tp, pp, ep, virtual_stages;
+  std::vector<int> tp, pp, ep, cp, virtual_stages;
   std::string zero1;  // "": both; on | off
   int nodes = 0, global_batch = 0, top = 5;
   bool json = false, calibrate = false;
@@ -38,6 +38,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"pp", l.pp},
           {"tp", l.tp},
           {"ep", l.ep},
+          {"cp", l.cp},
           {"sequence_parallel", l.sequence_parallel},
           {"virtual_stages", l.virtual_stages},
           {"schedule", l.pp == 1 ? "none" : l.schedule},
@@ -56,6 +57,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
            {{"compute", p.compute_s},
             {"tp_comm", p.tp_comm_s},
             {"ep_comm", p.ep_comm_s},
+            {"cp_comm", p.cp_comm_s},
             {"bubble", p.bubble_s},
             {"dp", p.dp_s},
             {"optimizer", p.optimizer_s},
@@ -96,10 +98,11 @@ void print_plan(const PlanCliOptions& o, const Config& cfg, const ClusterSpec& c
                p.tokens_per_s, p.flops_per_device / 1e12, 100 * p.mfu, gib(p.memory.total()));
   const auto& [best, bp] = r.ranked.front();
   fmt::print(
-      "best: blocks per stage [{}]; its step: compute {:.1f} ms, tp {:.1f} ms,{} bubble {:.1f} ms, dp {:.1f} ms, "
+      "best: blocks per stage [{}]; its step: compute {:.1f} ms, tp {:.1f} ms,{}{} bubble {:.1f} ms, dp {:.1f} ms, "
       "AdamW {:.1f} ms, other {:.1f} ms (pipeline rank {})\n",
       fmt::join(best.blocks_per_stage, ", "), 1e3 * bp.compute_s, 1e3 * bp.tp_comm_s,
-      best.ep > 1 ? fmt::format(" expert all-to-all {:.1f} ms,", 1e3 * bp.ep_comm_s) : "", 1e3 * bp.bubble_s,
+      best.ep > 1 ? fmt::format(" expert all-to-all {:.1f} ms,", 1e3 * bp.ep_comm_s) : "",
+      best.cp > 1 ? fmt::format(" context-parallel ring {:.1f} ms,", 1e3 * bp.cp_comm_s) : "", 1e3 * bp.bubble_s,
       1e3 * bp.dp_s, 1e3 * bp.optimizer_s, 1e3 * bp.other_s, bp.critical_rank);
   if (!r.reason.empty()) fmt::print("why: {}\n", r.reason);
   fmt::print("run it: mpirun -n {} pipetrain train {} --set {}\n", r.devices, cfg.source,
@@ -144,6 +147,7 @@ int run_plan(const PlanCliOptions& o) {
   po.only_tp = o.tp;
   po.only_pp = o.pp;
   po.only_ep = o.ep;
+  po.only_cp = o.cp;
   po.only_virtual = o.virtual_stages;
   if (!o.recompute.empty()) po.recompute = o.recompute;
   if (!o.zero1.empty()) po.zero1 = {o.zero1 == "on"};
@@ -160,7 +164,7 @@ void add_plan_command(CLI::App& app, CommandRunner& runner) {
   auto o = std::make_shared<PlanCliOptions>();
   CLI::App* sub = app.add_subcommand("plan",
                                      "Rank the layouts (grid, schedule, microbatches, recomputation, ZeRO-1, "
-                                     "precision, expert parallelism) of a model on a cluster, or measure "
+                                     "precision, expert and context parallelism) of a model on a cluster, or measure "
                                      "this machine");
   sub->add_option("config", o->config, "TOML config file (model, train.global_batch, train.seq_len)")->required();
   sub->add_option("--cluster", o->cluster, "The cluster file (CLUSTER.toml)");
@@ -174,6 +178,7 @@ void add_plan_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--tp", o->tp, "Only this tensor-parallel size (repeatable)");
   sub->add_option("--pp", o->pp, "Only this pipeline size (repeatable)");
   sub->add_option("--ep", o->ep, "Only this expert-parallel size (repeatable; a model with experts)");
+  sub->add_option("--cp", o->cp, "Only this context-parallel size (repeatable; long sequences of a dense model)");
   sub->add_option("--virtual-stages", o->virtual_stages, "Only this many stages per pipeline rank (repeatable)");
   sub->add_option("--recompute", o->recompute, "Only this recomputation: none | selective | full (repeatable)")
       ->check(CLI::IsMember({"none", "selective", "full"}));

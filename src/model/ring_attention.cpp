@@ -16,6 +16,13 @@ namespace {
 // backward's travelling gradients, and their last hop home.
 constexpr int kForwardTag = 0, kBackwardTag = 1 << 10, kGradTag = 2 << 10, kHomeTag = 3 << 10;
 
+// Waits for a receive, adding the time blocked to `waited`.
+void wait_for(CommRequest& received, Stream& stream, double& waited) {
+  const auto t0 = std::chrono::steady_clock::now();
+  received.wait_on(stream);
+  waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Waits for a transfer pair, adding the time blocked to `waited`.
 void finish(CommRequest& received, CommRequest& sent, Stream& stream, double& waited) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -106,36 +113,50 @@ void RingAttention::backward(const Tensor& qkv, const Tensor& dout, const Tensor
   const Tensor delta = Tensor::empty(pool_, {lse_.numel()});
   be_.attention_delta(delta.f32(), dout.f32(), out_.f32(), B_, Tl_, NH_, hs_);
   be_.fill(dqkv.f32(), 0.0f, static_cast<size_t>(dqkv.numel()));
-  Tensor kv = pack_kv(qkv), dkv = Tensor::empty(pool_, kv.shape());
-  be_.fill(dkv.f32(), 0.0f, static_cast<size_t>(dkv.numel()));
+  Tensor kv = pack_kv(qkv), dkv, sending;
+  std::unique_ptr<CommRequest> grad_sent;
   for (int s = 0; s < cp; ++s) {
-    Tensor next, next_grad;
-    std::unique_ptr<CommRequest> sent, received;
-    if (s + 1 < cp) {  // the block itself goes on at once; its gradients once this step added to them
+    Tensor next, earlier;
+    std::unique_ptr<CommRequest> sent, received, grad_received;
+    if (s + 1 < cp) {  // the next block travels while this one is worked on
       next = Tensor::empty(pool_, kv.shape());
       sent = cp_.send(kv, (me + 1) % cp, kBackwardTag + s, be_.stream());
       received = cp_.recv(next, (me + cp - 1) % cp, kBackwardTag + s, be_.stream());
     }
+    if (s > 0) {  // and this block's gradients from the ranks it visited before
+      earlier = Tensor::empty(pool_, kv.shape());
+      grad_received = cp_.recv(earlier, (me + cp - 1) % cp, kGradTag + s - 1, be_.stream());
+    }
+    dkv = Tensor::empty(pool_, kv.shape());
+    be_.fill(dkv.f32(), 0.0f, static_cast<size_t>(dkv.numel()));
     const Tensor& kpos = positions_[static_cast<size_t>((me + cp - s) % cp)];
     be_.attention_block_backward(dqkv.f32(), R, dkv.f32(), dkv.f32() + Ckv, 2 * Ckv, dout.f32(), delta.f32(),
                                  lse_.f32(), qkv.f32(), R, kv.f32(), kv.f32() + Ckv, 2 * Ckv,
                                  positions_[static_cast<size_t>(me)].i32(), starts(), kpos.i32(), B_, Tl_, Tl_, NH_,
                                  NKV_, hs_, pool_);
-    // The gradients go on to the next rank: after the last step that is the block's owner.
-    const int tag = s + 1 < cp ? kGradTag + s : kHomeTag;
+    if (grad_received) {
+      wait_for(*grad_received, be_.stream(), waited_s_);
+      be_.accumulate(dkv.f32(), earlier.f32(), static_cast<size_t>(dkv.numel()));
+    }
+    // The gradients go on to the next rank (after the last step, the block's owner) while
+    // the next block is worked on.
     if (cp > 1) {
-      next_grad = Tensor::empty(pool_, kv.shape());
-      auto gsent = cp_.send(dkv, (me + 1) % cp, tag, be_.stream());
-      auto greceived = cp_.recv(next_grad, (me + cp - 1) % cp, tag, be_.stream());
-      finish(*greceived, *gsent, be_.stream(), waited_s_);
-      dkv = std::move(next_grad);
+      if (grad_sent) grad_sent->wait();
+      sending = dkv;
+      grad_sent = cp_.send(sending, (me + 1) % cp, s + 1 < cp ? kGradTag + s : kHomeTag, be_.stream());
     }
     if (received) {
       finish(*received, *sent, be_.stream(), waited_s_);
       kv = std::move(next);
     }
   }
-  for (int64_t r = 0; r < rows; ++r)  // this rank's own keys' and values' gradients, home
+  if (cp > 1) {  // this rank's own keys' and values' gradients, home from the last rank they visited
+    dkv = Tensor::empty(pool_, kv.shape());
+    auto home = cp_.recv(dkv, (me + cp - 1) % cp, kHomeTag, be_.stream());
+    wait_for(*home, be_.stream(), waited_s_);
+    grad_sent->wait();
+  }
+  for (int64_t r = 0; r < rows; ++r)
     be_.copy(dqkv.f32() + r * R + NH_ * hs_, dkv.f32() + r * 2 * Ckv, static_cast<size_t>(2 * Ckv) * sizeof(float));
 }
 

@@ -40,7 +40,8 @@ double active_expert_params(const ModelConfig& m) {
 
 }  // namespace
 
-UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes, int block) {
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes, int block,
+                   int context) {
   const double N = static_cast<double>(B) * T, C = model.d_model, V = model.padded_vocab();
   UnitWork w;
   switch (kind) {
@@ -51,7 +52,7 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
       w.allreduces_f = tp > 1 ? 1 : 0;  // vocab-parallel: the partial lookups are summed
       break;
     case UnitKind::Block: {
-      const UnitWork a = unit_work(model, UnitKind::Attention, tp, B, T, storage_bytes),
+      const UnitWork a = unit_work(model, UnitKind::Attention, tp, B, T, storage_bytes, -1, context),
                      m = unit_work(model, UnitKind::Mlp, tp, B, T, storage_bytes, block);
       w.f_flops = a.f_flops + m.f_flops;
       w.i_flops = a.i_flops + m.i_flops;
@@ -69,10 +70,11 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
                        : experts ? active_expert_params(model)
                                  : mlp_matmul_params(model);
       // Attention over a causal window: QK^T and PV, each 2 T C FLOPs per token halved.
-      const double attn = attention ? 2.0 * N * T * C / tp : 0.0;
+      const bool ring = context > 0 && context != T;
+      const double attn = attention ? 2.0 * N * (ring ? context : T) * C / tp : 0.0;
       w.attention_flops = attn;
       w.f_flops = 2.0 * N * P / tp + attn;
-      w.i_flops = 2.0 * N * P / tp + 2.0 * attn;
+      w.i_flops = 2.0 * N * P / tp + (ring ? 2.5 : 2.0) * attn;
       w.w_flops = 2.0 * N * P / tp;
       w.allreduces_f = w.allreduces_i = tp > 1 ? 1 : 0;  // after the row-parallel product
       // Elementwise traffic per token, forward + backward: a norm and a residual add on the
@@ -229,15 +231,27 @@ const LinkSpec& group_link(const ClusterSpec& c, int stride, int size) {
   return static_cast<int64_t>(stride) * size <= c.devices_per_node ? c.intra_node : c.inter_node;
 }
 
+// The FLOP rate of a block part's products on `tokens` rows at full width: measured where
+// the cluster file has rates for the precision (they include the elementwise work), else the
+// peak times the file's efficiency.
+namespace {
+double block_rate(const DeviceSpec& d, const std::string& precision, double tokens) {
+  if (const auto measured = d.measured.find(precision); measured != d.measured.end())
+    return measured->second.block_at(tokens);
+  const auto peak = d.peak_flops.find(precision);
+  return peak == d.peak_flops.end() ? 0 : peak->second * d.gemm_efficiency;
+}
+}  // namespace
+
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode, int block) {
+                       const std::string& precision, Recompute mode, int block, int context) {
   const bool experts = block >= 0 && model.moe(block);
   if (kind == UnitKind::Block && experts) {  // each half at its own rate
-    const ActionTimes a = unit_times(c, model, UnitKind::Attention, tp, B, T, precision, mode),
+    const ActionTimes a = unit_times(c, model, UnitKind::Attention, tp, B, T, precision, mode, -1, context),
                       m = unit_times(c, model, UnitKind::Mlp, tp, B, T, precision, mode, block);
     return {a.F + m.F, a.I + m.I, a.W + m.W, a.tp_comm + m.tp_comm};
   }
-  const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4, block);
+  const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4, block, context);
   const DeviceSpec& d = c.device;
   const auto measured = d.measured.find(precision);
   const auto peak = d.peak_flops.find(precision);
@@ -248,7 +262,7 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
     // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width;
     // an expert's, of its share of the routed rows.
     const double tokens = static_cast<double>(B) * T / tp * (experts ? double(model.top_k) / model.n_experts : 1.0);
-    if (is_block_part(kind)) rate = measured->second.block_at(tokens), bytes_counted = false;
+    if (is_block_part(kind)) rate = block_rate(d, precision, tokens), bytes_counted = false;
     if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
     if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;
   }
@@ -286,6 +300,22 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
       t.I += rate > 0 ? w.attention_flops / rate : 0;
     }
   }
+  return t;
+}
+
+ActionTimes ring_seconds(const ClusterSpec& c, const ModelConfig& model, int tp, int cp, int B, int context,
+                         const std::string& precision) {
+  if (cp <= 1) return {};
+  const int rows = context / cp;  // a rank's tokens of each sequence
+  const double keys_values = 4.0 * 2.0 * B * rows * model.kv_heads() * (model.d_model / model.n_head) / tp;
+  const double step = p2p_seconds(keys_values, group_link(c, tp, cp));
+  // One step's block: a cp-th of the rank's attention products (its share of the window).
+  const double rate = block_rate(c.device, precision, static_cast<double>(B) * rows / tp);
+  const UnitWork w = unit_work(model, UnitKind::Attention, tp, B, rows, 4, -1, context);
+  const double block_f = rate > 0 ? w.attention_flops / cp / rate : 0, block_i = 2.5 * block_f;
+  ActionTimes t;
+  t.F = (cp - 1) * std::max(0.0, step - block_f);
+  t.I = (cp - 1) * std::max(0.0, 2.0 * step - block_i) + step;  // the gradients' last hop home waits
   return t;
 }
 

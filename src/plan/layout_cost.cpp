@@ -13,6 +13,9 @@ namespace pipetrain {
 
 namespace {
 
+// A rank's tokens of each sequence (a cp-th under context parallelism).
+int rank_tokens(const Context& cx, const Layout& l) { return cx.cfg.train.seq_len / l.cp; }
+
 // runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
 // rank with the most copies (as the Trainer decides), on CPUs only.
 bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, const std::vector<StageUnits>& units) {
@@ -30,7 +33,7 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
     in.can_pack = c.device.kind == "cpu";
     in.f32_products = !(l.precision == "bf16" && multiplies_bf16(c.device));
     in.d_model = model.d_model;
-    in.rows = l.microbatch_size * cx.cfg.train.seq_len;
+    in.rows = l.microbatch_size * rank_tokens(cx, l);
     in.microbatches = l.microbatches;
     in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
     in.memory_per_rank = c.device.memory_bytes;
@@ -95,15 +98,16 @@ double stage_backward_on(int r, const Schedule& s, const Costs& costs) {
 }
 
 // The dp reduction's time not hidden behind the last microbatch's backward, on a rank
-// with `grads` bytes of gradients. Buckets go out while that backward still runs; the
-// last one cannot. ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's
+// with `grads` bytes of gradients (summed over the dp x cp ranks holding the same parameters). Buckets go out while
+// that backward still runs; the last one cannot. ZeRO-1 reduces the same buckets to their owners (a reduce-scatter's
 // bytes, overlapped alike, except `held` bytes, a tied table that waits for its copies'
 // pair sum) and all-gathers the updated weights after AdamW, exposed.
 double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, double backward, double held) {
-  if (l.dp == 1) return 0.0;
-  const LinkSpec& dp_link = group_link(cx.cluster, l.tp, l.dp);
-  const double t_gather = allgather_seconds(grads, l.dp, dp_link);  // = a reduce-scatter's
-  const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, l.dp, dp_link);
+  const int ranks = l.dp * l.cp;
+  if (ranks == 1) return 0.0;
+  const LinkSpec& dp_link = group_link(cx.cluster, l.tp, ranks);
+  const double t_gather = allgather_seconds(grads, ranks, dp_link);  // = a reduce-scatter's
+  const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, ranks, dp_link);
   const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
   const double t_held = t_red * std::min(1.0, held / std::max(grads, 1.0));
   return std::max({last_bucket, t_held, t_red - backward}) + (l.zero1 ? t_gather : 0.0);
@@ -141,22 +145,24 @@ double exposed_exchange(double exchange, double paired, const ActionTimes& t) {
 }
 
 // The stages' split and their costs per microbatch (out.costs; tp communication per stage
-// in stage_tp, the expert all-to-alls' exposed time in stage_ep). A stage's pieces
+// in stage_tp, the expert all-to-alls' exposed time in stage_ep, the ring's in stage_cp). A stage's pieces
 // (partition.hpp) are priced as the cost model's units, a mixture of experts' as its own.
 // Under vocabulary parallelism the slices' work (vocab_costs) is every rank's; the stages
 // split the blocks, their ends keeping positions and the final norm (as the Trainer splits).
 std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedule& sched, Costed& out,
-                                     std::vector<double>& stage_tp, std::vector<double>& stage_ep) {
+                                     std::vector<double>& stage_tp, std::vector<double>& stage_ep,
+                                     std::vector<double>& stage_cp) {
   const ModelConfig& model = cx.cfg.model;
-  const int S = sched.num_stages, T = cx.cfg.train.seq_len;
+  const int S = sched.num_stages, T = rank_tokens(cx, l), context = cx.cfg.train.seq_len;
   std::map<UnitKind, ActionTimes> times, moe_times;
   int first_moe = -1;  // a mixture's block (any: they cost alike)
   for (int b = 0; b < model.n_layer && first_moe < 0; ++b)
     if (model.moe(b)) first_moe = b;
   for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head}) {
-    times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute);
+    times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, -1, context);
     moe_times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, first_moe);
   }
+  const ActionTimes ring = ring_seconds(cx.cluster, model, l.tp, l.cp, l.microbatch_size, context, l.precision);
   const double exchange = expert_exchange_seconds(cx.cluster, model, l.tp, l.ep, l.microbatch_size, T);
   // Blocks split by a mixture's cost where the model has one (most of its blocks are).
   if (first_moe >= 0) times[UnitKind::Block] = moe_times[UnitKind::Block];
@@ -174,18 +180,22 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);
   stage_ep.assign(static_cast<size_t>(S), 0.0);
+  stage_cp.assign(static_cast<size_t>(S), 0.0);
   for (int st = 0; st < S; ++st) {
     const double paired = paired_share(cx, sched, sched.stage_to_rank[static_cast<size_t>(st)]);
-    double F = 0, I = 0, W = 0, comm = 0, ep = 0;
+    double F = 0, I = 0, W = 0, comm = 0, ep = 0, cp = 0;
     for (const StagePiece& p : stage_pieces(model, units[static_cast<size_t>(st)])) {
       const bool experts = p.kind != UnitKind::Attention && p.block >= 0 && model.moe(p.block);
+      const bool attends = p.kind == UnitKind::Block || p.kind == UnitKind::Attention;
       const ActionTimes& t = experts ? moe_times[p.kind] : times[p.kind];
       const double x = experts ? exposed_exchange(exchange, paired, t) : 0.0;
-      F += t.F + x, I += t.I + x, W += t.W, comm += t.tp_comm, ep += 2 * x;
+      const ActionTimes r = attends ? ring : ActionTimes{};
+      F += t.F + x + r.F, I += t.I + x + r.I, W += t.W, comm += t.tp_comm, ep += 2 * x, cp += r.F + r.I;
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};
     stage_tp[static_cast<size_t>(st)] = comm;
     stage_ep[static_cast<size_t>(st)] = ep;
+    stage_cp[static_cast<size_t>(st)] = cp;
   }
   return units;
 }
@@ -196,30 +206,32 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
 Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const ModelConfig& model = cx.cfg.model;
   const ClusterSpec& c = cx.cluster;
-  const int T = cx.cfg.train.seq_len, B = l.microbatch_size, tp = l.tp;
+  const int T = rank_tokens(cx, l), B = l.microbatch_size, tp = l.tp;
   const Schedule& s = built.schedule;
   const int S = s.num_stages, R = s.num_ranks, m = l.microbatches;
   const bool vp = l.vocab_parallel;
   Costed out;
-  std::vector<double> stage_tp, stage_ep;
-  const std::vector<StageUnits> units = price_stages(cx, l, s, out, stage_tp, stage_ep);
+  std::vector<double> stage_tp, stage_ep, stage_cp;
+  const std::vector<StageUnits> units = price_stages(cx, l, s, out, stage_tp, stage_ep, stage_cp);
   const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
-  const LinkSpec& pp_link = group_link(c, l.dp * tp, l.pp);
+  const LinkSpec& pp_link = group_link(c, l.dp * l.cp * tp, l.pp);
   // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it (under sequence
   // parallelism the slice is what the next stage takes: no gather).
   out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) +
                              (l.sequence_parallel ? 0.0 : allgather_seconds(act, tp, group_link(c, 1, tp)))
                        : 0;
-  const AttentionKeeps keeps = attention_keeps(c.device.kind, model.d_model / model.n_head);
+  // The ring keeps each query's log-sum-exp and output, as the trainer's estimate counts.
+  const AttentionKeeps keeps =
+      l.cp > 1 ? AttentionKeeps::kLogSumExp : attention_keeps(c.device.kind, model.d_model / model.n_head);
   const UnitParams up_head = unit_params(model, UnitKind::Head);
   const Recompute mode = l.recompute;
   const double world_latency =
       allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
   const bool pack = planned_packing(cx, l, s, units);
   out.busy.assign(static_cast<size_t>(R), 0.0);
-  out.tp_comm = out.ep_comm = out.dp = out.optimizer = out.other = out.busy;
+  out.tp_comm = out.ep_comm = out.cp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
     const Holdings h = rank_holdings(model, l, s, units, r, T, keeps, native_bf16);
     const double params = h.params, widened = h.widened, dense = h.dense, largest = h.largest_stash;
@@ -230,6 +242,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       out.busy[r] += m * (pc[0] + pc[1]);
       out.tp_comm[r] += m * stage_tp[static_cast<size_t>(st)];
       out.ep_comm[r] += m * stage_ep[static_cast<size_t>(st)];
+      out.cp_comm[r] += m * stage_cp[static_cast<size_t>(st)];
     }
     for (double v : out.costs.vocab) out.busy[r] += m * v;
     // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
@@ -239,7 +252,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
     const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =
-        adamw_seconds(l.zero1 && l.dp > 1 ? zero1_share(updated, experts, l.dp, l.ep) : updated, c.device) +
+        adamw_seconds(l.zero1 && l.dp * l.cp > 1 ? zero1_share(updated, experts, l.dp * l.cp, l.ep) : updated,
+                      c.device) +
         gradient_passes_seconds(params, c.device);
     // The table's summed gradient comes back to the head's rank before its update, and
     // the updated table back to the embedding's rank.
@@ -249,7 +263,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.params = params;
     in.not_updated = tied_pair && embedding ? up_head.sharded / tp : 0.0;  // the embedding's copy of the table
     in.experts = experts;
-    in.dp = l.dp;
+    in.dp = l.dp * l.cp;  // the ranks holding the same parameters (ZeRO-1 shares their moments)
     in.ep = l.ep;
     in.zero1 = l.zero1;
     in.bf16 = bf16;
@@ -259,7 +273,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps, l.sequence_parallel) : 0.0;
     in.activation_bytes = R > 1 ? (l.sequence_parallel ? act / tp : act) : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
-    in.dp_bucket_bytes = l.dp > 1 ? cx.bucket_bytes : 0.0;
+    in.dp_bucket_bytes = l.dp * l.cp > 1 ? cx.bucket_bytes : 0.0;
     in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
     if (vp) add_vocab_memory_bound(h.head, m, model, l.pp * tp, B, T, storage, in);
     out.inputs.push_back(in);

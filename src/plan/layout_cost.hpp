@@ -33,7 +33,8 @@ struct Costed {
   Built* built = nullptr;
   Costs costs;                               // per stage
   double transfer = 0;                       // one activation between stages
-  std::vector<double> busy, tp_comm, ep_comm;  // per pipeline rank, over the step (ep: exposed all-to-alls)
+  // per pipeline rank, over the step (ep: exposed all-to-alls; cp: the ring's exposed transfers)
+  std::vector<double> busy, tp_comm, ep_comm, cp_comm;
   std::vector<double> dp, optimizer, other;  // per pipeline rank, after the program
   RankMemory memory;                         // the rank that holds the most
   std::vector<MemoryInputs> inputs;          // per pipeline rank

@@ -92,7 +92,8 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
     p.critical_rank = r;
     p.tp_comm_s = k.tp_comm[i];
     p.ep_comm_s = k.ep_comm[i];
-    p.compute_s = k.busy[i] - k.tp_comm[i] - k.ep_comm[i];
+    p.cp_comm_s = k.cp_comm[i];
+    p.compute_s = k.busy[i] - k.tp_comm[i] - k.ep_comm[i] - k.cp_comm[i];
     p.bubble_s = end[i] - k.busy[i];
     p.dp_s = k.dp[i];
     p.optimizer_s = k.optimizer[i];
@@ -120,6 +121,11 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   return p;
 }
 
+// Whether x is among `only` (a --tp, --pp, --ep, --cp restriction; empty: any).
+bool allowed(const std::vector<int>& only, int x) {
+  return only.empty() || std::find(only.begin(), only.end(), x) != only.end();
+}
+
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -134,6 +140,17 @@ std::vector<int> ep_options(const ModelConfig& model, int dp, const std::string&
   std::vector<int> out;
   for (int ep : divisors(dp))
     if (model.n_experts % ep == 0) out.push_back(ep);
+  return out;
+}
+
+// parallel.cp for a grid's dp x cp ranks (cp must divide them and leave dp dividing the
+// batch): 1, and where the model is dense (no experts) every cp whose 2 cp chunks cut the
+// sequence evenly and leave each rank kMinRingChunk tokens or more.
+std::vector<int> cp_options(const Config& cfg, int ranks) {
+  std::vector<int> out;
+  const int T = cfg.train.seq_len;
+  for (int cp : divisors(ranks))
+    if (cp == 1 || (cfg.model.n_experts == 0 && T % (2 * cp) == 0 && T / cp >= kMinRingChunk)) out.push_back(cp);
   return out;
 }
 
@@ -153,6 +170,7 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
   const std::pair<const char*, double> parts[] = {{"pipeline bubble", b.bubble_s - a.bubble_s},
                                                   {"tensor-parallel communication", b.tp_comm_s - a.tp_comm_s},
                                                   {"expert all-to-all", b.ep_comm_s - a.ep_comm_s},
+                                                  {"context-parallel ring", b.cp_comm_s - a.cp_comm_s},
                                                   {"compute (recomputation, kernel sizes)", b.compute_s - a.compute_s},
                                                   {"data-parallel tail", b.dp_s - a.dp_s},
                                                   {"optimizer step", b.optimizer_s - a.optimizer_s},
@@ -174,21 +192,22 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  return fmt::format("dp {} x pp {} x tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}{}", l.dp, l.pp, l.tp,
-                     l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "", sched, l.microbatches, l.microbatch_size,
-                     to_string(l.recompute), l.zero1 ? "on" : "off", l.precision,
-                     l.vocab_parallel ? ", vocabulary parallel" : "", l.sequence_parallel ? ", sequence parallel" : "");
+  return fmt::format("dp {} x pp {} x {}tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}{}", l.dp, l.pp,
+                     l.cp > 1 ? fmt::format("cp {} x ", l.cp) : "", l.tp, l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "",
+                     sched, l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off",
+                     l.precision, l.vocab_parallel ? ", vocabulary parallel" : "",
+                     l.sequence_parallel ? ", sequence parallel" : "");
 }
 
 Layout layout_of(const Config& cfg) {
   Layout l;
-  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp,
+  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.cp = cfg.parallel.cp,
   l.virtual_stages = cfg.parallel.virtual_stages;
   l.schedule = cfg.schedule.name;
   l.microbatches = cfg.train.microbatches;
   l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
   l.recompute = parse_recompute(cfg.train.recompute);
-  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp > 1;
+  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp * cfg.parallel.cp > 1;
   l.ep = cfg.parallel.ep;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
@@ -234,7 +253,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("parallel.pp={}", l.pp),
           fmt::format("parallel.tp={}", l.tp),
           fmt::format("parallel.ep={}", l.ep),
-          "parallel.cp=1",  // the planner's layouts have no context parallelism yet
+          fmt::format("parallel.cp={}", l.cp),
           fmt::format("parallel.virtual_stages={}", l.virtual_stages),
           "parallel.layers_per_stage=auto",
           fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
@@ -248,7 +267,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
 }
 
 Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch) {
-  const int devices = layout.dp * layout.pp * layout.tp;
+  const int devices = layout.dp * layout.pp * layout.cp * layout.tp;
   Context cx{cfg, cluster, devices,
              global_batch > 0 ? global_batch : layout.dp * layout.microbatches * layout.microbatch_size,
              cfg.parallel.dp_bucket_mb * 1048576.0};
@@ -272,7 +291,7 @@ std::vector<bool> vocab_options(const Context& cx, const Layout& l) {
   const Toggle t = cx.cfg.parallel.vocab_parallel;
   if (t == Toggle::Off) return {false};
   Config c = cx.cfg;
-  c.parallel.pp = l.pp, c.parallel.tp = l.tp, c.runtime.device = cx.cluster.device.kind;
+  c.parallel.pp = l.pp, c.parallel.tp = l.tp, c.parallel.cp = l.cp, c.runtime.device = cx.cluster.device.kind;
   const bool can = vocab_parallel_problem(c).empty();
   if (t == Toggle::On) return can ? std::vector<bool>{true} : std::vector<bool>{};
   return can && l.pp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
@@ -288,7 +307,7 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
     for (const auto& rc : o.recompute)
       for (bool z : o.zero1)
         for (bool vp : vocab) {
-          if (z && l.dp == 1) continue;
+          if (z && l.dp * l.cp == 1) continue;
           Layout v = l;
           v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;
           ++res.candidates;
@@ -302,6 +321,32 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
           }
           fits.push_back(std::move(k));
         }
+}
+
+// Every layout of one grid (dp, pp, cp, tp set): microbatches, schedules with their virtual
+// stages, ep, then add_variants' settings.
+void add_grid(const Context& cx, const PlanOptions& o, const std::vector<std::string>& precisions,
+              const std::vector<std::string>& schedules, const Layout& grid, ScheduleCache& cache, PlanResult& res,
+              std::vector<Costed>& fits) {
+  const Config& cfg = cx.cfg;
+  const int pp = grid.pp, tp = grid.tp, per_replica = res.global_batch / grid.dp;
+  for (int m : divisors(per_replica))
+    for (const auto& name : pp == 1 ? std::vector<std::string>{"1f1b"} : schedules)
+      for (int v = 1; v <= (pp == 1 ? 1 : o.max_virtual_stages); v *= 2) {
+        if (!stage_split_problem(cfg.model, int64_t{pp} * v).empty()) break;
+        if (pp > 1 && !allowed(o.only_virtual, v)) continue;
+        Built& b = cache.get(name, pp, v, m);
+        if (!b.ok) continue;
+        for (int ep : ep_options(cfg.model, grid.dp, cx.cluster.device.kind)) {
+          if (!allowed(o.only_ep, ep)) continue;
+          Layout l = grid;
+          l.ep = ep, l.virtual_stages = v, l.schedule = name;
+          l.sequence_parallel = tp > 1 && (cfg.train.seq_len / grid.cp) % tp == 0 &&
+                                cfg.parallel.sequence_parallel != Toggle::Off;  // off: only where set so
+          l.microbatches = m, l.microbatch_size = per_replica / m;
+          add_variants(cx, o, precisions, l, b, res, fits);
+        }
+      }
 }
 
 // Branch and bound: simulate the layouts that fit in the order of their lower bound (no
@@ -342,39 +387,27 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
   ScheduleCache cache;
   std::vector<Costed> fits;
   int grids = 0;
-  auto allowed = [](const std::vector<int>& only, int x) {
-    return only.empty() || std::find(only.begin(), only.end(), x) != only.end();
-  };
   for (int tp : divisors(per_node)) {
     if (!allowed(o.only_tp, tp)) continue;
     if (res.devices % tp || !tp_split_problem(model, tp).empty()) continue;
     for (int pp : divisors(res.devices / tp)) {
       if (pp > model.n_layer || !allowed(o.only_pp, pp)) continue;
-      const int dp = res.devices / tp / pp;
-      if (res.global_batch % dp) continue;
-      ++grids;
-      const int per_replica = res.global_batch / dp;
-      for (int m : divisors(per_replica)) {
-        for (const auto& name : pp == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
-          for (int v = 1; v <= (pp == 1 ? 1 : o.max_virtual_stages); v *= 2) {
-            if (!stage_split_problem(model, int64_t{pp} * v).empty()) break;
-            if (pp > 1 && !allowed(o.only_virtual, v)) continue;
-            Built& b = cache.get(name, pp, v, m);
-            if (!b.ok) continue;
-            for (int ep : ep_options(model, dp, cluster.device.kind)) {
-              if (!allowed(o.only_ep, ep)) continue;
-              Layout l;
-              l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.virtual_stages = v, l.schedule = name;
-              l.sequence_parallel = tp > 1 && cfg.train.seq_len % tp == 0 &&
-                                    cfg.parallel.sequence_parallel != Toggle::Off;  // off: only where set so
-              l.microbatches = m, l.microbatch_size = per_replica / m;
-              add_variants(cx, o, precisions, std::move(l), b, res, fits);
-            }
-          }
-        }
+      for (int cp : cp_options(cfg, res.devices / tp / pp)) {
+        if (!allowed(o.only_cp, cp)) continue;
+        const int dp = res.devices / tp / pp / cp;
+        if (res.global_batch % dp) continue;
+        ++grids;
+        Layout grid;
+        grid.dp = dp, grid.pp = pp, grid.cp = cp, grid.tp = tp;
+        add_grid(cx, o, precisions, schedules, grid, cache, res, fits);
       }
     }
   }
+  if (res.candidates == 0 && !o.only_cp.empty())
+    fail(
+        "no layout of {} on {} devices has cp in [{}]: cp must divide the devices left by tp x pp, 2 cp divide "
+        "train.seq_len ({}) leaving each rank {} tokens or more, and the model have no experts",
+        cfg.source, res.devices, fmt::join(o.only_cp, ", "), cfg.train.seq_len, kMinRingChunk);
   if (grids == 0 && (!o.only_tp.empty() || !o.only_pp.empty()))
     fail("no dp x pp x tp grid of {} devices with tp in [{}] and pp in [{}] fits the model and the global batch ({})",
          res.devices, fmt::join(o.only_tp, ", "), fmt::join(o.only_pp, ", "), res.global_batch);

@@ -6,7 +6,8 @@
 // attention_block_forward, by global positions) while it passes that block on with
 // nonblocking transfers and receives the next, and merges the blocks' partial outputs by
 // their log-sum-exp. The backward walks the ring the same way, each block's key and value
-// gradients travelling with it and reaching their owner after the last step; it recomputes
+// gradients travelling one step behind it (received and passed on while the next block is
+// worked on) and reaching their owner after the last step; it recomputes
 // each block's probabilities from the merged log-sum-exp, so nothing of T x T is kept.
 //
 // One object per attention call: forward keeps the merged output and log-sum-exp (B Tl x

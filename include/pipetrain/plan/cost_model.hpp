@@ -34,8 +34,11 @@ struct UnitWork {
 // storage_bytes: an activation element (4 in fp32, 2 in bf16). `block`: the block a Block or
 // Mlp unit is; a mixture of experts' MLP (ModelConfig::moe(block)) does the active experts'
 // work (top_k routed and the shared ones, and the router) and moves its routed rows.
-UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4,
-                   int block = -1);
+// `context`: the tokens of the whole sequence (0: T) where a rank holds T of them (context
+// parallelism): each query attends over the whole causal window, and the ring's flash-style
+// backward recomputes the scores (a fifth product beside the four).
+UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T, int storage_bytes = 4, int block = -1,
+                   int context = 0);
 
 // Parameters of one unit: `sharded` divides over tp ranks, `replicated` does not, `experts`
 // (a mixture of experts' routed experts) over the ep ranks.
@@ -106,10 +109,19 @@ struct ActionTimes {
   double F = 0, I = 0, W = 0;
   double tp_comm = 0;  // of F + I
 };
-// `block` as for unit_work (a mixture of experts' products are per expert: measured rates are
-// taken at an expert's rows).
+// `block` and `context` as for unit_work (a mixture of experts' products are per expert:
+// measured rates are taken at an expert's rows).
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode, int block = -1);
+                       const std::string& precision, Recompute mode, int block = -1, int context = 0);
+
+// Context parallelism's ring in one attention layer for one microbatch of B sequences of
+// `context` tokens over cp ranks (spaced tp apart): what its transfers add to the forward (F)
+// and to the backward (I) where the block attended to meanwhile is shorter than the
+// transfer. Each of the cp - 1 steps moves a block of keys and values (f32, a tp rank's
+// heads) to the next rank; backward, the block's gradients travel with it, and they go home
+// after the last step.
+ActionTimes ring_seconds(const ClusterSpec& c, const ModelConfig& model, int tp, int cp, int B, int context,
+                         const std::string& precision);
 
 // One AdamW step over `params` f32 parameters (28 bytes each: p, g, m, v read; p, m, v written).
 double adamw_seconds(double params, const DeviceSpec& d);

@@ -1,4 +1,5 @@
-// `pipetrain plan`: every layout of a model on a cluster (grid, schedule with its virtual
+// `pipetrain plan`: every layout of a model on a cluster (grid with context parallelism
+// where sequences are long, schedule with its virtual
 // stages, microbatches, recomputation, ZeRO-1, precision, vocabulary parallelism where
 // parallel.vocab_parallel is "auto"), the ones that do not fit in a
 // device's memory dropped, the rest ranked by a simulated step (the lowered program of the
@@ -28,13 +29,21 @@ struct PlanOptions {
   std::vector<bool> zero1{false, true};
   std::vector<int> only_tp, only_pp;  // empty: any that divides
   std::vector<int> only_ep;           // empty: any ep_options allows (a model with experts)
+  std::vector<int> only_cp;           // empty: any cp_options allows (sequences of kMinRingChunk x 2 tokens on)
   std::vector<int> only_virtual;      // empty: 1, 2, 4, ... up to max_virtual_stages
   int max_virtual_stages = 4;  // interleaved and looped schedules try 2, 4, ... up to this
   double dp_bucket_mb = 25;
 };
 
+// Context parallelism is enumerated where each rank keeps at least this many tokens of a
+// sequence (Megatron's guidance: cp for sequences of 8k and more). Shorter sequences fit with
+// tp, sequence parallelism and recomputation, and a ring step's blocks are then too small to
+// hide their transfers between nodes; leaving them out keeps the search as it was for them.
+inline constexpr int kMinRingChunk = 4096;
+
 struct Layout {
   int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
+  int cp = 1;  // parallel.cp: each sequence over cp ranks, attention a ring (dense models, no vocabulary slices)
   int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (enumerated where the model has experts)
   std::string schedule = "1f1b";
   int microbatches = 1;      // per replica
@@ -56,6 +65,7 @@ struct Prediction {
   // Where the critical rank's step goes (they add up to step_s).
   double compute_s = 0, tp_comm_s = 0, bubble_s = 0, dp_s = 0, optimizer_s = 0, other_s = 0;
   double ep_comm_s = 0;   // the expert all-to-alls' time not hidden in F&B pairs
+  double cp_comm_s = 0;   // the context-parallel ring's transfers not hidden behind its blocks
   int critical_rank = 0;  // pipeline rank
 };
 

@@ -196,7 +196,7 @@ class CpuBackend final : public Backend {
                                int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq,
                                int Tk, int NH, int NKV, int hs, MemoryPool& pool) override {
     check_heads("attention_block_forward", NH * hs, NH, NKV);
-    const Tensor scores = Tensor::empty(pool, {Tq, std::max(Tk, 1)});
+    const Tensor scores = Tensor::empty(pool, {kAttnBlock, std::max(Tk, 1)});
     cpu::attention_block_forward(out, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B, Tq, Tk, NH, NKV, hs,
                                  scores.f32());
   }
@@ -213,7 +213,8 @@ class CpuBackend final : public Backend {
                                 const int32_t* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
                                 MemoryPool& pool) override {
     check_heads("attention_block_backward", NH * hs, NH, NKV);
-    const Tensor p = Tensor::empty(pool, {Tq, std::max(Tk, 1)}), ds = Tensor::empty(pool, {Tq, std::max(Tk, 1)});
+    const Tensor p = Tensor::empty(pool, {kAttnBlock, std::max(Tk, 1)}),
+                 ds = Tensor::empty(pool, {kAttnBlock, std::max(Tk, 1)});
     cpu::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, delta, lse, q, ldq, k, v, ldkv, qpos, qstart, kpos, B,
                                   Tq, Tk, NH, NKV, hs, p.f32(), ds.f32());
   }

@@ -229,7 +229,8 @@ void attention_backward_bf16(float* dqkv, const float* dout, const Q* qkv, const
                              int NKV, std::vector<float>& widened);
 
 // ---- attention of one block of keys with global positions (attention_block.cpp) ----
-// scores: Tq x Tk floats of workspace; p, ds: Tq x Tk each. lse and delta: (B, NH, Tq).
+// scores: kAttnBlock x Tk floats of workspace (one block of queries at a time); p, ds: the
+// same each. lse and delta: (B, NH, Tq).
 void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v, int ldkv,
                              const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B, int Tq, int Tk,
                              int NH, int NKV, int hs, float* scores);
