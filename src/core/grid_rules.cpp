@@ -84,7 +84,6 @@ std::string vocab_parallel_problem(const Config& cfg) {
         cfg.schedule.file);
   if (cfg.comm.p2p == "nccl")
     return "parallel.vocab_parallel: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet";
-  if (cfg.parallel.cp > 1) return "parallel.vocab_parallel with parallel.cp > 1: not in this version";
   return "";
 }
 

@@ -121,7 +121,7 @@ double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, doub
 // delays each collective's consumer by a transfer, as it does a send.
 std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const ActionTimes& embedding,
                                   const ActionTimes& head) {
-  const double N = static_cast<double>(l.microbatch_size) * cx.cfg.train.seq_len, C = cx.cfg.model.d_model;
+  const double N = static_cast<double>(l.microbatch_size) * rank_tokens(cx, l), C = cx.cfg.model.d_model;
   const double act = 4.0 * N * C;
   const int ranks = l.pp * l.tp;
   const LinkSpec& link = group_link(cx.cluster, l.dp * l.tp, l.pp);

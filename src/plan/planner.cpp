@@ -113,7 +113,7 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
     for (int r = 0; r < prog.num_ranks; ++r) {
       MemoryInputs in = k.inputs[static_cast<size_t>(r)];
       add_vocab_memory(prog, r, peaks[static_cast<size_t>(r)], model, k.layout.pp * k.layout.tp,
-                       k.layout.microbatch_size, T, storage, in);
+                       k.layout.microbatch_size, T / k.layout.cp, storage, in);  // a rank's tokens
       const RankMemory mem = rank_memory(in);
       if (mem.total() > p.memory.total()) p.memory = mem;
     }

@@ -77,15 +77,19 @@ timeout 300 "$PIPETRAIN" "${cfg[@]}" "${fast[@]}" --set train.precision=bf16 --r
   --metrics p.jsonl >/dev/null
 same_losses b16.jsonl p.jsonl 0 "bf16 checkpoint resumed in bf16 (bitwise)"
 
-echo "== save on pp=2, resume on tp=2, dp=2 and a single rank"
+echo "== save on pp=2, resume on tp=2, dp=2, cp=2 and a single rank; save on cp=2, resume on a single rank"
 timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set checkpoint.dir=pp2 \
   --set checkpoint.every=3 --metrics pp2.jsonl >/dev/null
-for grid in "2 parallel.tp=2" "2 parallel.dp=2" "1 parallel.tp=1"; do
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.cp=2 --set checkpoint.dir=cp2 \
+  --set checkpoint.every=3 --metrics cp2.jsonl >/dev/null
+for grid in "2 parallel.tp=2" "2 parallel.dp=2" "2 parallel.cp=2" "1 parallel.tp=1" "1 checkpoint.dir=cp2"; do
   read -r -a args <<<"$grid"; set -- "${args[@]}"
   rm -f g.jsonl
-  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set "$2" --set checkpoint.dir=pp2 \
-    --resume pp2/step_00000003.h5 --metrics g.jsonl >/dev/null
-  same_losses full.jsonl g.jsonl 1e-5 "resumed on $2"
+  from=pp2
+  if [ "$2" = checkpoint.dir=cp2 ]; then from=cp2; fi
+  timeout 300 "$MPIEXEC" -np "$1" "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=$from --set "$2" \
+    --resume $from/step_00000003.h5 --metrics g.jsonl >/dev/null
+  same_losses full.jsonl g.jsonl 1e-5 "resumed on $2 (saved in $from)"
 done
 
 echo "== vocabulary parallelism: saved with the vocabulary split over pp=2, resumed whole; and the reverse"

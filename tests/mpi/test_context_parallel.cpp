@@ -3,7 +3,8 @@
 // dp x cp. GPT-2 (learned positions) under 1f1b and Llama (rotary angles, grouped-query
 // attention) under zb-h1 with selective recomputation, ZeRO-1 where there are dp ranks, on
 // every grid of the world's size with cp 2 or 4 beside dp, pp and tp, match the single
-// rank; bad cuts are one-line errors naming the key.
+// rank, as do packed documents spanning chunks and vocabulary parallelism beside cp (fp32 and
+// bf16); bad cuts are one-line errors naming the key.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -73,6 +74,30 @@ TEST(ContextParallel, PackedDocumentsSpanningChunksMatchTheSingleRank) {
                                         << " cp " << g.cp);
       const Config cfg = cp_config(g, llama);
       expect_same_run(run(cfg, MPI_COMM_WORLD, packed_pattern_source(T)), ref, cfg);
+    }
+  }
+}
+
+// Vocabulary parallelism beside cp: each (dp, cp) replica's pp ranks slice the output layer
+// over their rows (GPT-2, tied table; Llama, untied, bf16 against the single rank's bf16).
+TEST(ContextParallel, VocabularyParallelSlicesEachRanksRows) {
+  std::vector<CpGrid> grids;
+  for (CpGrid g : {CpGrid{1, 2, 2, 1}, CpGrid{1, 2, 2, 2}})
+    if (g.dp * g.pp * g.cp * g.tp == world_size()) grids.push_back(g);
+  if (grids.empty()) GTEST_SKIP() << "no vocabulary-parallel cp grid of the list has " << world_size() << " ranks";
+  for (bool llama : {false, true}) {
+    auto config = [&](CpGrid g) {
+      Config c = cp_config(g, llama);
+      c.parallel.vocab_parallel = g.pp > 1 ? Toggle::On : Toggle::Off;
+      if (llama) c.train.precision = "bf16";
+      return c;
+    };
+    const RunResult ref = run(config({1, 1, 1, 1}), MPI_COMM_SELF);
+    for (CpGrid g : grids) {
+      SCOPED_TRACE(::testing::Message() << (llama ? "llama bf16" : "gpt2") << " vocabulary parallel, grid dp " << g.dp
+                                        << " pp " << g.pp << " cp " << g.cp << " tp " << g.tp);
+      const Config cfg = config(g);
+      expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
     }
   }
 }
