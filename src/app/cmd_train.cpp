@@ -223,7 +223,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   if (vocab)
     add_vocab_memory(trainer.program(), grid.coords().pp,
                      simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(grid.coords().pp)],
-                     cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(), cfg.train.seq_len, storage, in);
+                     cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(), T, storage, in);  // a rank's tokens
   if (grid.pp() > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * T * cfg.model.d_model *
                           static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.tp() : 1);

@@ -231,10 +231,10 @@ const LinkSpec& group_link(const ClusterSpec& c, int stride, int size) {
   return static_cast<int64_t>(stride) * size <= c.devices_per_node ? c.intra_node : c.inter_node;
 }
 
+namespace {
 // The FLOP rate of a block part's products on `tokens` rows at full width: measured where
 // the cluster file has rates for the precision (they include the elementwise work), else the
 // peak times the file's efficiency.
-namespace {
 double block_rate(const DeviceSpec& d, const std::string& precision, double tokens) {
   if (const auto measured = d.measured.find(precision); measured != d.measured.end())
     return measured->second.block_at(tokens);

@@ -124,7 +124,7 @@ std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const Acti
   const double N = static_cast<double>(l.microbatch_size) * rank_tokens(cx, l), C = cx.cfg.model.d_model;
   const double act = 4.0 * N * C;
   const int ranks = l.pp * l.tp;
-  const LinkSpec& link = group_link(cx.cluster, l.dp * l.tp, l.pp);
+  const LinkSpec& link = group_link(cx.cluster, l.dp * l.cp * l.tp, l.pp);
   const double sum = allreduce_seconds(act, ranks, link), partials = allreduce_seconds(2 * act, ranks, link);
   return {embedding.F + sum, (head.F + head.I) / l.pp + partials, head.W / l.pp, embedding.I + embedding.W};
 }
@@ -189,7 +189,8 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
       const bool attends = p.kind == UnitKind::Block || p.kind == UnitKind::Attention;
       const ActionTimes& t = experts ? moe_times[p.kind] : times[p.kind];
       const double x = experts ? exposed_exchange(exchange, paired, t) : 0.0;
-      const ActionTimes r = attends ? ring : ActionTimes{};
+      ActionTimes r = attends ? ring : ActionTimes{};
+      if (l.recompute != Recompute::None) r.I += r.F;  // the forward's ring again, before the backward
       F += t.F + x + r.F, I += t.I + x + r.I, W += t.W, comm += t.tp_comm, ep += 2 * x, cp += r.F + r.I;
     }
     out.costs.per_stage[static_cast<size_t>(st)] = {F, I + W, I, W};

@@ -405,7 +405,8 @@ PlanResult plan(const Config& cfg, const ClusterSpec& cluster, const PlanOptions
   }
   if (res.candidates == 0 && !o.only_cp.empty())
     fail(
-        "no layout of {} on {} devices has cp in [{}]: cp must divide the devices left by tp x pp, 2 cp divide "
+        "no layout of {} on {} devices has cp in [{}] (with the other restrictions given): cp must divide the "
+        "devices left by tp x pp, 2 cp divide "
         "train.seq_len ({}) leaving each rank {} tokens or more, and the model have no experts",
         cfg.source, res.devices, fmt::join(o.only_cp, ", "), cfg.train.seq_len, kMinRingChunk);
   if (grids == 0 && (!o.only_tp.empty() || !o.only_pp.empty()))

@@ -152,7 +152,7 @@ bool apply_pack_weights(const Config& cfg, Backend& backend, int rows) {
 PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
   if (cfg.runtime.pack_weights != Toggle::Auto) return {cfg.runtime.pack_weights == Toggle::On, ""};
   // Inference has no updates to amortise the reorders over.
-  PackInputs in = auto_pack_inputs(cfg, backend_, mb_size_ * cfg.train.seq_len,
+  PackInputs in = auto_pack_inputs(cfg, backend_, mb_size_ * local_seq_len(),
                                    use_ == TrainerUse::Train ? cfg.train.microbatches : 0);
   std::vector<StagePiece> pieces;
   for (size_t s = 0; s < units_.size(); ++s)

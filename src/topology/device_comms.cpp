@@ -20,11 +20,10 @@ MPI_Comm dup(const MpiCommunicator& c) {
   return out;
 }
 
-// NCCL runs one rank per GPU: refuses (on every rank of `group`) two ranks of the group on
-// the same GPU.
-// `p2p`: the group is one comm.p2p chooses for (the message then says how to share a GPU).
-void check_distinct_gpus(const MpiCommunicator& group, const DeviceAllocator& device, const std::string& what,
-                         bool p2p) {
+// The first two ranks of `group` on the same GPU, and its identity (collective over the
+// group: every rank gets the same answer).
+std::optional<std::pair<std::pair<int, int>, std::string>> shared_gpu(const MpiCommunicator& group,
+                                                                      const DeviceAllocator& device) {
   constexpr size_t kWidth = MPI_MAX_PROCESSOR_NAME + 32;
   std::string mine = gpu_identity(device);
   mine.resize(kWidth, '\0');
@@ -33,11 +32,20 @@ void check_distinct_gpus(const MpiCommunicator& group, const DeviceAllocator& de
                 group.comm());
   std::vector<std::string> ids;
   for (int r = 0; r < group.size(); ++r) ids.emplace_back(all.data() + kWidth * static_cast<size_t>(r));
-  if (const auto shared = ranks_sharing_a_gpu(ids))
+  if (const auto shared = ranks_sharing_a_gpu(ids)) return std::pair{*shared, ids[static_cast<size_t>(shared->first)]};
+  return std::nullopt;
+}
+
+// NCCL runs one rank per GPU: refuses (on every rank of `group`) two ranks of the group on
+// the same GPU.
+// `p2p`: the group is one comm.p2p chooses for (the message then says how to share a GPU).
+void check_distinct_gpus(const MpiCommunicator& group, const DeviceAllocator& device, const std::string& what,
+                         bool p2p) {
+  if (const auto shared = shared_gpu(group, device))
     fail(
         "{} over NCCL: ranks {} and {} of the {} group share GPU {} (NCCL needs one GPU per rank; start one rank "
         "per GPU{})",
-        what, shared->first, shared->second, group.name(), ids[static_cast<size_t>(shared->first)],
+        what, shared->first.first, shared->first.second, group.name(), shared->second,
         p2p ? ", or set comm.p2p = \"mpi\"" : "");
 }
 
@@ -92,7 +100,9 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
     return own.get();
   };
   tp_ = make(grid.tp_comm(), true, false, "tensor parallelism", own_tp_);
-  dp_ = make(grid.dp_comm(), true, false, "data parallelism", own_dp_);
+  // Ranks sharing a GPU (a test's replicas, or context parallelism's ring on one GPU) sum
+  // their gradients over host-staged MPI; NCCL needs one GPU per rank.
+  dp_ = make(grid.dp_comm(), !shared_gpu(grid.dp_comm(), device), false, "data parallelism", own_dp_);
   pp_ = make(grid.pp_comm(), p2p_nccl, true, "the pipeline", own_pp_);
   pp_nccl_ = p2p_nccl && grid.pp_comm().size() > 1;
   // The ring's sends and receives are posted together on every rank, in either order: MPI's

@@ -102,6 +102,21 @@ TEST(ContextParallel, VocabularyParallelSlicesEachRanksRows) {
   }
 }
 
+// Three ranks: 12 tokens in 6 chunks, each block's gradients passed on twice before home.
+TEST(ContextParallel, ThreeRanksMatchTheSingleRank) {
+  if (world_size() != 3) GTEST_SKIP() << "runs on 3 ranks (cp 3)";
+  for (bool llama : {false, true}) {
+    auto config = [&](CpGrid g) {
+      Config c = cp_config(g, llama);
+      c.train.seq_len = c.model.max_seq_len = 12;
+      return c;
+    };
+    SCOPED_TRACE(llama ? "llama, cp 3" : "gpt2, cp 3");
+    const Config cfg = config({1, 1, 3, 1});
+    expect_same_run(run(cfg, MPI_COMM_WORLD), run(config({1, 1, 1, 1}), MPI_COMM_SELF), cfg);
+  }
+}
+
 TEST(ContextParallel, BadCutsAreOneLineErrorsNamingTheKey) {
   Config c = cp_config({1, 1, 3, 1}, false);  // 8 tokens do not cut into 6 chunks
   EXPECT_NE(context_parallel_problem(c).find("parallel.cp"), std::string::npos);

@@ -218,12 +218,13 @@ class Backend : public DeviceAllocator {
   // ---- attention against one block of keys, by global positions (context parallelism's
   // ring, model/ring_attention.hpp; flash style: nothing of Tq x Tk kept between passes) ----
   // B sequences of Tq queries (q: rows of ldq floats, NH heads of hs) against Tk keys and
-  // values (k, v: rows of ldkv floats, NKV heads; query head h reads h / (NH / NKV)); key j
-  // of a sequence is visible to its query i iff qstart[b Tq + i] <= kpos[b Tk + j] <= qpos[b Tq
-  // + i] (qstart: the global position of the query's document's first token under packed
-  // documents; nullptr: 0, every earlier key). out (B Tq rows of NH hs): the visible values weighted by their softmax
-  // within the block; lse (B, NH, Tq): the log-sum-exp of the visible scores, -inf for a row that sees none (its out
-  // 0).
+  // values (k, v: rows of ldkv floats, NKV heads; query head h reads h / (NH / NKV)). Key j
+  // of a sequence is visible to its query i iff
+  //   qstart[b Tq + i] <= kpos[b Tk + j] <= qpos[b Tq + i]
+  // (qstart: the global position of the query's document's first token under packed
+  // documents; nullptr: 0, every earlier key). out (B Tq rows of NH hs): the visible values
+  // weighted by their softmax within the block; lse (B, NH, Tq): the log-sum-exp of the
+  // visible scores, -inf for a row that sees none (its out 0).
   virtual void attention_block_forward(float* out, float* lse, const float* q, int ldq, const float* k, const float* v,
                                        int ldkv, const int32_t* qpos, const int32_t* qstart, const int32_t* kpos, int B,
                                        int Tq, int Tk, int NH, int NKV, int hs, MemoryPool& pool) {
@@ -363,8 +364,8 @@ class Backend : public DeviceAllocator {
   template <typename... Args>
   [[noreturn]] void no_block_attention(const Args&...) const {
     fail(
-        "{}: attention against a block of keys (context parallelism's ring) runs on the CPU backend only in this "
-        "version",
+        "{}: attention against a block of keys (context parallelism's ring) runs on the CPU and CUDA backends "
+        "only in this version",
         name());
   }
   Tensor widened_qkv(const bf16* qkv, int B, int T, int C, int NH, int NKV, MemoryPool& pool) {

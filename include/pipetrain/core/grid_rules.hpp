@@ -28,7 +28,7 @@ std::string vocab_parallel_problem(const Config& cfg);
 bool sequence_parallel_on(const Config& cfg);
 std::string sequence_parallel_problem(const Config& cfg);
 // parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism
-// does not run with yet (mixtures of experts, vocabulary parallelism, packed documents, GPUs).
+// does not run with yet (mixtures of experts).
 std::string context_parallel_problem(const Config& cfg);
 // The ranks a config's grid needs: dp x pp x cp x tp.
 int64_t grid_ranks(const ParallelConfig& p);

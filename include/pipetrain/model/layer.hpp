@@ -57,15 +57,15 @@ struct MicrobatchContext {
   // Sequence parallelism over `tp` (parallel.sequence_parallel; model/sequence_parallel.hpp).
   bool sequence_parallel = false;
   // Context parallelism (parallel.cp; model/ring_attention.hpp): this rank holds T of each
-  // sequence's cp_tokens tokens (chunks, at the global positions in `positions`), and
-  // attention is a ring over `cp`. Null: the whole sequence is here.
+  // sequence's cp_tokens tokens (chunks i and 2 cp - 1 - i), and attention is a ring over
+  // `cp`. Null: the whole sequence is here.
   Communicator* cp = nullptr;
   int cp_tokens = 0;
   int B = 0, T = 0;        // sequences and tokens per sequence in this microbatch
   Tensor tokens;           // (B*T) int32 inputs (first stage)
   Tensor targets;          // (B*T) int32 targets (last stage; kIgnoredTarget counts nowhere)
   // (B*T) int32: each token's place in its document when documents are packed
-  // (core/documents.hpp), or its global position under context parallelism, on every
+  // (core/documents.hpp), else its global position under context parallelism, on every
   // stage; undefined: token t is at position t.
   Tensor positions;
   const int32_t* document_positions() const { return positions.defined() ? positions.i32() : nullptr; }

@@ -6,13 +6,14 @@
 // attention_block_forward, by global positions) while it passes that block on with
 // nonblocking transfers and receives the next, and merges the blocks' partial outputs by
 // their log-sum-exp. The backward walks the ring the same way, each block's key and value
-// gradients travelling one step behind it (received and passed on while the next block is
-// worked on) and reaching their owner after the last step; it recomputes
+// gradients travelling one step behind it (received while the block is worked on, passed on
+// while the next one is) and reaching their owner after the last step; it recomputes
 // each block's probabilities from the merged log-sum-exp, so nothing of T x T is kept.
 //
 // One object per attention call: forward keeps the merged output and log-sum-exp (B Tl x
 // NH hs and B NH Tl floats) for backward. The ring runs over whatever communicator it is
-// given: in training the Grid's cp_comm (parallel.cp), through precision's attend().
+// given: in training DeviceComms::cp (the Grid's cp_comm; on GPUs staged through host
+// buffers), through precision's attend().
 #pragma once
 #include <cstdint>
 #include <vector>

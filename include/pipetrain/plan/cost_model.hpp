@@ -4,7 +4,7 @@
 // docs/cost-model.md writes the formulas down.
 // Exports: UnitKind, is_block_part, UnitWork, unit_work, unit_params, widened_params, dense_weight_params,
 // rank_dense_weight_params, multiplies_bf16, PackInputs, PackChoice, choose_pack_weights, ActionTimes, unit_times,
-// allreduce_seconds, allgather_seconds, p2p_seconds, expert_exchange_seconds, group_link,
+// allreduce_seconds, allgather_seconds, p2p_seconds, expert_exchange_seconds, group_link, ring_seconds,
 // adamw_seconds, gradient_passes_seconds, MemoryInputs, RankMemory, rank_memory.
 #pragma once
 #include <string>

@@ -1,11 +1,10 @@
-// `pipetrain plan`: every layout of a model on a cluster (grid with context parallelism
-// where sequences are long, schedule with its virtual
-// stages, microbatches, recomputation, ZeRO-1, precision, vocabulary parallelism where
-// parallel.vocab_parallel is "auto"), the ones that do not fit in a
-// device's memory dropped, the rest ranked by a simulated step (the lowered program of the
-// schedule, timed by the cost model, plus each rank's tail: dp reduction, tied embedding,
-// AdamW). Exports: PlanOptions, Layout, Prediction, PlanResult, plan, predict, describe,
-// layout_overrides, peak_stashes.
+// `pipetrain plan`: every layout of a model on a cluster (grid, with context parallelism
+// where sequences are long; schedule with its virtual stages, microbatches, recomputation,
+// ZeRO-1, precision, vocabulary parallelism where parallel.vocab_parallel is "auto"), the
+// ones that do not fit in a device's memory dropped, the rest ranked by a simulated step
+// (the lowered program of the schedule, timed by the cost model, plus each rank's tail: dp
+// reduction, tied embedding, AdamW). Exports: PlanOptions, Layout, Prediction, PlanResult, plan, predict, describe,
+// layout_overrides, peak_stashes, kMinRingChunk.
 #pragma once
 #include <string>
 #include <vector>
@@ -43,7 +42,7 @@ inline constexpr int kMinRingChunk = 4096;
 
 struct Layout {
   int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
-  int cp = 1;  // parallel.cp: each sequence over cp ranks, attention a ring (dense models, no vocabulary slices)
+  int cp = 1;  // parallel.cp: each sequence over cp ranks, attention a ring (dense models)
   int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (enumerated where the model has experts)
   std::string schedule = "1f1b";
   int microbatches = 1;      // per replica

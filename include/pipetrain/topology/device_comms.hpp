@@ -1,8 +1,8 @@
 // DeviceComms: the communicators that move this rank's tensors, one per group of the grid.
 // On the host they are the Grid's MPI communicators. On a GPU: NCCL for tp and dp (one
 // NCCL communicator per group, its unique id broadcast over the group's MPI
-// communicator), and for the pipeline and the tied-embedding pair NCCL or, with
-// comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU); the
+// communicator; a dp group whose ranks share a GPU goes over host-staged MPI instead), and for the pipeline and the
+// tied-embedding pair NCCL or, with comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU); the
 // context-parallel ring is MPI staged through host buffers. A
 // group of one rank never moves data; it gets the staged path. Host scalars (norms,
 // metrics) always go over the Grid's MPI communicators.
