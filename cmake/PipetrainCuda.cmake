@@ -14,7 +14,7 @@
 # defined here (CMAKE_CUDA20_STANDARD_COMPILE_OPTION) after enable_language(CUDA).
 # NCCL (the NcclCommunicator) is found by hand next to the toolkit (CUDA::nccl is not
 # among CUDAToolkit's targets; NCCL_ROOT points elsewhere): PIPETRAIN_NCCL TRUE/FALSE.
-# cuDNN is not used (yet).
+# cuDNN (bf16 attention) is opened at run time, as cuBLAS is: only its headers are needed here.
 
 set(PIPETRAIN_ENABLE_CUDA "AUTO" CACHE STRING
     "Build the CUDA backend: AUTO (if nvcc works), ON (required) or OFF")

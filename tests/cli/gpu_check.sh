@@ -39,6 +39,7 @@ cat >"$tmp/standins.sh" <<'STANDINS'
 have_gpu() { true; }
 build_gpu() { echo "detail: a stand-in build"; }
 check_kernels() { echo "Expected equality: the stand-in's first failure, in full"; return 1; }
+check_cudnn_attention() { return 77; }
 check_demo_fp32() { sleep 61; }                  # hangs: killed at its limit
 limit[demo-fp32]=1
 check_demo_bf16() { echo "detail: ran after the hang"; }

@@ -1,7 +1,8 @@
 // CudaBackend: the Backend interface on one GPU. Owns the device binding, a
 // stream, a cuBLAS handle and a little scratch memory; checks arguments (throwing
 // pipetrain::Error with the CPU backend's messages) and forwards every kernel to a
-// launcher in pipetrain::cuda (one .cu file per kernel family). Also exports
+// launcher in pipetrain::cuda (one .cu file per kernel family), bf16 attention to
+// cuDNN where it qualifies (cudnn_attention.hpp). Also exports
 // make_cuda_backend(), cuda_available() and cuda_build_summary().
 //
 // Streams: all work goes to the backend's own stream, created blocking (it
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "cuda_kernels.hpp"
+#include "cudnn_attention.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/error.hpp"
@@ -289,8 +291,27 @@ class CudaBackend final : public Backend {
            decode_max_keys_);
     cuda::attention_decode(ctx(), out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
   }
-  using Backend::attention_backward;  // the bf16-qkv forms: widened, then these
+  using Backend::attention_backward;  // the bf16-qkv forms: on cuDNN (below), or widened and then these
   using Backend::attention_forward;
+  // bf16 qkv under bf16 storage without packed documents: cuDNN where it takes the shape
+  // (cudnn_attention.hpp; PIPETRAIN_CUDNN_ATTENTION=0 turns it off), else widened onto the kernels.
+  std::unique_ptr<AttentionStash> attention_forward(float* out, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                                                    MemoryPool& pool, DType storage,
+                                                    const int32_t* positions) override {
+    check_heads("attention_forward", C, NH, NKV);
+    if (storage == DType::BF16 && positions == nullptr)
+      if (auto s = cudnn_attention_.forward(ctx(), out, reinterpret_cast<const uint16_t*>(qkv), B, T, C, NH, NKV, pool))
+        return s;
+    return Backend::attention_forward(out, qkv, B, T, C, NH, NKV, pool, storage, positions);
+  }
+  void attention_backward(float* dqkv, const float* dout, const bf16* qkv, AttentionStash& stash, int B, int T, int C,
+                          int NH, int NKV, MemoryPool& pool, const int32_t* positions) override {
+    auto* c = dynamic_cast<cuda::CudnnAttentionStash*>(&stash);
+    if (c == nullptr) return Backend::attention_backward(dqkv, dout, qkv, stash, B, T, C, NH, NKV, pool, positions);
+    check_heads("attention_backward", C, NH, NKV);
+    if (positions != nullptr) fail("attention_backward: packed-document positions, but the forward ran without them");
+    cudnn_attention_.backward(ctx(), dqkv, dout, reinterpret_cast<const uint16_t*>(qkv), *c, B, T, C, NH, NKV, pool);
+  }
   // Packed documents (positions): the flash kernels recompute the probabilities, so both
   // passes take them; the probability kernels keep 0 for other documents' keys, so their
   // backward needs none.
@@ -314,6 +335,8 @@ class CudaBackend final : public Backend {
   void attention_backward(float* dqkv, const float* dout, const float* qkv, AttentionStash& stash, int B, int T, int C,
                           int NH, int NKV, MemoryPool& pool, const int32_t* positions) override {
     check_heads("attention_backward", C, NH, NKV);
+    if (dynamic_cast<cuda::CudnnAttentionStash*>(&stash) != nullptr)
+      fail("attention_backward: the stash is cuDNN attention's, from bf16 qkv: pass that bf16 qkv");
     if (auto* f = dynamic_cast<FlashStash*>(&stash)) {
       const Tensor delta = Tensor::empty(pool, {B, NH, T});
       cuda::flash_attention_backward(ctx(), dqkv, delta.f32(), dout, qkv, f->out.f32(), f->lse.f32(), B, T, C, NH, NKV,
@@ -510,6 +533,7 @@ class CudaBackend final : public Backend {
   void release() noexcept {
     (void)cudaSetDevice(device_);
     if (ctx_.stream != nullptr) (void)cudaStreamSynchronize(ctx_.stream);
+    cudnn_attention_.release();  // its handle is bound to the stream
     if (ctx_.blas != nullptr) (void)cublas().cublasDestroy(ctx_.blas);
     if (ctx_.stream != nullptr) (void)cudaStreamDestroy(ctx_.stream);
     if (ctx_.scratch != nullptr) (void)cudaFree(ctx_.scratch);
@@ -611,6 +635,8 @@ class CudaBackend final : public Backend {
   std::vector<IdCheck> deferred_;
   bool defer_ = false;
   int decode_max_keys_ = -1;  // cuda::attention_decode_max_keys, asked at the first decode
+  // cuDNN attention's plans, one per shape and pass, built at first use (cudnn_attention.hpp).
+  cuda::CudnnAttention cudnn_attention_;
 };
 
 }  // namespace
