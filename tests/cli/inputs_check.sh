@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every bundled config inputs/*.toml validates for its full grid, and every sample schedule
 # inputs/schedules/*.csv validates:
-#   1. `pipetrain check` on one process, whatever dp * pp * tp: config, grid, the lowered
+#   1. `pipetrain check` on one process, whatever dp * pp * cp * tp: config, grid, the lowered
 #      program of every rank, the memory estimate on the cluster its runtime.device runs
 #      on (inputs/clusters/cpu-node.toml for the CPU, dgx-h100.toml for CUDA); the data
 #      files are not here (--no-data).
@@ -62,7 +62,7 @@ pp, vs = p.get("pp", 1), p.get("virtual_stages", 1)
 stages = pp * vs
 # One block per stage always splits validly.
 min_layers = stages
-print(p.get("dp", 1) * pp * p.get("tp", 1), t.get("seq_len", 256), min_layers, params(L), params(min_layers),
+print(p.get("dp", 1) * pp * p.get("cp", 1) * p.get("tp", 1), t.get("seq_len", 256), min_layers, params(L), params(min_layers),
       1 if p.get("layers_per_stage") else 0, c.get("runtime", {}).get("device", "cpu"))
 PY
 }
