@@ -144,20 +144,21 @@ std::string windows_summary(const TokenDataset& d) {
                          : std::string());
 }
 
+// Collective over the job: packed documents are found by one rank's reading of the files.
 TrainData open_data(const Config& cfg) {
   TrainData d;
   if (cfg.data.train_weights.empty()) {
     d.data = std::make_unique<TokenDataset>(cfg.data.train, cfg.train.seq_len, cfg.model.vocab_size,
-                                            cfg.data.respect_documents, cfg.data.pack_documents);
+                                            cfg.data.respect_documents, cfg.data.pack_documents, MPI_COMM_WORLD);
     d.sampler = std::make_unique<BatchSampler>(*d.data, cfg.data.sampling, cfg.train.seed);
   } else {
     d.blend = std::make_unique<BlendedSampler>(cfg.data.train, cfg.data.train_weights, cfg.train.seq_len,
                                                cfg.model.vocab_size, cfg.data.respect_documents, cfg.data.sampling,
-                                               cfg.train.seed, cfg.data.pack_documents);
+                                               cfg.train.seed, cfg.data.pack_documents, MPI_COMM_WORLD);
   }
   if (!cfg.data.val.empty()) {
     d.val = std::make_unique<TokenDataset>(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size,
-                                           cfg.data.respect_documents, cfg.data.pack_documents);
+                                           cfg.data.respect_documents, cfg.data.pack_documents, MPI_COMM_WORLD);
     d.val_sampler = std::make_unique<BatchSampler>(*d.val, "sequential", cfg.train.seed);
   }
   return d;

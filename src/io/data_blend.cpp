@@ -9,13 +9,13 @@ namespace pipetrain {
 
 BlendedSampler::BlendedSampler(const std::vector<std::string>& paths, const std::vector<double>& weights, int seq_len,
                                int model_vocab, bool respect_documents, const std::string& sampling, uint64_t seed,
-                               bool pack_documents) {
+                               bool pack_documents, MPI_Comm scan_comm) {
   if (paths.empty() || paths.size() != weights.size()) fail("data.train: a blend needs one weight per source");
   const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
   for (size_t k = 0; k < paths.size(); ++k) {
     if (!(weights[k] > 0)) fail("data.train[{}] ({}): blend weights must be positive, got {}", k, paths[k], weights[k]);
     data_.push_back(std::make_unique<TokenDataset>(std::vector<std::string>{paths[k]}, seq_len, model_vocab,
-                                                   respect_documents, pack_documents));
+                                                   respect_documents, pack_documents, scan_comm));
     const TokenDataset& d = *data_.back(), &first = *data_.front();
     if (d.vocab_size() && first.vocab_size() && d.vocab_size() != first.vocab_size())
       fail("{}: vocab_size {} differs from {} of {} (the sources of a blend share one vocabulary)", paths[k],

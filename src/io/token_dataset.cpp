@@ -109,7 +109,7 @@ TokenFileInfo inspect_token_file(const std::string& path) {
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents,
-                           bool pack_documents)
+                           bool pack_documents, MPI_Comm scan_comm)
     : paths_(files), seq_len_(seq_len), model_vocab_(model_vocab) {
   if (files.empty()) fail("no token files given");
   if (respect_documents && pack_documents)
@@ -177,7 +177,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
     windows_ = static_cast<int64_t>(starts_.size());
   }
   if (pack_documents) {
-    packing_ = std::make_unique<DocumentPacking>(document_boundaries(), seq_len);
+    packing_ = std::make_unique<DocumentPacking>(document_boundaries(scan_comm), seq_len);
     if (packing_->num_sequences() == 0)
       fail("{}: no document has two tokens to pack (data.pack_documents = true)", files[0]);
     windows_ = packing_->num_sequences();

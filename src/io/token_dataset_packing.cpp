@@ -26,7 +26,29 @@ int32_t end_of_text_of(const std::string& tokenizer, const std::string& path) {
 
 }  // namespace
 
-std::vector<int64_t> TokenDataset::document_boundaries() {
+std::vector<int64_t> TokenDataset::document_boundaries(MPI_Comm comm) {
+  // Every rank checks the files' tokenizers (a missing end-of-text token is every rank's
+  // one-line error, before any rank waits for the boundaries).
+  for (const File& f : files_)
+    if (!f.megatron) padding_token_ = end_of_text_of(tokenizer_, f.path);
+  int rank = 0, size = 1;
+  if (comm != MPI_COMM_SELF) {  // (one rank alone needs no MPI, initialised or not)
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+  }
+  std::vector<int64_t> starts;
+  if (rank == 0) starts = scan_documents();
+  if (size == 1) return starts;
+  int64_t n = static_cast<int64_t>(starts.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  starts.resize(static_cast<size_t>(n));
+  constexpr int64_t kPiece = int64_t{1} << 26;  // counts are ints: broadcast in pieces
+  for (int64_t at = 0; at < n; at += kPiece)
+    MPI_Bcast(starts.data() + at, static_cast<int>(std::min(kPiece, n - at)), MPI_INT64_T, 0, comm);
+  return starts;
+}
+
+std::vector<int64_t> TokenDataset::scan_documents() const {
   std::vector<int64_t> starts;
   std::vector<int32_t> chunk;
   for (const File& f : files_) {
@@ -36,7 +58,6 @@ std::vector<int64_t> TokenDataset::document_boundaries() {
       continue;
     }
     const int32_t eot = end_of_text_of(tokenizer_, f.path);
-    padding_token_ = eot;
     starts.push_back(f.first);
     chunk.resize(static_cast<size_t>(std::min(kScanChunk, f.count)));
     for (int64_t at = 0; at < f.count; at += kScanChunk) {

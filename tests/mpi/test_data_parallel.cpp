@@ -2,19 +2,21 @@
 // number of ranks, the dataset holds exactly the ids one rank writes — slices cut where
 // encoding in parts gives the same ids, an empty file and a file with no place to cut, the
 // end-of-text tokens where one rank puts them — and an error on one rank fails every rank
-// before anything is written.
+// before anything is written. Packed documents found by one rank's reading of a file (and
+// broadcast) are those every rank finds alone.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 
 #include "mpi/mpi_fixtures.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/data_convert.hpp"
 #include "pipetrain/io/token_dataset.hpp"
+#include "pipetrain/io/token_writer.hpp"
 
 namespace pipetrain {
 namespace {
@@ -84,6 +86,30 @@ TEST(TokenizeTextParallel, EveryRankCountWritesTheSingleRankIds) {
     EXPECT_EQ(e.path().string().find("bad.h5"), std::string::npos) << e.path() << " was left behind";
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) fs::remove_all(dir);
+}
+
+TEST(PackedDocumentsFoundOnce, EveryRankHasTheSingleRanksSequences) {
+  const std::string dir = shared_dir(), path = dir + "/packed.h5";
+  const uint32_t E = 50256;  // GPT-2's end of text: documents of 3 to 9 tokens
+  std::vector<uint32_t> tokens;
+  for (int d = 0; d < 40; ++d) {
+    for (int i = 0; i < 2 + d % 7; ++i) tokens.push_back(static_cast<uint32_t>(100 * d + i));
+    tokens.push_back(E);
+  }
+  if (world_rank() == 0) write_token_file(path, tokens, 50257, "gpt2");
+  MPI_Barrier(MPI_COMM_WORLD);
+  const TokenDataset shared({path}, 16, 50304, false, true, MPI_COMM_WORLD), alone({path}, 16, 50304, false, true);
+  ASSERT_EQ(shared.num_windows(), alone.num_windows());
+  std::vector<int32_t> in(16), tgt(16), pos(16), in1(16), tgt1(16), pos1(16);
+  for (int64_t w = 0; w < alone.num_windows(); ++w) {
+    shared.read_sample(w, in.data(), tgt.data(), pos.data());
+    alone.read_sample(w, in1.data(), tgt1.data(), pos1.data());
+    EXPECT_EQ(in, in1) << "sequence " << w << " on rank " << world_rank();
+    EXPECT_EQ(tgt, tgt1) << "sequence " << w << " on rank " << world_rank();
+    EXPECT_EQ(pos, pos1) << "sequence " << w << " on rank " << world_rank();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove(path);
 }
 
 }  // namespace

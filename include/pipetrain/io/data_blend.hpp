@@ -20,9 +20,10 @@ class BlendedSampler {
   // One dataset and sampler per source (paths[k], weights[k] > 0, normalised here); each
   // source's windows are drawn by its own BatchSampler (`sampling`, `seed`). Throws naming
   // the file when sources disagree on the vocabulary size or the tokenizer.
+  // scan_comm: as TokenDataset's.
   BlendedSampler(const std::vector<std::string>& paths, const std::vector<double>& weights, int seq_len,
                  int model_vocab, bool respect_documents, const std::string& sampling, uint64_t seed,
-                 bool pack_documents = false);
+                 bool pack_documents = false, MPI_Comm scan_comm = MPI_COMM_SELF);
 
   // (source, sample index within it) of global sample n.
   std::pair<int, int64_t> source_of(int64_t n) const;

@@ -11,6 +11,7 @@
 // also accept the attributes on `/tokens`, and files without them (vocab unknown).
 #pragma once
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <memory>
@@ -58,9 +59,11 @@ class TokenDataset {
   // pack_documents: each window is instead a packed sequence of whole documents
   // (io/document_packing.hpp): a Megatron source's documents, or an HDF5 file's, each
   // ending at its tokenizer's end-of-text token (`pipetrain data text --eot` writes one
-  // after each input file), read once here.
+  // after each input file), read once here. scan_comm: the ranks opening the same files
+  // together (collective over them when packing): the first reads the files for their
+  // documents and gives the others the boundaries, so a job reads its data once at start-up.
   TokenDataset(const std::vector<std::string>& files, int seq_len, int model_vocab, bool respect_documents = false,
-               bool pack_documents = false);
+               bool pack_documents = false, MPI_Comm scan_comm = MPI_COMM_SELF);
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -109,7 +112,10 @@ class TokenDataset {
   std::unique_ptr<DocumentPacking> packing_;
   int32_t padding_token_ = 0;  // the inputs of packed sequences' free positions
 
-  std::vector<int64_t> document_boundaries();  // for pack_documents: where every document starts; sets padding_token_
+  // For pack_documents: where every document starts (the first of `comm` reads, the others
+  // receive); sets padding_token_.
+  std::vector<int64_t> document_boundaries(MPI_Comm comm);
+  std::vector<int64_t> scan_documents() const;  // this rank reading every file
   void read_packed(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) const;
 };
 
