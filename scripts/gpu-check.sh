@@ -11,9 +11,9 @@
 # within the derived bf16 bound, and the calls it is not asked for on the flash kernels; PASS
 # only when its cases ran: no GPU or no cuDNN is a FAIL),
 # demo-fp32 (20 GPU steps against the CPU, 1e-4 relative), demo-bf16 (within the derived
-# bound), two-ranks-one-gpu (pp = 2 and cp = 2 over host-staged MPI), nccl-one-gpu (a one-rank NCCL
-# group: all-reduce, a send to and a receive from itself), nccl-two-gpus (tp = 2 and pp = 2
-# over NCCL; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck
+# bound), two-ranks-one-gpu (pp = 2, cp = 2 and the mixture-of-experts demo's ep = 2 over
+# host-staged MPI), nccl-one-gpu (a one-rank NCCL group: all-reduce, a send to and a receive
+# from itself, an all-to-all), nccl-two-gpus (tp = 2, pp = 2 and ep = 2 over NCCL; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck
 # on the attention tests, the ring's block kernels included), gpt2-124m-bf16 (tokens/s and
 # MFU against the 50% target: it informs, it does not fail the check).
 # Logs: every step's under the folder given as the argument (or $OUT, or ./gpu-check-logs),
@@ -34,7 +34,7 @@ budget=${PIPETRAIN_GPU_CHECK_BUDGET:-540}
 checks=(kernels cudnn-attention demo-fp32 demo-bf16 two-ranks-one-gpu nccl-one-gpu nccl-two-gpus sanitizers
         gpt2-124m-bf16)
 declare -A limit=([build]=270 [kernels]=60 [cudnn-attention]=90 [demo-fp32]=60 [demo-bf16]=60
-                  [two-ranks-one-gpu]=60 [nccl-one-gpu]=30 [nccl-two-gpus]=60 [sanitizers]=120 [gpt2-124m-bf16]=90)
+                  [two-ranks-one-gpu]=90 [nccl-one-gpu]=30 [nccl-two-gpus]=90 [sanitizers]=120 [gpt2-124m-bf16]=90)
 build=${PIPETRAIN_GPU_BUILD:-build-gpu}
 PT=$build/bin/pipetrain
 
@@ -100,7 +100,8 @@ demo() {  # [-n RANKS] ARGS...: the demo's training, on one rank or RANKS under 
     launch=(mpiexec -n "$2")
     shift 2
   fi
-  corpus && "${launch[@]}" "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" --set log.every=100 \
+  corpus && "${launch[@]}" "$PT" train "${demo_config:-inputs/austen-char.toml}" --set data.train="$logs/corpus.h5" \
+    --set log.every=100 \
     --set train.lr_schedule=constant --set train.warmup_steps=0 "$@"
 }
 
@@ -132,7 +133,8 @@ check_demo_bf16() { demo_vs_cpu bf16 0.31; }
 
 # Two ranks sharing the GPU against one rank: pp = 2 with the pipeline's transfers over MPI
 # (NCCL needs one GPU per rank), then cp = 2 (the ring over host-staged MPI, its block
-# kernels on the GPU).
+# kernels on the GPU), then the mixture-of-experts demo on dp = 2 with ep = 2 (the expert
+# exchanges over host-staged MPI, F&B pairs overlapped as on CPUs).
 check_two_ranks_one_gpu() {
   local grid
   mpi_env
@@ -142,6 +144,22 @@ check_two_ranks_one_gpu() {
       --metrics "$logs/two.jsonl" || return 1
     echo "detail: $grid" && compare "$logs/two.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
+  moe_ep2 -n 2 --set comm.p2p=mpi
+}
+
+# The mixture-of-experts demo, 10 steps on one GPU, then on dp = 2 with ep = 2 (the
+# launch and transport as given) against it; fp32, 1e-4 relative per step as for dp. The
+# load-balancing losses are a microbatch's: one rank runs 4 microbatches to see the same
+# 4 sequences in each as a dp rank's 2.
+moe_ep2() {  # -n RANKS ARGS...
+  local demo_config=inputs/moe-demo.toml
+  if [ ! -s "$logs/moe1.jsonl" ]; then
+    demo --set train.steps=10 --set train.microbatches=4 --set runtime.device=cuda --metrics "$logs/moe1.jsonl" ||
+      return 1
+  fi
+  demo "$@" --set train.steps=10 --set parallel.dp=2 --set parallel.ep=2 --set runtime.device=cuda \
+    --metrics "$logs/moe-ep2.jsonl" || return 1
+  echo "detail: moe-demo parallel.dp=2 parallel.ep=2" && compare "$logs/moe-ep2.jsonl" "$logs/moe1.jsonl" 1e-4
 }
 
 # One rank's NCCL group through the real communicator, events and error polling.
@@ -167,6 +185,7 @@ check_nccl_two_gpus() {
       --metrics "$logs/nccl.jsonl" || return 1
     echo "detail: $grid" && compare "$logs/nccl.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
+  moe_ep2 -n 2 --set comm.p2p=nccl  # the expert exchanges and the expert-dp sums over NCCL
 }
 
 check_sanitizers() {

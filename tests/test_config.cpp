@@ -438,8 +438,6 @@ TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
       {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4"}, "parallel.ep (2) must divide parallel.dp (1)"},
       {{"parallel.ep=2", "model.arch=llama", "model.n_experts=3", "parallel.dp=2"},
        "parallel.ep (2) must divide model.n_experts (3)"},
-      {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4", "parallel.dp=2", "runtime.device=\"cuda\""},
-       "parallel.ep (2) runs on CPUs only"},
   };
   for (const auto& r : rules) {
     const std::string e = error_of(kMinimal, r.set);

@@ -77,5 +77,25 @@ TEST_F(OneRankNccl, SendsToItselfInAGroup) {
   for (int i = 0; i < 7; ++i) EXPECT_EQ(back[i], host[i]);
 }
 
+// The expert exchange's all-to-all (Communicator::all_to_all_v over NCCL's grouped sends and
+// receives) on a group of one: the counts' i32 and the rows' f32 come back as sent.
+TEST_F(OneRankNccl, AllToAllOfCountsAndRows) {
+  const int32_t counts[3] = {4, 0, 7};
+  const float rows[6] = {0.5f, -1, 2, -3, 4, -5.5f};
+  const Tensor c_out = Tensor::empty(*pool, {3}, DType::I32), c_in = Tensor::empty(*pool, {3}, DType::I32);
+  const Tensor r_out = Tensor::empty(*pool, {6}), r_in = Tensor::empty(*pool, {8});
+  be->to_device(c_out.raw(), counts, sizeof counts);
+  be->to_device(r_out.raw(), rows, sizeof rows);
+  comm->all_to_all_v(c_out, {3}, c_in, {3}, be->stream())->wait();
+  comm->all_to_all_v(r_out, {6}, r_in, {6}, be->stream())->wait();
+  int32_t c_back[3] = {};
+  float r_back[6] = {};
+  be->to_host(c_back, c_in.raw(), sizeof c_back);
+  be->to_host(r_back, r_in.raw(), sizeof r_back);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c_back[i], counts[i]);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(r_back[i], rows[i]);
+  EXPECT_THROW(comm->all_to_all_v(r_out, {6}, r_in, {9}, be->stream()), Error);  // more than r_in holds
+}
+
 }  // namespace
 }  // namespace pipetrain

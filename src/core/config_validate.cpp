@@ -77,9 +77,6 @@ void check_expert_parallel(const Checker& c, const Config& cfg) {
     c.check(cfg.model.n_experts % p.ep == 0, fmt::format("parallel.ep ({}) must divide model.n_experts ({}): each "
                                                          "rank holds whole experts",
                                                          p.ep, cfg.model.n_experts));
-  c.check(cfg.runtime.device == "cpu", fmt::format("parallel.ep ({}) runs on CPUs only in this version "
-                                                   "(runtime.device = {})",
-                                                   p.ep, quote(cfg.runtime.device)));
 }
 
 // How the experts split over tp.

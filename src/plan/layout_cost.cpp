@@ -132,7 +132,9 @@ std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const Acti
 // The share of rank r's forwards and backwards that run in an F&B pair (schedule.overlap):
 // each hides its expert exchanges behind its partner's compute.
 double paired_share(const Context& cx, const Schedule& s, int r) {
-  if (!cx.cfg.schedule.overlap || s.pairs.empty() || s.pairs[static_cast<size_t>(r)].empty()) return 0.0;
+  // On GPUs the exchanges run in their stream's order (NCCL): the pair's halves take turns.
+  if (!cx.cfg.schedule.overlap || cx.cluster.device.kind != "cpu") return 0.0;
+  if (s.pairs.empty() || s.pairs[static_cast<size_t>(r)].empty()) return 0.0;
   int computes = 0;
   for (const Action& a : s.per_rank[static_cast<size_t>(r)]) computes += a.op == Op::F || a.op == Op::B;
   return computes ? 2.0 * static_cast<double>(s.pairs[static_cast<size_t>(r)].size()) / computes : 0.0;

@@ -133,10 +133,10 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// parallel.ep for dp replicas: every divisor of dp that divides the experts (expert
-// parallelism runs on CPUs only so far); 1 without experts.
-std::vector<int> ep_options(const ModelConfig& model, int dp, const std::string& device) {
-  if (model.n_experts == 0 || device != "cpu") return {1};
+// parallel.ep for dp replicas: every divisor of dp that divides the experts; 1 without
+// experts.
+std::vector<int> ep_options(const ModelConfig& model, int dp) {
+  if (model.n_experts == 0) return {1};
   std::vector<int> out;
   for (int ep : divisors(dp))
     if (model.n_experts % ep == 0) out.push_back(ep);
@@ -337,7 +337,7 @@ void add_grid(const Context& cx, const PlanOptions& o, const std::vector<std::st
         if (pp > 1 && !allowed(o.only_virtual, v)) continue;
         Built& b = cache.get(name, pp, v, m);
         if (!b.ok) continue;
-        for (int ep : ep_options(cfg.model, grid.dp, cx.cluster.device.kind)) {
+        for (int ep : ep_options(cfg.model, grid.dp)) {
           if (!allowed(o.only_ep, ep)) continue;
           Layout l = grid;
           l.ep = ep, l.virtual_stages = v, l.schedule = name;

@@ -187,7 +187,7 @@ void Trainer::configure_executor(const Config& cfg, int me) {
     v.sums_to_all = grid_.tp() > 1;
     executor_->set_vocab(v);
   }
-  if (grid_.ep() > 1) executor_->set_experts(&grid_.ep_comm(), &grid_.ep_backward_comm());
+  if (grid_.ep() > 1) executor_->set_experts(comms_->ep(), comms_->ep_backward(), comms_->ep_in_order());
   executor_->set_overlap(cfg.schedule.overlap);
   executor_->set_packed_documents(source_.is_packed());
   if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
@@ -247,7 +247,7 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
     o.progress = mpi_progress();
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
-    o.expert_dp = &grid_.expert_dp_comm();
+    o.expert_dp = comms_->expert_dp();
     if (zero1) {
       o.shard_elems = owned_[0].hi - owned_[0].lo;
       if (owned_.size() > 1) o.expert_shard_elems = owned_[1].hi - owned_[1].lo;
@@ -407,8 +407,8 @@ void Trainer::gather_owned(const Tensor& src, const Tensor& dst) {
   parts.push_back(comms_->dp().all_gather(src.view(owned_[0].lo, {owned_[0].hi - owned_[0].lo}), dst.view(0, {split}),
                                           backend_.stream()));
   if (owned_.size() > 1)
-    parts.push_back(grid_.expert_dp_comm().all_gather(src.view(owned_[1].lo, {owned_[1].hi - owned_[1].lo}),
-                                                      dst.view(split, {n - split}), backend_.stream()));
+    parts.push_back(comms_->expert_dp()->all_gather(src.view(owned_[1].lo, {owned_[1].hi - owned_[1].lo}),
+                                                    dst.view(split, {n - split}), backend_.stream()));
   for (auto& p : parts) p->wait();
 }
 

@@ -74,6 +74,11 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
     dp_ = &grid.dp_comm();
     pp_ = &grid.pp_comm();
     cp_ = &grid.cp_comm();
+    if (grid.ep() > 1) {
+      ep_ = &grid.ep_comm();
+      ep_backward_ = &grid.ep_backward_comm();
+      expert_dp_ = &grid.expert_dp_comm();
+    }
     tied_mpi_ = std::move(pair);
     tied_ = tied_mpi_.get();
     summary_ = "mpi";
@@ -108,6 +113,14 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
   // The ring's sends and receives are posted together on every rank, in either order: MPI's
   // nonblocking pairs take that; NCCL's would need them grouped.
   if (grid.cp_comm().size() > 1) cp_ = make(grid.cp_comm(), false, false, "context parallelism", own_cp_);
+  if (grid.ep() > 1) {  // the experts' ranks, as dp's: NCCL unless two of them share a GPU
+    const bool nccl = !shared_gpu(grid.ep_comm(), device);
+    ep_ = make(grid.ep_comm(), nccl, false, "expert parallelism", own_ep_);
+    ep_backward_ = make(grid.ep_backward_comm(), nccl, false, "expert parallelism", own_ep_backward_);
+    ep_nccl_ = nccl;
+    expert_dp_ = make(grid.expert_dp_comm(), !shared_gpu(grid.expert_dp_comm(), device), false,
+                      "the experts' data parallelism", own_expert_dp_);
+  }
   if (pair) {
     tied_mpi_ = std::move(pair);
     tied_ = make(*tied_mpi_, p2p_nccl, true, "the tied embedding", own_tied_);

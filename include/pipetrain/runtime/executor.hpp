@@ -95,10 +95,13 @@ class PipelineExecutor {
   // Vocabulary parallelism: the slice and group the program's VOCAB and COLL use.
   void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
   // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows
-  // with: forwards over `forward`, backwards over `backward` (the same ranks).
-  void set_experts(Communicator* forward, Communicator* backward) {
+  // with: forwards over `forward`, backwards over `backward` (the same ranks). `in_order`:
+  // they run in stream order (NCCL), so an F&B pair's halves take fixed turns, every ep
+  // rank posting its exchanges in the same order.
+  void set_experts(Communicator* forward, Communicator* backward, bool in_order = false) {
     ep_ = forward;
     ep_backward_ = backward;
+    ep_in_order_ = in_order;
   }
   // Whether F&B pairs run overlapped (schedule.overlap; the default) or one after the other.
   void set_overlap(bool overlap) { overlap_ = overlap; }
@@ -125,6 +128,7 @@ class PipelineExecutor {
   Communicator& pp_;
   Communicator* tp_;
   Communicator *ep_ = nullptr, *ep_backward_ = nullptr;
+  bool ep_in_order_ = false;
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;

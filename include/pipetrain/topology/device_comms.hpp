@@ -3,9 +3,10 @@
 // NCCL communicator per group, its unique id broadcast over the group's MPI
 // communicator; a dp group whose ranks share a GPU goes over host-staged MPI instead), and for the pipeline and the
 // tied-embedding pair NCCL or, with comm.p2p = "mpi", MPI staged through host buffers (ranks may then share a GPU); the
-// context-parallel ring is MPI staged through host buffers. A
-// group of one rank never moves data; it gets the staged path. Host scalars (norms,
-// metrics) always go over the Grid's MPI communicators.
+// context-parallel ring is MPI staged through host buffers. Expert parallelism's exchanges
+// and the expert-dp sums go over NCCL where the group's ranks have a GPU each, else
+// host-staged MPI. A group of one rank never moves data; it gets the staged path. Host
+// scalars (norms, metrics) always go over the Grid's MPI communicators.
 #pragma once
 #include <memory>
 #include <optional>
@@ -43,6 +44,14 @@ class DeviceComms {
   Communicator& pp() { return *pp_; }
   Communicator* cp() { return cp_; }      // the context-parallel ring (null on a GPU without one)
   Communicator* tied() { return tied_; }  // null unless this rank holds one of two distinct copies
+  // Expert parallelism (Grid::ep_comm and its kin): the forward's and the backward's
+  // exchanges and the ranks holding the same experts; null without expert parallelism.
+  Communicator* ep() { return ep_; }
+  Communicator* ep_backward() { return ep_backward_; }
+  Communicator* expert_dp() { return expert_dp_; }
+  // The expert exchanges run in their stream's order (NCCL): every ep rank must post them
+  // in the same order, so F&B pairs take fixed turns instead of whichever is ready.
+  bool ep_in_order() const { return ep_nccl_; }
   // Pipeline messages match in the order they are posted (NCCL): the program must pass
   // validate_in_order (schedule/program.hpp).
   bool pp_in_order() const { return pp_nccl_; }
@@ -53,10 +62,12 @@ class DeviceComms {
   std::string summary() const { return summary_; }
 
  private:
-  std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_, own_cp_;
+  std::unique_ptr<Communicator> own_tp_, own_dp_, own_pp_, own_tied_, own_cp_, own_ep_, own_ep_backward_,
+      own_expert_dp_;
   std::unique_ptr<MpiCommunicator> tied_mpi_;  // the pair's MPI communicator (under a staged or NCCL one on GPUs)
-  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr, *cp_ = nullptr;
-  bool pp_nccl_ = false, tied_nccl_ = false;
+  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *tied_ = nullptr, *cp_ = nullptr, *ep_ = nullptr,
+               *ep_backward_ = nullptr, *expert_dp_ = nullptr;
+  bool pp_nccl_ = false, tied_nccl_ = false, ep_nccl_ = false;
   std::string summary_;
 };
 
