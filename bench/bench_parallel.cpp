@@ -17,7 +17,8 @@
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5] [--moe]
-//                                                        [--shared-experts 0]
+//                                                        [--shared-experts 0] [--capacity-factor 0]
+//                                                        [--vocab 50257]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -48,7 +49,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, dp_s, tp_s, exposed_s, exposed_in_pairs_s, faults, phase[4];
+  std::vector<double> step_s, dp_s, tp_s, exposed_s, exposed_in_pairs_s, max_load, faults, phase[4];
 
   Run(const Config& cfg, MPI_Comm comm)
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
@@ -70,6 +71,7 @@ struct Run {
     tp_s.push_back(grid.tp_comm().comm_seconds());
     exposed_s.push_back(trainer.last_stats().exchange_wait_s);
     exposed_in_pairs_s.push_back(trainer.last_stats().pair_exchange_wait_s);
+    max_load.push_back(m.moe_max_load.empty() ? 0.0 : *std::max_element(m.moe_max_load.begin(), m.moe_max_load.end()));
     return m.step_time_s;
   }
 };
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     KokkosSession kokkos(argc, argv);
     int layers = 12, seq_len = 128, batch = 8, steps = 5, shared_experts = 0;
     double capacity_factor = 0;
+    int vocab = 0;
     // Command-line names of the layouts, in the order they run.
     const std::vector<std::pair<std::string, std::string>> all = {
         {"dp-returns-memory", "dp, glibc's malloc policy"},
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
     app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
     app.add_option("--capacity-factor", capacity_factor,
                    "--moe: model.capacity_factor (0: dropless); 1 caps every expert at the mean load");
+    app.add_option("--vocab", vocab, "model.vocab_size (default: GPT-2's 50 257)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
       if (rank == 0) fmt::print(stderr, "--batch {} must be a multiple of the {} ranks\n", batch, size);
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
     set_blas_threads(1);
     Config cfg;
     cfg.model.n_layer = layers;
+    if (vocab > 0) cfg.model.vocab_size = vocab;
     cfg.model.max_seq_len = std::max(1024, seq_len);
     cfg.train.seq_len = seq_len;
     cfg.train.global_batch = batch;
@@ -213,8 +218,9 @@ int main(int argc, char** argv) {
       if (rank == 0 && flag.substr(0, 2) == "ep")
         fmt::print(
             "  blocked on the experts' all-to-alls with no computation beside them (exposed): {:.3f} s = {:.1f}% of "
-            "the step ({:.3f} s on the rank with least), in F&B pairs {:.3f} s ({:.3f} s); medians of the steps\n",
-            exchange[0], 100.0 * exchange[0] / t, least[0], exchange[1], least[1]);
+            "the step ({:.3f} s on the rank with least), in F&B pairs {:.3f} s ({:.3f} s); medians of the steps; "
+            "the busiest expert over the mean (the worst layer) {:.2f}\n",
+            exchange[0], 100.0 * exchange[0] / t, least[0], exchange[1], least[1], median(layout.max_load));
       if (kind[0] == 't') {  // sequence parallelism's point: the activations between the tp products
         double peak = layout.trainer.peak_memory_bytes();
         MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
