@@ -15,6 +15,7 @@
 #include "pipetrain/core/error.hpp"
 #ifdef PIPETRAIN_HAVE_CUDA
 #include "../src/backend/cuda/cublas_loader.hpp"
+#include "../src/backend/cuda/shared_library.hpp"
 #endif
 
 namespace pipetrain {
@@ -43,6 +44,34 @@ TEST(CudaBackend, CublasOpensOnFirstUse) {
   EXPECT_EQ(&cuda::cublas(), &api);  // opened once
 #else
   GTEST_SKIP() << "built without CUDA: no cuBLAS to open";
+#endif
+}
+
+// A library the loaders cannot open, or a function it lacks, is one Error naming it, where
+// else it was looked for and why, and what to add to LD_LIBRARY_PATH.
+TEST(CudaBackend, LibraryLoadFailuresNameTheLibrary) {
+#ifdef PIPETRAIN_HAVE_CUDA
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string absent = message([] {
+    cuda::open_shared_library("libpipetrain-absent.so.1", "/nonexistent/libpipetrain-absent.so.1", "its lib directory");
+  });
+  for (const char* part : {"cannot load libpipetrain-absent.so.1", "nor /nonexistent/libpipetrain-absent.so.1",
+                           "add its lib directory to LD_LIBRARY_PATH"})
+    EXPECT_NE(absent.find(part), std::string::npos) << absent;
+  void* libc = cuda::open_shared_library("libc.so.6", "", "");
+  EXPECT_NE(cuda::resolve_symbol(libc, "libc.so.6", "malloc", "an old libc"), nullptr);
+  const std::string missing =
+      message([&] { cuda::resolve_symbol(libc, "libc.so.6", "pipetrain_absent_function", "an old libc"); });
+  EXPECT_NE(missing.find("libc.so.6 has no pipetrain_absent_function (an old libc?)"), std::string::npos) << missing;
+#else
+  GTEST_SKIP() << "built without CUDA: no libraries to open";
 #endif
 }
 

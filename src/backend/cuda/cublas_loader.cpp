@@ -3,37 +3,23 @@
 
 #include <dlfcn.h>
 
-#include <string>
-
-#include "pipetrain/core/error.hpp"
+#include "shared_library.hpp"
 
 namespace pipetrain::cuda {
 
 namespace {
 
+constexpr const char* kHint = "the CUDA toolkit's lib directory";
+constexpr const char* kOlder = "a cuBLAS older than the toolkit built against";
+
 // The soname the toolkit was built with ("libcublas.so.13"), then the toolkit's own copy
 // (the build's library directory) where the loader's search path does not reach it.
-void* open_library(const char* soname, const char* toolkit_path) {
-  if (void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return h;
-  const std::string first = dlerror();
-  if (void* h = dlopen(toolkit_path, RTLD_NOW | RTLD_LOCAL)) return h;
-  fail("the CUDA backend cannot load {}: {} (nor {}: {}); add the CUDA toolkit's lib directory to LD_LIBRARY_PATH",
-       soname, first, toolkit_path, dlerror());
-}
-
-template <typename F>
-void resolve(void* library, const char* soname, const char* name, F& out) {
-  out = reinterpret_cast<F>(dlsym(library, name));
-  if (out == nullptr)
-    fail("the CUDA backend: {} has no {} (a cuBLAS older than the toolkit built against?)", soname, name);
-}
-
 CublasApi load() {
   CublasApi api;
-  void* lt = open_library(PIPETRAIN_CUBLASLT_SONAME, PIPETRAIN_CUBLASLT_PATH);
-  void* blas = open_library(PIPETRAIN_CUBLAS_SONAME, PIPETRAIN_CUBLAS_PATH);
-#define PIPETRAIN_RESOLVE_BLAS(name) resolve(blas, PIPETRAIN_CUBLAS_SONAME, #name, api.name);
-#define PIPETRAIN_RESOLVE_LT(name) resolve(lt, PIPETRAIN_CUBLASLT_SONAME, #name, api.name);
+  void* lt = open_shared_library(PIPETRAIN_CUBLASLT_SONAME, PIPETRAIN_CUBLASLT_PATH, kHint);
+  void* blas = open_shared_library(PIPETRAIN_CUBLAS_SONAME, PIPETRAIN_CUBLAS_PATH, kHint);
+#define PIPETRAIN_RESOLVE_BLAS(name) resolve_function(blas, PIPETRAIN_CUBLAS_SONAME, #name, kOlder, api.name);
+#define PIPETRAIN_RESOLVE_LT(name) resolve_function(lt, PIPETRAIN_CUBLASLT_SONAME, #name, kOlder, api.name);
   PIPETRAIN_CUBLAS_FUNCTIONS(PIPETRAIN_RESOLVE_BLAS)
 #define PIPETRAIN_RESOLVE_OPTIONAL(name) api.name = reinterpret_cast<decltype(api.name)>(dlsym(blas, #name));
   PIPETRAIN_CUBLAS_OPTIONAL_FUNCTIONS(PIPETRAIN_RESOLVE_OPTIONAL)

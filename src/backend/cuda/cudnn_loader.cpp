@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "pipetrain/core/error.hpp"
+#include "shared_library.hpp"
 
 namespace pipetrain::cuda {
 
@@ -31,28 +31,11 @@ std::string runtime_directory() {
 
 // The soname through the loader's search path, then the copy next to the CUDA runtime (its
 // RUNPATH, $ORIGIN, then finds the sub-libraries beside it).
-void* open_library() {
-  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return h;
-  const std::string first = dlerror();
-  const std::string beside = runtime_directory() + kSoname;
-  if (beside.front() == '/')
-    if (void* h = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
-  const char* second = dlerror();
-  fail("the CUDA backend cannot load {}: {} (nor {}: {}); add cuDNN's lib directory to LD_LIBRARY_PATH", kSoname, first,
-       beside, second != nullptr ? second : "not an absolute path");
-}
-
-template <typename F>
-void resolve(void* library, const char* name, F& out) {
-  out = reinterpret_cast<F>(dlsym(library, name));
-  if (out == nullptr)
-    fail("the CUDA backend: {} has no {} (a cuDNN older than the headers built against?)", kSoname, name);
-}
-
 CudnnApi load() {
   CudnnApi api;
-  void* library = open_library();
-#define PIPETRAIN_RESOLVE_CUDNN(name) resolve(library, #name, api.name);
+  void* library = open_shared_library(kSoname, runtime_directory() + kSoname, "cuDNN's lib directory");
+#define PIPETRAIN_RESOLVE_CUDNN(name) \
+  resolve_function(library, kSoname, #name, "a cuDNN older than the headers built against", api.name);
   PIPETRAIN_CUDNN_FUNCTIONS(PIPETRAIN_RESOLVE_CUDNN)
 #undef PIPETRAIN_RESOLVE_CUDNN
   return api;  // the library stays open for the process's life
