@@ -3,6 +3,8 @@
 // counted. Every collective and transfer gives the host communicator's values; data sent
 // is copied out after the stream's earlier work; data received reaches the device tensor
 // only when its request completes; tensors of another device are refused, naming both.
+// DeviceComms on that device: expert parallelism's groups, their ranks sharing the one
+// GPU, are host-staged and exchange by all-to-all in any order.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,6 +15,7 @@
 #include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/comm/staged_communicator.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/topology/device_comms.hpp"
 
 namespace pipetrain {
 namespace {
@@ -114,6 +117,32 @@ TEST_F(StagedFixture, TensorsOfAnotherDeviceAreRefused) {
   EXPECT_THROW(comm.send(d, 0, 1, host_stream()), Error);
   // Reductions are f32 only, as on every communicator (the host one says so).
   EXPECT_THROW(comm.allreduce_sum(Tensor::empty(*pool, {8}, DType::BF16), stream), Error);
+}
+
+// Expert parallelism on GPUs (DeviceComms): every rank here claims cuda:0 of this node, so
+// the ep, ep-backward and expert-dp groups are host-staged like dp, their exchanges are not
+// in stream order (F&B pairs may overlap them), and each gives the host communicator's
+// values, the all-to-all included. Without ep there are no expert groups.
+TEST_F(StagedFixture, ExpertGroupsOfRanksSharingAGpuAreHostStaged) {
+  if (comm.size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks for ep = 2";
+  ParallelConfig p;
+  p.dp = comm.size(), p.ep = 2;
+  Grid grid(MPI_COMM_WORLD, p);
+  DeviceComms comms(grid, gpu, "mpi", 0, 0);
+  ASSERT_NE(comms.ep(), nullptr);
+  ASSERT_NE(comms.ep_backward(), nullptr);
+  ASSERT_NE(comms.expert_dp(), nullptr);
+  EXPECT_EQ(comms.ep()->size(), 2);
+  EXPECT_EQ(comms.expert_dp()->size(), comm.size() / 2);
+  EXPECT_FALSE(comms.ep_in_order());
+  EXPECT_NE(comms.summary().find("ep mpi (host-staged)"), std::string::npos) << comms.summary();
+  for (Communicator* c : {comms.ep(), comms.ep_backward(), comms.expert_dp()})
+    expect_collectives_give_their_values(*c, *pool, stream);
+  p.ep = 1;
+  Grid dense(MPI_COMM_WORLD, p);
+  DeviceComms without(dense, gpu, "mpi", 0, 0);
+  EXPECT_EQ(without.ep(), nullptr);
+  EXPECT_EQ(without.expert_dp(), nullptr);
 }
 
 }  // namespace
