@@ -11,9 +11,10 @@
 # within the derived bf16 bound, and the calls it is not asked for on the flash kernels; PASS
 # only when its cases ran: no GPU or no cuDNN is a FAIL),
 # demo-fp32 (20 GPU steps against the CPU, 1e-4 relative), demo-bf16 (within the derived
-# bound), two-ranks-one-gpu (pp = 2, cp = 2 and the mixture-of-experts demo's ep = 2 over
-# host-staged MPI), nccl-one-gpu (a one-rank NCCL group: all-reduce, a send to and a receive
-# from itself, an all-to-all), nccl-two-gpus (tp = 2, pp = 2 and ep = 2 over NCCL; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck
+# bound), two-ranks-one-gpu (pp = 2, cp = 2 and the mixture-of-experts demo's ep = 2 under
+# 1f1b and dualpipev over host-staged MPI), nccl-one-gpu (a one-rank NCCL group: all-reduce, a
+# send to and a receive from itself, an all-to-all), nccl-two-gpus (tp = 2, pp = 2 and ep = 2
+# under 1f1b and dualpipev over NCCL, with 4 GPUs dp 4 x ep 2; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck
 # on the attention tests, the ring's block kernels included), gpt2-124m-bf16 (tokens/s and
 # MFU against the 50% target: it informs, it does not fail the check).
 # Logs: every step's under the folder given as the argument (or $OUT, or ./gpu-check-logs),
@@ -34,7 +35,7 @@ budget=${PIPETRAIN_GPU_CHECK_BUDGET:-540}
 checks=(kernels cudnn-attention demo-fp32 demo-bf16 two-ranks-one-gpu nccl-one-gpu nccl-two-gpus sanitizers
         gpt2-124m-bf16)
 declare -A limit=([build]=270 [kernels]=60 [cudnn-attention]=90 [demo-fp32]=60 [demo-bf16]=60
-                  [two-ranks-one-gpu]=90 [nccl-one-gpu]=30 [nccl-two-gpus]=90 [sanitizers]=120 [gpt2-124m-bf16]=90)
+                  [two-ranks-one-gpu]=120 [nccl-one-gpu]=30 [nccl-two-gpus]=120 [sanitizers]=120 [gpt2-124m-bf16]=90)
 build=${PIPETRAIN_GPU_BUILD:-build-gpu}
 PT=$build/bin/pipetrain
 
@@ -134,7 +135,8 @@ check_demo_bf16() { demo_vs_cpu bf16 0.31; }
 # Two ranks sharing the GPU against one rank: pp = 2 with the pipeline's transfers over MPI
 # (NCCL needs one GPU per rank), then cp = 2 (the ring over host-staged MPI, its block
 # kernels on the GPU), then the mixture-of-experts demo on dp = 2 with ep = 2 (the expert
-# exchanges over host-staged MPI, F&B pairs overlapped as on CPUs).
+# exchanges over host-staged MPI), under 1f1b and under dualpipev (its F&B pairs overlapped
+# as on CPUs).
 check_two_ranks_one_gpu() {
   local grid
   mpi_env
@@ -144,22 +146,28 @@ check_two_ranks_one_gpu() {
       --metrics "$logs/two.jsonl" || return 1
     echo "detail: $grid" && compare "$logs/two.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
-  moe_ep2 -n 2 --set comm.p2p=mpi
+  rm -f "$logs"/moe1-m*.jsonl  # this build's one-GPU runs, made afresh
+  moe_ep2 2 2 --set comm.p2p=mpi && moe_ep2 2 4 --set comm.p2p=mpi "${dualpipev[@]}"
 }
 
-# The mixture-of-experts demo, 10 steps on one GPU, then on dp = 2 with ep = 2 (the
-# launch and transport as given) against it; fp32, 1e-4 relative per step as for dp. The
-# load-balancing losses are a microbatch's: one rank runs 4 microbatches to see the same
-# 4 sequences in each as a dp rank's 2.
-moe_ep2() {  # -n RANKS ARGS...
-  local demo_config=inputs/moe-demo.toml
-  if [ ! -s "$logs/moe1.jsonl" ]; then
-    demo --set train.steps=10 --set train.microbatches=4 --set runtime.device=cuda --metrics "$logs/moe1.jsonl" ||
+# dualpipev on one pipeline rank: both V stages there, so its F&B pairs run from the start.
+dualpipev=(--set schedule.name=dualpipev --set parallel.virtual_stages=2)
+
+# The mixture-of-experts demo, 10 steps, on DP ranks with ep = 2 and M microbatches each
+# (launched over MPI, configured by the rest), against one GPU: fp32, 1e-4 relative per step
+# as for dp. The load-balancing losses are a microbatch's, so the one GPU runs DP x M
+# microbatches, each the same sequences as a dp rank's.
+moe_ep2() {  # DP M ARGS...
+  local demo_config=inputs/moe-demo.toml dp=$1 m=$2 one
+  shift 2
+  one="$logs/moe1-m$((dp * m)).jsonl"
+  if [ "$(wc -l <"$one" 2>/dev/null)" != 10 ]; then
+    demo --set train.steps=10 --set train.microbatches=$((dp * m)) --set runtime.device=cuda --metrics "$one" ||
       return 1
   fi
-  demo "$@" --set train.steps=10 --set parallel.dp=2 --set parallel.ep=2 --set runtime.device=cuda \
-    --metrics "$logs/moe-ep2.jsonl" || return 1
-  echo "detail: moe-demo parallel.dp=2 parallel.ep=2" && compare "$logs/moe-ep2.jsonl" "$logs/moe1.jsonl" 1e-4
+  demo -n "$dp" --set train.steps=10 --set parallel.dp="$dp" --set parallel.ep=2 --set train.microbatches="$m" \
+    --set runtime.device=cuda "$@" --metrics "$logs/moe-ep.jsonl" || return 1
+  echo "detail: moe-demo dp $dp, ep 2, $m microbatches $*" && compare "$logs/moe-ep.jsonl" "$one" 1e-4
 }
 
 # One rank's NCCL group through the real communicator, events and error polling.
@@ -185,7 +193,10 @@ check_nccl_two_gpus() {
       --metrics "$logs/nccl.jsonl" || return 1
     echo "detail: $grid" && compare "$logs/nccl.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
-  moe_ep2 -n 2 --set comm.p2p=nccl  # the expert exchanges and the expert-dp sums over NCCL
+  # The expert exchanges over NCCL, then under dualpipev (pp = 1 keeps its pairs: their
+  # halves take fixed turns), then with 4 GPUs the expert-dp sums over NCCL too (dp 4, ep 2).
+  moe_ep2 2 2 --set comm.p2p=nccl && moe_ep2 2 4 --set comm.p2p=nccl "${dualpipev[@]}" || return 1
+  if [ "$ngpu" -ge 4 ]; then moe_ep2 4 2 --set comm.p2p=nccl; fi
 }
 
 check_sanitizers() {

@@ -98,8 +98,8 @@ TEST(ExpertPlanner, EnumeratedPricedAndHiddenInPairs) {
   const Prediction in_order = predicted(2, 2, 2, "dualpipev", 2, 4);
   EXPECT_GT(in_order.ep_comm_s, 0);
   EXPECT_LT(paired.ep_comm_s, in_order.ep_comm_s);
-  // On GPUs ep is enumerated alike, and a pair's halves take turns (the exchanges run in
-  // NCCL's stream order): the pairs hide nothing.
+  // On GPUs ep is enumerated alike, and pairs run in order (the pipeline over NCCL, the
+  // default with one rank per GPU): they hide nothing.
   c.device.kind = "cuda";
   EXPECT_EQ(plan(cfg, c, o).candidates, 6);
   const Prediction gpu_in_order = predicted(2, 2, 2, "dualpipev", 2, 4);

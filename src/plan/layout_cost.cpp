@@ -132,7 +132,7 @@ std::array<double, 4> vocab_costs(const Context& cx, const Layout& l, const Acti
 // The share of rank r's forwards and backwards that run in an F&B pair (schedule.overlap):
 // each hides its expert exchanges behind its partner's compute.
 double paired_share(const Context& cx, const Schedule& s, int r) {
-  // On GPUs the exchanges run in their stream's order (NCCL): the pair's halves take turns.
+  // On GPUs the pipeline goes over NCCL (comm.p2p's default, one rank per GPU): pairs run in order.
   if (!cx.cfg.schedule.overlap || cx.cluster.device.kind != "cpu") return 0.0;
   if (s.pairs.empty() || s.pairs[static_cast<size_t>(r)].empty()) return 0.0;
   int computes = 0;

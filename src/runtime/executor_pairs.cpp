@@ -52,7 +52,7 @@ size_t PipelineExecutor::Impl::pair(const std::vector<Instr>& program, size_t i,
 void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output,
                                         const std::string& name) {
   const double c0 = now(), w0 = waited();
-  // tp ranks must post their collectives alike, and so must ep ranks exchanging in stream order.
+  // tp ranks must post their collectives alike, and so must ep ranks exchanging over NCCL.
   const bool fixed_turns = (ex.tp_ && ex.tp_->size() > 1) || ex.ep_in_order_;
   auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
   auto other_than = [&](const Steps<>* t) { return t == &f ? &b : &f; };

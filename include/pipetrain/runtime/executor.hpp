@@ -96,8 +96,8 @@ class PipelineExecutor {
   void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
   // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows
   // with: forwards over `forward`, backwards over `backward` (the same ranks). `in_order`:
-  // they run in stream order (NCCL), so an F&B pair's halves take fixed turns, every ep
-  // rank posting its exchanges in the same order.
+  // every ep rank must post its exchanges across communicators in the same order (NCCL),
+  // so an F&B pair's halves take fixed turns.
   void set_experts(Communicator* forward, Communicator* backward, bool in_order = false) {
     ep_ = forward;
     ep_backward_ = backward;

@@ -49,8 +49,9 @@ class DeviceComms {
   Communicator* ep() { return ep_; }
   Communicator* ep_backward() { return ep_backward_; }
   Communicator* expert_dp() { return expert_dp_; }
-  // The expert exchanges run in their stream's order (NCCL): every ep rank must post them
-  // in the same order, so F&B pairs take fixed turns instead of whichever is ready.
+  // The expert exchanges go over NCCL, which needs every ep rank to post the operations of
+  // its communicators (ep, ep backward, dp, ...) in the same order: F&B pairs then take
+  // fixed turns instead of whichever is ready.
   bool ep_in_order() const { return ep_nccl_; }
   // Pipeline messages match in the order they are posted (NCCL): the program must pass
   // validate_in_order (schedule/program.hpp).
