@@ -147,7 +147,8 @@ check_two_ranks_one_gpu() {
     echo "detail: $grid" && compare "$logs/two.jsonl" "$logs/pp1.jsonl" 1e-4 || return 1
   done
   rm -f "$logs"/moe1-m*.jsonl  # this build's one-GPU runs, made afresh
-  moe_ep2 2 2 --set comm.p2p=mpi && moe_ep2 2 4 --set comm.p2p=mpi "${dualpipev[@]}"
+  moe_ep2 2 2 --set comm.p2p=mpi || return 1
+  moe_ep2 2 4 --set comm.p2p=mpi "${dualpipev[@]}"
 }
 
 # dualpipev on one pipeline rank: both V stages there, so its F&B pairs run from the start.
@@ -167,7 +168,8 @@ moe_ep2() {  # DP M ARGS...
   fi
   demo -n "$dp" --set train.steps=10 --set parallel.dp="$dp" --set parallel.ep=2 --set train.microbatches="$m" \
     --set runtime.device=cuda "$@" --metrics "$logs/moe-ep.jsonl" || return 1
-  echo "detail: moe-demo dp $dp, ep 2, $m microbatches $*" && compare "$logs/moe-ep.jsonl" "$one" 1e-4
+  echo "detail: moe-demo dp $dp, ep 2, $m microbatches $*"
+  compare "$logs/moe-ep.jsonl" "$one" 1e-4
 }
 
 # One rank's NCCL group through the real communicator, events and error polling.
