@@ -87,13 +87,20 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
     }
     dy = co_await layers[i]->backward_input_steps(ss.ctx, dy, *ss.layers[i]);
     if (a.op == Op::B) {
-      layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
-      weights_done(a, i, index);
-      if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
+      auto weights = [this, a, i, index, frees, &ss, &layers] {
+        layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
+        weights_done(a, i, index);
+        if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
+      };
+      if (defer_weights)
+        weight_work.push_back(weights);  // filler for the pair's exposed waits
+      else
+        weights();
     } else {
       between_layers();
     }
   }
+  while (!weight_work.empty()) run_weight_work();
   if (frees) stashes.erase({a.microbatch, a.stage});
   if (a.stage > 0)
     outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1},
@@ -120,6 +127,12 @@ void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t
 Steps<> PipelineExecutor::Impl::compute(const Instr& in, size_t index) {
   if (in.action.op == Op::F) return forward(in.action, in.frees_stash);
   return backward_input(in.action, in.frees_stash, index);
+}
+
+void PipelineExecutor::Impl::run_weight_work() {
+  const std::function<void()> work = std::move(weight_work.front());
+  weight_work.pop_front();
+  work();
 }
 
 void PipelineExecutor::Impl::weights_done(const Action& a, size_t layer, size_t index) {

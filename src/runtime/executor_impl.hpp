@@ -100,6 +100,14 @@ struct PipelineExecutor::Impl {
   std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
   std::map<int, VocabOutputStash> output_stash;
   CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
+  // In an overlapped F&B pair whose halves may interleave freely (no fixed turns), the B's
+  // weight gradients, layer by layer, wait here: drive_pair runs them, oldest first, where
+  // neither half can go on, and the B runs what is left before it ends. Each parameter's
+  // gradient takes the same terms in the same order as without, and the dp buckets go out
+  // in the same order, later.
+  bool defer_weights = false;
+  std::deque<std::function<void()>> weight_work;
+  void run_weight_work();  // the oldest
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program);

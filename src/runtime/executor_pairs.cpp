@@ -57,14 +57,28 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::functio
   auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
   auto other_than = [&](const Steps<>* t) { return t == &f ? &b : &f; };
   Steps<>* next = &f;
+  // A deferred weight gradient posts dp buckets: only where the halves interleave freely.
+  struct Deferring {
+    Impl& impl;
+    ~Deferring() {
+      impl.defer_weights = false;
+      impl.weight_work.clear();  // empty unless an error left the pair
+    }
+  } deferring{*this};
+  defer_weights = !fixed_turns;
   while (!f.done() || !b.done()) {
     if (next->done()) next = other_than(next);
     if (fixed_turns) {
       wait_paused(*next);
-    } else if (!ready(*next)) {  // the exposed wait: test both until one can go on
+    } else if (!ready(*next)) {  // the exposed wait: the B's weight gradients, else test both until one can go on
       const watchdog::Waiting waiting("the all-to-alls of " + name + "'s two computations");
-      const double e0 = now();
-      while (!ready(*next) && !ready(*other_than(next))) continue;
+      double e0 = now();
+      while (!ready(*next) && !ready(*other_than(next))) {
+        if (weight_work.empty()) continue;
+        stats.exchange_wait_s += now() - e0;
+        run_weight_work();
+        e0 = now();
+      }
       stats.exchange_wait_s += now() - e0;
       if (!ready(*next)) next = other_than(next);
     }
