@@ -14,8 +14,8 @@ void* open_shared_library(const std::string& soname, const std::string& fallback
   if (absolute)
     if (void* h = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   const char* second = absolute ? dlerror() : nullptr;
-  fail("the CUDA backend cannot load {}: {} (nor {}: {}); add {} to LD_LIBRARY_PATH", soname, first,
-       fallback.empty() ? "a copy beside the toolkit" : fallback, second ? second : "not an absolute path", hint);
+  fail("the CUDA backend cannot load {}: {} (nor {}: {}); add {} to LD_LIBRARY_PATH", soname, first, fallback,
+       second ? second : "not an absolute path", hint);
 }
 
 void* resolve_symbol(void* library, const std::string& soname, const char* name, const std::string& older) {

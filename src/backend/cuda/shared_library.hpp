@@ -1,7 +1,7 @@
 // Opening a CUDA library at first use (cublas_loader, cudnn_loader): dlopen by soname through
 // the loader's search path, else by a fallback path, and dlsym of each function the backend
 // calls, each failure an Error naming the library and dlerror()'s reason.
-// Exports: open_shared_library, resolve_function.
+// Exports: open_shared_library, resolve_symbol, resolve_function.
 #pragma once
 #include <string>
 
