@@ -12,13 +12,16 @@
 // experts of width 768, top 2, every block) and the layouts dp and dp with expert
 // parallelism ("ep": the experts split over the dp ranks, tokens exchanged by all-to-all);
 // "ep-dualpipev" and "ep-dualpipev-in-order" run ep under dualpipev (pp = 1: both V stages
-// on each rank, 4 microbatches) with its F&B pairs overlapped and one after the other, and
-// give the all-to-all time no computation hid (the exposed part) of each.
+// on each rank, 4 microbatches unless --dualpipev-microbatches) with its F&B pairs overlapped and one after the other,
+// and give the all-to-all time no computation hid (the exposed part) of each. --balanced-router gives every expert the
+// same rows (model.router_force_balance): the steady state a trained router approaches, where a fresh one's load varies
+// from layer to layer.
 //
 //   mpiexec -n 2 --bind-to core build/bin/bench_parallel [--layers 12] [--seq-len 128]
 //                                                        [--batch 8] [--steps 5] [--moe]
 //                                                        [--shared-experts 0] [--capacity-factor 0]
-//                                                        [--vocab 50257]
+//                                                        [--vocab 50257] [--balanced-router]
+//                                                        [--dualpipev-microbatches 4]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   {
     KokkosSession kokkos(argc, argv);
-    int layers = 12, seq_len = 128, batch = 8, steps = 5, shared_experts = 0;
+    int layers = 12, seq_len = 128, batch = 8, steps = 5, shared_experts = 0, dualpipev_microbatches = 4;
     double capacity_factor = 0;
     int vocab = 0;
     // Command-line names of the layouts, in the order they run.
@@ -117,8 +120,13 @@ int main(int argc, char** argv) {
                                "ep", "ep-dualpipev", "ep-dualpipev-in-order"}));
     app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
     app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
+    app.add_option("--dualpipev-microbatches", dualpipev_microbatches,
+                   "microbatches of the ep-dualpipev layouts (each replica's share of the batch)");
     app.add_option("--capacity-factor", capacity_factor,
                    "--moe: model.capacity_factor (0: dropless); 1 caps every expert at the mean load");
+    bool balanced_router = false;
+    app.add_flag("--balanced-router", balanced_router,
+                 "--moe: model.router_force_balance (every expert the same rows, a trained router's steady state)");
     app.add_option("--vocab", vocab, "model.vocab_size (default: GPT-2's 50 257)");
     if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
     if (batch % size != 0) {
@@ -142,6 +150,7 @@ int main(int argc, char** argv) {
       cfg.model.expert_ffn_hidden = 768;
       cfg.model.n_shared_experts = shared_experts;
       cfg.model.capacity_factor = capacity_factor;
+      cfg.model.router_force_balance = balanced_router;
       if (only.empty()) only = {"dp", "ep", "ep-dualpipev", "ep-dualpipev-in-order"};
     } else if (only.empty()) {
       for (const auto& [flag, kind] : all)
@@ -174,7 +183,7 @@ int main(int argc, char** argv) {
       if (flag.substr(0, 3) == "ep-") {  // V placement on one pipeline rank: dualpipev's pairs from the start
         c.schedule.name = "dualpipev";
         c.parallel.virtual_stages = 2;
-        c.train.microbatches = 4;
+        c.train.microbatches = dualpipev_microbatches;
         c.schedule.overlap = flag == "ep-dualpipev";
       }
 

@@ -50,9 +50,9 @@ TEST(MoeRouting, TiesGoToTheLowerExpertAndRowsAreSortedByExpertThenToken) {
 
 // The router's backward: the objective sum_tj dw_tj w_tj + scale (a lb + b z) by central
 // differences along a random direction of the logits (spread wide so no choice flips).
-void check_router_backward(RouterKind kind, bool renormalize) {
+void check_router_backward(RouterKind kind, bool renormalize, bool force_balance = false) {
   const int N = 6, E = 5;
-  const RouterSpec spec{E, 2, kind, renormalize, 0.3, 0.2};
+  const RouterSpec spec{E, 2, kind, renormalize, 0.3, 0.2, 0, force_balance};
   std::vector<float> logits = random_vector(static_cast<size_t>(N) * E, 3, 2.0);
   const std::vector<float> dw = random_vector(static_cast<size_t>(N) * 2, 4, 1.0);
   const std::vector<float> dir = random_vector(logits.size(), 5, 1.0);
@@ -76,7 +76,8 @@ void check_router_backward(RouterKind kind, bool renormalize) {
   const double fd = (op - om) / (2.0 * eps), an = dot(dl.data(), dir.data(), static_cast<int64_t>(dl.size()));
   // f32 weights (relative 6e-8 each) over differences of 2e-3: about 1e-4 of the value.
   EXPECT_NEAR(an, fd, 2e-3 * std::abs(fd) + 2e-4)
-      << "router " << (kind == RouterKind::Softmax ? "softmax" : "sigmoid") << (renormalize ? ", renormalised" : "");
+      << "router " << (kind == RouterKind::Softmax ? "softmax" : "sigmoid") << (renormalize ? ", renormalised" : "")
+      << (force_balance ? ", forced balance" : "");
 }
 
 // DeepSeek-V3's balancing: the bias moves each expert by the rate towards the mean load;
@@ -131,6 +132,25 @@ TEST(MoeRouting, CapacityDropsLaterTokensAndCountsThem) {
 TEST(MoeRouting, BackwardMatchesFiniteDifferences) {
   for (RouterKind kind : {RouterKind::Softmax, RouterKind::Sigmoid})
     for (bool renormalize : {true, false}) check_router_backward(kind, renormalize);
+  check_router_backward(RouterKind::Softmax, true, true);
+}
+
+// Benchmarks' forced balance: round robin over the experts whatever the scores, so every
+// expert takes N k / E rows, each weighed by the router's (renormalised) scores of its
+// experts; the losses see those choices.
+TEST(MoeRouting, ForcedBalanceGivesEveryExpertTheSameRowsWeighedByTheScores) {
+  const int N = 6, E = 4;
+  const std::vector<float> logits = random_vector(static_cast<size_t>(N) * E, 7, 2.0);
+  const RouterSpec spec{E, 2, RouterKind::Softmax, true, 0, 0, 0, true};
+  const Routing r = route_tokens(logits.data(), nullptr, N, spec);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+  for (int e = 0; e < E; ++e) EXPECT_EQ(r.load(e), 3) << "expert " << e;
+  EXPECT_DOUBLE_EQ(r.max_over_mean_load(), 1.0);
+  for (int t = 0; t < N; ++t) {
+    const float* s = r.scores.data() + static_cast<size_t>(t) * E;
+    const float a = s[r.expert[2 * t]], b = s[r.expert[2 * t + 1]];
+    EXPECT_FLOAT_EQ(r.weight[2 * t], a / (a + b)) << "token " << t;
+  }
 }
 
 ModelConfig tiny_moe(int shared) {

@@ -406,6 +406,10 @@ int run_train(const TrainOptions& opt) {
                  cfg.model.padded_vocab(), choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg), grid.cp()}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
+  if (cfg.model.router_force_balance)
+    log.line(
+        "model.router_force_balance: every expert takes the same rows whatever the router's scores (a benchmark "
+        "setting: the routing is not learned)");
   log.run_files(cfg, run_info(cfg, grid, trainer, sim, predicted), sched, sim);
   // Progress bar only on a terminal, never inside a batch job (mpirun may hand ranks a
   // pseudo-terminal even when its own output goes to a file: log.progress = false).

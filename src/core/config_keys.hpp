@@ -51,6 +51,7 @@ inline constexpr std::array kKeys{
     PT_KEY(model, z_loss_coeff),
     PT_KEY(model, router_bias_rate),
     PT_KEY(model, capacity_factor),
+    PT_KEY(model, router_force_balance),
     PT_KEY(parallel, dp),
     PT_KEY(parallel, pp),
     PT_KEY(parallel, tp),

@@ -126,7 +126,10 @@ Routing route_tokens(const float* logits, const float* bias, int N, const Router
     float* s = r.scores.data() + static_cast<size_t>(t) * E;
     score_row(l, E, spec.kind, s);
     int32_t* chosen = r.expert.data() + static_cast<size_t>(t) * k;
-    choose(s, bias, E, k, chosen);
+    if (spec.force_balance)
+      for (int j = 0; j < k; ++j) chosen[j] = static_cast<int32_t>((static_cast<int64_t>(t) * k + j) % E);
+    else
+      choose(s, bias, E, k, chosen);
     double sum = 0;
     for (int j = 0; j < k; ++j) sum += s[chosen[j]];
     for (int j = 0; j < k; ++j)

@@ -47,6 +47,10 @@ struct ModelConfig {
   // > 0: each expert takes at most ceil(capacity_factor · tokens · top_k / n_experts) rows of a
   // microbatch, in token order; the choices beyond are dropped (counted). 0 = dropless.
   double capacity_factor = 0.0;
+  // Benchmarks only: every expert takes the same rows (token t's j-th choice is expert
+  // (t·top_k + j) mod n_experts, weighed by the router's scores of those experts), the steady
+  // state a trained router approaches, as Megatron-Core's and torchtitan's forced balance.
+  bool router_force_balance = false;
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // Llama's MLP width: 2/3 of 4 d_model, rounded up to multiple_of, unless ffn_hidden is set.

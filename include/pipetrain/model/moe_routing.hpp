@@ -1,8 +1,8 @@
 // Token routing of a mixture-of-experts layer, computed on the host: one source for every
 // backend (the experts' token counts set the products' shapes, so the host needs them
 // anyway). Deterministic: each token's top k experts by score (plus the selection-only
-// bias), ties to the lower expert index; the routed rows sorted by expert, then token,
-// then choice, so each expert's rows are contiguous and in token order.
+// bias), ties to the lower expert index (benchmarks may force round robin instead); the routed rows sorted by expert,
+// then token, then choice, so each expert's rows are contiguous and in token order.
 //   softmax router (Mixtral, Qwen3-MoE): p = softmax(logits), weights p of the chosen;
 //   sigmoid router (DeepSeek-V3): s = sigmoid(logits), weights s of the chosen;
 //   either optionally renormalised: the k weights divided by their sum.
@@ -30,6 +30,9 @@ struct RouterSpec {
   // > 0: each expert takes at most ceil(capacity_factor N k / E) rows of a microbatch, its
   // first in token order; the choices beyond are dropped (the token keeps its residual).
   double capacity_factor = 0;
+  // Benchmarks: token t's j-th choice is expert (t k + j) mod E whatever the scores (every
+  // expert the same load when E divides N k), weighed by the scores of those experts.
+  bool force_balance = false;
 };
 
 struct Routing {
