@@ -92,8 +92,11 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
         weights_done(a, i, index);
         if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
       };
-      if (defer_weights)
-        weight_work.push_back(weights);  // filler for the pair's exposed waits
+      // Filler for the pair's exposed waits, each about one product of the peer; the head's
+      // (vocabulary × d_model) could outlast many of them, and its peer with it: it runs now.
+      const bool head = st.has_head() && i + 1 == layers.size();
+      if (defer_weights && !head)
+        weight_work.push_back(weights);
       else
         weights();
     } else {

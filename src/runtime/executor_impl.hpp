@@ -101,7 +101,7 @@ struct PipelineExecutor::Impl {
   std::map<int, VocabOutputStash> output_stash;
   CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
   // In an overlapped F&B pair whose halves may interleave freely (no fixed turns), the B's
-  // weight gradients, layer by layer, wait here: drive_pair runs them, oldest first, where
+  // weight gradients, layer by layer (the head's excepted), wait here: drive_pair runs them, oldest first, where
   // neither half can go on, and the B runs what is left before it ends. Each parameter's
   // gradient takes the same terms in the same order as without, and the dp buckets go out
   // in the same order, later.
