@@ -1,6 +1,7 @@
 // PipelineExecutor::Impl's F&B pairs (executor_impl.hpp): driving one computation or two
 // overlapped, each paused where its all-to-all is in flight.
 #include "executor_impl.hpp"
+#include "pipetrain/comm/progress_thread.hpp"
 
 namespace pipetrain {
 
@@ -66,6 +67,13 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::functio
     }
   } deferring{*this};
   defer_weights = !fixed_turns;
+  struct Progress {  // the exchanges move during the products too
+    ProgressThread* thread;
+    ~Progress() {
+      if (thread) thread->release();
+    }
+  } progress{fixed_turns ? nullptr : ex.progress_};
+  if (progress.thread) progress.thread->hold();
   while (!f.done() || !b.done()) {
     if (next->done()) next = other_than(next);
     if (fixed_turns) {

@@ -189,6 +189,7 @@ void Trainer::configure_executor(const Config& cfg, int me) {
   }
   if (grid_.ep() > 1) executor_->set_experts(comms_->ep(), comms_->ep_backward(), comms_->ep_in_order());
   executor_->set_overlap(cfg.schedule.overlap);
+  if (grid_.ep() > 1 && cfg.schedule.overlap) executor_->set_progress(mpi_progress());
   executor_->set_packed_documents(source_.is_packed());
   if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
   executor_->set_sequence_parallel(sequence_parallel_on(cfg));

@@ -24,6 +24,7 @@
 namespace pipetrain {
 
 class Backend;
+class ProgressThread;
 class VocabSlice;
 
 // Vocabulary parallelism (schedule/vocab_pieces.hpp): this rank's slice and the group the
@@ -105,6 +106,10 @@ class PipelineExecutor {
   }
   // Whether F&B pairs run overlapped (schedule.overlap; the default) or one after the other.
   void set_overlap(bool overlap) { overlap_ = overlap; }
+  // MPI's progress thread (comm/progress_thread.hpp), held through each overlapped pair whose
+  // halves interleave freely: a transport that moves data only inside MPI calls (TCP) then
+  // moves an exchange during the other half's products, not only between them.
+  void set_progress(ProgressThread* progress) { progress_ = progress; }
   // Packed documents (core/documents.hpp): every stage loads each microbatch's positions.
   void set_packed_documents(bool packed) { packed_ = packed; }
   // Sequence parallelism (model/sequence_parallel.hpp): stages hand each other this tp
@@ -129,6 +134,7 @@ class PipelineExecutor {
   Communicator* tp_;
   Communicator *ep_ = nullptr, *ep_backward_ = nullptr;
   bool ep_in_order_ = false;
+  ProgressThread* progress_ = nullptr;
   Backend& backend_;
   MemoryPool& pool_;
   int d_model_;
