@@ -251,6 +251,10 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
       st.last_weight_action[in.action.stage] = i;
   }
   st.load_step_data(program);
+  // Weight gradients wait for exposed exchange waits where overlapped pairs interleave freely.
+  // (A deferred one posts dp buckets: never where ranks must post collectives alike.)
+  st.defer_weights = overlap_ && ep_ && !vocab_.slice && st.free_turns() &&
+                     std::any_of(program.begin(), program.end(), [](const Instr& in) { return in.overlaps_next; });
   // The transfers between two computes go out as one group (NCCL launches them together;
   // program.hpp: validate_in_order); MOVEs are local and leave a group open.
   bool grouped = false;
@@ -295,6 +299,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     if (in.overlaps_next) {
       i = st.pair(program, i, overlap_);
     } else if (a.op == Op::W) {
+      st.run_all_weight_work();  // each gradient's terms in program order
       st.backward_weight(a, in.frees_stash, i);
     } else {
       st.drive(st.compute(in, i), to_string(a));
@@ -302,6 +307,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     if (hooks.poll) hooks.poll();
   }
   close_group();
+  st.run_all_weight_work();  // a program that ends in a B
   st.sum_losses();
   watchdog::set_position(fmt::format("step {}, end of the program (waiting for its sends)", hooks.step));
   const double w0 = st.now();

@@ -77,6 +77,7 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
   auto& layers = st.layers();
   const bool sp = layer_util::sequence_sharded(ss.ctx);
   bool rows = sp && !st.has_head();  // a received gradient: this rank's rows
+  size_t deferred = 0;               // this B's items in weight_work (FIFO: the older run first)
   for (size_t i = layers.size(); i-- > 0;) {
     const bool want = layer_util::takes_rows(ss.ctx, *layers[i]);
     dy = layer_util::to_rows(ss.ctx, dy, rows, want);
@@ -95,16 +96,21 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
       // Filler for the pair's exposed waits, each about one product of the peer; the head's
       // (vocabulary × d_model) could outlast many of them, and its peer with it: it runs now.
       const bool head = st.has_head() && i + 1 == layers.size();
-      if (defer_weights && !head)
+      if (defer_weights && !head) {
         weight_work.push_back(weights);
-      else
+        ++deferred;
+      } else {
         weights();
+      }
     } else {
       between_layers();
     }
   }
-  while (!weight_work.empty()) run_weight_work();
-  if (frees) stashes.erase({a.microbatch, a.stage});
+  while (weight_work.size() > deferred) run_weight_work();
+  if (frees && deferred > 0)  // behind its weight gradients
+    weight_work.push_back([this, key = std::pair{a.microbatch, a.stage}] { stashes.erase(key); });
+  else if (frees)
+    stashes.erase({a.microbatch, a.stage});
   if (a.stage > 0)
     outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1},
                     layer_util::to_rows(ss.ctx, dy, rows, sp));

@@ -100,14 +100,22 @@ struct PipelineExecutor::Impl {
   std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
   std::map<int, VocabOutputStash> output_stash;
   CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
-  // In an overlapped F&B pair whose halves may interleave freely (no fixed turns), the B's
-  // weight gradients, layer by layer (the head's excepted), wait here: drive_pair runs them, oldest first, where
-  // neither half can go on, and the B runs what is left before it ends. Each parameter's
-  // gradient takes the same terms in the same order as without, and the dp buckets go out
-  // in the same order, later.
+  // In a program of overlapped F&B pairs whose halves interleave freely (free_turns()), every
+  // B's weight gradients, layer by layer (the head's excepted), wait here, and a B's stash
+  // is freed behind them: any exposed exchange wait runs them, oldest first. A B ends with
+  // at most its own left (the older run first: one microbatch's stash held beyond its B),
+  // which the next computations' waits can run; an explicit W and the program's end run
+  // them all. Each parameter's gradient takes the same terms in the same order as without,
+  // and the dp buckets go out in the same order, later.
   bool defer_weights = false;
   std::deque<std::function<void()>> weight_work;
   void run_weight_work();  // the oldest
+  void run_all_weight_work() {
+    while (!weight_work.empty()) run_weight_work();
+  }
+  // tp ranks must post their collectives alike, and so must ep ranks exchanging over NCCL:
+  // otherwise a pair's halves may interleave freely.
+  bool free_turns() const { return !(ex.tp_ && ex.tp_->size() > 1) && !ex.ep_in_order_; }
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program);
@@ -189,7 +197,8 @@ struct PipelineExecutor::Impl {
   // An F, B or I as Steps; each takes its input at its first step.
   Steps<> compute(const Instr& in, size_t index);
 
-  // The time a computation waits, at a pause, for its exchange: the exposed part.
+  // The time a computation waits, at a pause, for its exchange: the exposed part (filled by
+  // deferred weight gradients while any are left).
   void wait_paused(const Steps<>& t);
   double waited() const { return stats.exchange_wait_s + stats.wait_s; }
   // One computation alone: each pause waits.

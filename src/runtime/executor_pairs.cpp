@@ -8,7 +8,12 @@ namespace pipetrain {
 void PipelineExecutor::Impl::wait_paused(const Steps<>& t) {
   CommRequest* r = t.paused_on();
   if (!r) return;
-  const double w0 = now();
+  double w0 = now();
+  while (!weight_work.empty() && !r->test()) {
+    stats.exchange_wait_s += now() - w0;
+    run_weight_work();
+    w0 = now();
+  }
   r->wait();
   stats.exchange_wait_s += now() - w0;
 }
@@ -53,20 +58,10 @@ size_t PipelineExecutor::Impl::pair(const std::vector<Instr>& program, size_t i,
 void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output,
                                         const std::string& name) {
   const double c0 = now(), w0 = waited();
-  // tp ranks must post their collectives alike, and so must ep ranks exchanging over NCCL.
-  const bool fixed_turns = (ex.tp_ && ex.tp_->size() > 1) || ex.ep_in_order_;
+  const bool fixed_turns = !free_turns();
   auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
   auto other_than = [&](const Steps<>* t) { return t == &f ? &b : &f; };
   Steps<>* next = &f;
-  // A deferred weight gradient posts dp buckets: only where the halves interleave freely.
-  struct Deferring {
-    Impl& impl;
-    ~Deferring() {
-      impl.defer_weights = false;
-      impl.weight_work.clear();  // empty unless an error left the pair
-    }
-  } deferring{*this};
-  defer_weights = !fixed_turns;
   struct Progress {  // the exchanges move during the products too
     ProgressThread* thread;
     ~Progress() {
@@ -78,7 +73,7 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::functio
     if (next->done()) next = other_than(next);
     if (fixed_turns) {
       wait_paused(*next);
-    } else if (!ready(*next)) {  // the exposed wait: the B's weight gradients, else test both until one can go on
+    } else if (!ready(*next)) {  // the exposed wait: deferred weight gradients, else test both until one can go on
       const watchdog::Waiting waiting("the all-to-alls of " + name + "'s two computations");
       double e0 = now();
       while (!ready(*next) && !ready(*other_than(next))) {
