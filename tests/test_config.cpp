@@ -433,6 +433,7 @@ TEST(ConfigTestValidate, EveryRuleNamesItsKey) {
        "model.top_k (5) must be between 1 and model.n_experts (4)"},
       {{"model.n_experts=4", "model.arch=llama", "model.expert_ffn_hidden=6", "parallel.tp=4"},
        "parallel.tp (4) must divide the experts' width (model.expert_ffn_hidden: 6)"},
+      {{"model.router_force_balance=true"}, "model.router_force_balance: the model has no experts to balance"},
       {{"parallel.ep=0"}, "parallel.ep"},
       {{"parallel.ep=2", "parallel.dp=2"}, "parallel.ep (2): the model has no experts to split"},
       {{"parallel.ep=2", "model.arch=llama", "model.n_experts=4"}, "parallel.ep (2) must divide parallel.dp (1)"},

@@ -40,6 +40,8 @@ void check_numbers_finite(const Checker& c, const Config& cfg) {
 // Mixture of experts: a Llama model's keys, each checked against its bounds.
 void check_experts(const Checker& c, const ModelConfig& m) {
   c.at_least("model.n_experts", m.n_experts, 0);
+  c.check(m.n_experts > 0 || !m.router_force_balance,
+          "model.router_force_balance: the model has no experts to balance");
   if (m.n_experts == 0) return;
   c.check(m.arch == "llama", fmt::format("model.n_experts ({}): experts replace Llama's MLPs (model.arch = "
                                          "\"llama\"), not GPT-2's",

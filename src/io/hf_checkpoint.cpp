@@ -89,6 +89,7 @@ void check_mixtral_expressible(const ModelConfig& m, const std::string& path) {
   if (m.router != "softmax" || !m.router_renormalize)
     refuse("model.router, router_renormalize", "Mixtral's router is a softmax whose top k weights are renormalised");
   if (m.router_bias_rate > 0) refuse("model.router_bias_rate", "Mixtral's router has no selection bias");
+  if (m.router_force_balance) refuse("model.router_force_balance", "Mixtral's router chooses by its scores");
 }
 
 ModelConfig model_from_hf(const nlohmann::json& c, const std::string& path) {

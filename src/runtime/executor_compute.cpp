@@ -93,13 +93,15 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
         weights_done(a, i, index);
         if (frees) ss.layers[i].reset();  // done with this layer: its memory goes back now
       };
-      // Filler for the pair's exposed waits, each about one product of the peer; the head's
-      // (vocabulary × d_model) could outlast many of them, and its peer with it: it runs now.
+      // Filler for exposed exchange waits, each about one product of the peer; the head's
+      // (vocabulary × d_model) could outlast many of them, and its peer with it: it runs now,
+      // after the older queued ones (a tied embedding's terms stay in program order).
       const bool head = st.has_head() && i + 1 == layers.size();
       if (defer_weights && !head) {
         weight_work.push_back(weights);
         ++deferred;
       } else {
+        while (weight_work.size() > deferred) run_weight_work();
         weights();
       }
     } else {
@@ -107,15 +109,15 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
     }
   }
   while (weight_work.size() > deferred) run_weight_work();
-  if (frees && deferred > 0)  // behind its weight gradients
-    weight_work.push_back([this, key = std::pair{a.microbatch, a.stage}] { stashes.erase(key); });
-  else if (frees)
-    stashes.erase({a.microbatch, a.stage});
   if (a.stage > 0)
     outputs.emplace(Key{static_cast<int>(Transfer::Gradient), a.microbatch, a.stage - 1},
                     layer_util::to_rows(ss.ctx, dy, rows, sp));
   else if (vocab())
     embed_grad[a.microbatch] = layer_util::to_rows(ss.ctx, dy, rows, false);  // for every rank's embedding slice
+  if (frees && deferred > 0)                                                  // behind its weight gradients
+    weight_work.push_back([this, key = std::pair{a.microbatch, a.stage}] { stashes.erase(key); });
+  else if (frees)
+    stashes.erase({a.microbatch, a.stage});
 }
 
 void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t index) {

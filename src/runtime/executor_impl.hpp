@@ -110,8 +110,11 @@ struct PipelineExecutor::Impl {
   bool defer_weights = false;
   std::deque<std::function<void()>> weight_work;
   void run_weight_work();  // the oldest
-  void run_all_weight_work() {
+  void run_all_weight_work() {  // outside any computation: timed as one
+    if (weight_work.empty()) return;
+    const double c0 = now();
     while (!weight_work.empty()) run_weight_work();
+    compute_done("W (deferred)", c0);
   }
   // tp ranks must post their collectives alike, and so must ep ranks exchanging over NCCL:
   // otherwise a pair's halves may interleave freely.

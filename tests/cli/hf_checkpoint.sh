@@ -109,5 +109,9 @@ check_failure mixtral_window one "config.json: sliding_window 4096 is not suppor
 pt train "$SRC/inputs/moe-demo.toml" "${mix[@]}" --set checkpoint.dir=shared >/dev/null
 check_failure mixtral_shared one "model.first_dense, moe_every: Mixtral has experts in every block" \
   -- "$PIPETRAIN" ckpt export-hf shared/step_00000001.h5 -o y
+pt train "$SRC/inputs/moe-demo.toml" "${mix[@]}" --set model.n_shared_experts=0 --set model.first_dense=0 \
+  --set model.router_force_balance=true --set checkpoint.dir=forced >/dev/null
+check_failure mixtral_forced one "model.router_force_balance: Mixtral's router chooses by its scores" \
+  -- "$PIPETRAIN" ckpt export-hf forced/step_00000001.h5 -o z
 [ ! -e x.h5 ] || die "a failed import left x.h5 behind"
 exit_with_failures

@@ -190,6 +190,14 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
           const RunResult in_order = run(cfg, MPI_COMM_WORLD);
           EXPECT_EQ(in_order.losses, got.losses);
           EXPECT_EQ(in_order.params, got.params);
+          // Tied: the head's weight gradient (run at once) and the embedding's (queued) share
+          // one gradient, whose terms must still come in the program's order.
+          cfg.model.tie_embeddings = true;
+          const RunResult tied_in_order = run(cfg, MPI_COMM_WORLD);
+          cfg.schedule.overlap = true;
+          const RunResult tied = run(cfg, MPI_COMM_WORLD);
+          EXPECT_EQ(tied_in_order.losses, tied.losses) << "tied";
+          EXPECT_EQ(tied_in_order.params, tied.params) << "tied";
         }
     if (g.pp != 2) continue;
     // A stage that begins with block 1's experts, its attention on the stage before.
