@@ -98,6 +98,8 @@ TEST(ExpertPlanner, EnumeratedPricedAndHiddenInPairs) {
   const Prediction in_order = predicted(2, 2, 2, "dualpipev", 2, 4);
   EXPECT_GT(in_order.ep_comm_s, 0);
   EXPECT_LT(paired.ep_comm_s, in_order.ep_comm_s);
+  // Their weight gradients, queued past the B, keep one more microbatch's stash.
+  EXPECT_GT(paired.memory.activations, in_order.memory.activations);
   // On GPUs ep is enumerated alike, and pairs run in order (the pipeline over NCCL, the
   // default with one rank per GPU): they hide nothing.
   c.device.kind = "cuda";

@@ -272,7 +272,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     in.bf16 = bf16;
     in.widened = widened;
     in.largest_stash = largest;
-    in.peak_inflight = built.peaks[static_cast<size_t>(r)];
+    // Overlapped pairs with free turns keep their B's weight gradients queued past the B, and
+    // with them one more microbatch's stash (executor_impl.hpp).
+    const bool carried = l.ep > 1 && tp == 1 && !vp && paired_share(cx, s, r) > 0;
+    in.peak_inflight = built.peaks[static_cast<size_t>(r)] + (carried ? 1 : 0);
     in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps, l.sequence_parallel) : 0.0;
     in.activation_bytes = R > 1 ? (l.sequence_parallel ? act / tp : act) : 0.0;
     in.receive_buffers = R > 1 ? kRecvLookahead : 0;
