@@ -110,6 +110,9 @@ struct PipelineExecutor::Impl {
   bool defer_weights = false;
   std::deque<std::function<void()>> weight_work;
   void run_weight_work();  // the oldest
+  // In an exposed wait begun at `since`: the oldest, if any, the wait so far counted and
+  // `since` restarted after it.
+  void fill_wait(double& since);
   void run_all_weight_work() {  // outside any computation: timed as one
     if (weight_work.empty()) return;
     const double c0 = now();

@@ -9,13 +9,16 @@ void PipelineExecutor::Impl::wait_paused(const Steps<>& t) {
   CommRequest* r = t.paused_on();
   if (!r) return;
   double w0 = now();
-  while (!weight_work.empty() && !r->test()) {
-    stats.exchange_wait_s += now() - w0;
-    run_weight_work();
-    w0 = now();
-  }
+  while (!weight_work.empty() && !r->test()) fill_wait(w0);
   r->wait();
   stats.exchange_wait_s += now() - w0;
+}
+
+void PipelineExecutor::Impl::fill_wait(double& since) {
+  if (weight_work.empty()) return;
+  stats.exchange_wait_s += now() - since;
+  run_weight_work();
+  since = now();
 }
 
 void PipelineExecutor::Impl::drive(Steps<> t, const std::string& name) {
@@ -76,12 +79,7 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::functio
     } else if (!ready(*next)) {  // the exposed wait: deferred weight gradients, else test both until one can go on
       const watchdog::Waiting waiting("the all-to-alls of " + name + "'s two computations");
       double e0 = now();
-      while (!ready(*next) && !ready(*other_than(next))) {
-        if (weight_work.empty()) continue;
-        stats.exchange_wait_s += now() - e0;
-        run_weight_work();
-        e0 = now();
-      }
+      while (!ready(*next) && !ready(*other_than(next))) fill_wait(e0);
       stats.exchange_wait_s += now() - e0;
       if (!ready(*next)) next = other_than(next);
     }
