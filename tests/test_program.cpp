@@ -119,9 +119,9 @@ TEST(Lowering, BrokenProgramsAreRefusedWithRankAndPosition) {
   EXPECT_HAS(problem(p), "(0B0): runs before the forward of its microbatch (or after its free)");
 }
 
-// DualPipeV's F&B pairs: lowered with the F marked, a B or I of the other stage next, and
-// only the F's output between; each way of breaking a pair is named.
-TEST(Lowering, FAndBPairsAreKeptAndProven) {
+// DualPipeV's overlapped pairs: lowered with the F marked, a B or I of the other stage or an
+// independent F next, and only the F's output between; each way of breaking a pair is named.
+TEST(Lowering, OverlappedPairsAreKeptAndProven) {
   const Schedule s = make_schedule("dualpipev", {2, 2, 4});
   const Program good = lower(s);
   ASSERT_EQ(problem(good), "(valid)");
@@ -130,7 +130,13 @@ TEST(Lowering, FAndBPairsAreKeptAndProven) {
     for (size_t i = 0; i < good.per_rank[static_cast<size_t>(r)].size(); ++i)
       pairs += good.per_rank[static_cast<size_t>(r)][i].overlaps_next;
   EXPECT_EQ(pairs, s.pairs[0].size() + s.pairs[1].size());
-  EXPECT_EQ(pairs, 7u);                    // rank r: 2 (r + 1) in phase 4, 1 - r in phase 5
+  // Rank r: 2 (r + 1) F&B in phase 4, 1 - r in phase 5; F&F in the warm-up: rank 0's four
+  // forwards two by two, rank 1's 2F0 & 1F1 (1F0 and 2F0 are one microbatch's two stages).
+  EXPECT_EQ(pairs, 10u);
+  ASSERT_TRUE(good.per_rank[0][find(good, 0, "0F0")].overlaps_next);
+  ASSERT_TRUE(good.per_rank[0][find(good, 0, "0F2")].overlaps_next);
+  ASSERT_FALSE(good.per_rank[1][find(good, 1, "1F0")].overlaps_next);
+  ASSERT_TRUE(good.per_rank[1][find(good, 1, "2F0")].overlaps_next);
   const size_t at = find(good, 0, "0F3");  // rank 0's first pair: 0F3 & 3B1
   ASSERT_TRUE(good.per_rank[0][at].overlaps_next);
 
@@ -143,15 +149,15 @@ TEST(Lowering, FAndBPairsAreKeptAndProven) {
     v.erase(v.begin() + static_cast<long>(recv));
     v.insert(v.begin() + static_cast<long>(at) + 1, r);
   }
-  EXPECT_HAS(problem(p), "stands inside an F&B pair, where only the F's output may leave");
+  EXPECT_HAS(problem(p), "stands inside an overlapped pair, where only the F's output may leave");
 
-  p = good;  // a pair of two forwards
-  p.per_rank[0][find(p, 0, "0F1")].overlaps_next = true;
-  EXPECT_HAS(problem(p), "an F&B pair is an F, then a B or I; here 0F1 and 0F2");
+  p = good;  // a backward first, a W second
+  p.per_rank[0][find(p, 0, "3I0")].overlaps_next = true;
+  EXPECT_HAS(problem(p), "an overlapped pair is an F, then a B, I or F; here 3I0 and 3W0");
 
   p = good;  // a pair chained to the next
   p.per_rank[0][find(p, 0, "3B1")].overlaps_next = true;
-  EXPECT_HAS(problem(p), "an F&B pair's B, but marked as the F of another");
+  EXPECT_HAS(problem(p), "an overlapped pair's second, but marked as the F of another");
 
   p = good;  // a pair at the end of the list
   p.per_rank[0].back().overlaps_next = true;
@@ -165,6 +171,16 @@ TEST(Lowering, FAndBPairsAreKeptAndProven) {
   } catch (const Error& e) {
     EXPECT_HAS(std::string(e.what()), "an F&B pair's two actions are both of stage 0");
   }
+  // Two forwards, the second taking the first's output (lowered with its MOVE between).
+  const Schedule chained = from_csv("0F0&,1F0,0F1&,1F1,1B0,0B0,1B1,0B1\n", "chained.csv", "0,0");
+  try {
+    validate(chained);
+    ADD_FAILURE() << "an F&F pair whose second takes the first's output validated";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "an F&F pair's second, 1F0, takes the first's output");
+  }
+  // Two forwards of one stage are a pair (each microbatch's own input).
+  EXPECT_NO_THROW(validate(from_csv("0F0&,0F1,1F0&,1F1,1B0,0B0,1B1,0B1\n", "twin.csv", "0,0")));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Steps (pipetrain/comm/steps.hpp): a pause deep in nested Steps reaches the driver with
 // its request; run() waits at each; two driven in turn interleave at their pauses; a null
-// request does not pause; an exception thrown after a pause comes out of step().
+// request does not pause; an exception thrown after a pause comes out of step(); a brief
+// pause says so. PairTurns (runtime/pair_turns.hpp), the rules by which the executor drives
+// an overlapped pair's two Steps, each shown by the choice it changes.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "pipetrain/comm/steps.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/runtime/pair_turns.hpp"
 
 namespace pipetrain {
 namespace {
@@ -103,6 +106,85 @@ TEST(Steps, AnExceptionAfterAPauseComesOutOfStep) {
   }
   EXPECT_TRUE(t.done());
   EXPECT_EQ(log.back(), "f resumes");
+}
+
+Steps<> counts_then_rows(CommRequest* counts, CommRequest* rows) {
+  co_await InFlight{counts, true};
+  co_await InFlight{rows};
+}
+
+TEST(Steps, ABriefPauseSaysSo) {
+  CountingRequest counts, rows;
+  Steps<> t = counts_then_rows(&counts, &rows);
+  EXPECT_FALSE(t.paused_briefly());  // not started
+  t.step();
+  EXPECT_TRUE(t.paused_briefly());
+  t.step();
+  EXPECT_FALSE(t.paused_briefly());
+  EXPECT_EQ(t.paused_on(), &rows);
+  t.step();
+  EXPECT_TRUE(t.done());
+  EXPECT_FALSE(t.paused_briefly());
+}
+
+using Who = PairTurns::Who;
+PairSide side(size_t steps, bool in_flight = false) { return {false, in_flight, steps}; }
+const PairSide kDone{true, false, 9};
+
+TEST(PairTurns, AnFAndBPairTakesTurnsAndGoesOnWithWhoeverCan) {
+  PairTurns t({});
+  EXPECT_EQ(t.next(side(0), side(0), true), Who::First);  // the F starts
+  t.stepped(Who::First);
+  EXPECT_EQ(t.next(side(1, true), side(0), true), Who::Second);
+  t.stepped(Who::Second);
+  EXPECT_EQ(t.next(side(1), side(1), true), Who::First);         // the other's turn
+  EXPECT_EQ(t.next(side(1, true), side(1), true), Who::Second);  // whoever can
+  EXPECT_EQ(t.next(side(1, true), side(1, true), true), Who::Neither);
+  EXPECT_EQ(t.next(kDone, side(1, true), true), Who::Neither);
+  EXPECT_EQ(t.next(kDone, side(1), true), Who::Second);
+}
+
+TEST(PairTurns, TheSecondStartsOnceItsInputIsHereOrTheFHasEnded) {
+  PairTurns t({});
+  t.stepped(Who::First);
+  EXPECT_EQ(t.next(side(1, true), side(0), false), Who::Neither);  // its first step would block
+  EXPECT_EQ(t.next(side(1), side(0), false), Who::First);
+  EXPECT_EQ(t.next(kDone, side(0), false), Who::Second);  // as in order
+  t.stepped(Who::Second);
+  EXPECT_EQ(t.next(side(2, true), side(1), false), Who::Second);  // started: its input is in
+}
+
+TEST(PairTurns, InAnFAndFPairTheFLeads) {
+  PairTurns t({true, false, false});
+  t.stepped(Who::First);
+  EXPECT_EQ(t.next(side(1, true), side(0), true), Who::Second);  // fills the F's wait
+  t.stepped(Who::Second);
+  EXPECT_EQ(t.next(side(1), side(1), true), Who::First);         // the F's turn again
+  EXPECT_EQ(t.next(side(1, true), side(1), true), Who::Second);  // still filling
+  PairTurns plain({});
+  plain.stepped(Who::Second);
+  EXPECT_EQ(plain.next(side(1), side(1), true), Who::First);  // F&B: turns
+  plain.stepped(Who::First);
+  EXPECT_EQ(plain.next(side(2), side(1), true), Who::Second);
+}
+
+TEST(PairTurns, OfOneStageTheSecondNeverGetsAhead) {
+  PairTurns t({true, true, false});
+  t.stepped(Who::Second);
+  EXPECT_EQ(t.next(side(1, true), side(0), true), Who::Second);   // behind: it may go
+  EXPECT_EQ(t.next(side(1, true), side(1), true), Who::Neither);  // level: it waits
+  EXPECT_EQ(t.next(kDone, side(1), true), Who::Second);           // the F ended
+}
+
+TEST(PairTurns, FixedTurnsNeverDependOnTiming) {
+  PairTurns t({true, false, true});
+  EXPECT_EQ(t.next(side(0), side(0), false), Who::First);
+  t.stepped(Who::First);
+  EXPECT_EQ(t.next(side(1, true), side(0), false), Who::Second);  // whatever is in flight
+  t.stepped(Who::Second);
+  EXPECT_EQ(t.next(side(1), side(1, true), true), Who::First);
+  t.stepped(Who::First);
+  EXPECT_EQ(t.next(kDone, side(1, true), true), Who::Second);
 }
 
 }  // namespace

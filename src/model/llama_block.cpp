@@ -140,6 +140,7 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
   linear_forward(ctx, qkv, whole_rows(ctx, s->n1), qkvw_, nullptr);
   rotate(ctx, qkv, false);
   s->qkv = store(ctx, qkv);
+  ctx.between_products();
   Tensor atty = f32_like(ctx, N, Cq);
   if (ctx.kv) {  // generation: the new keys and values join the cache; the queries attend over it
     const int pos = ctx.kv->length();
@@ -152,6 +153,7 @@ Tensor LlamaAttention::forward(const MicrobatchContext& ctx, const Tensor& x, st
   qkv = {};
   s->atty = store(ctx, atty);
   atty = {};
+  ctx.between_products();
   const Tensor h = row_parallel_residual(ctx, s->atty, ow_, xf);  // x + O(atty), summed over the tp ranks
   if (ctx.recompute == Recompute::Selective) {  // recomputed at backward_input
     s->att.reset();
@@ -175,10 +177,12 @@ Tensor LlamaAttention::backward_input(const MicrobatchContext& ctx, const Tensor
   s.dy = whole_rows(ctx, dy);  // the row-parallel product's gradients need every row
   Tensor datty = f32_like(ctx, N, Cq);
   linear_backward_input(ctx, datty, s.dy, ow_);
+  ctx.between_products();
   Tensor dqkv = f32_like(ctx, N, R);
   attention_backward_stored(ctx, dqkv, datty, s.qkv, *s.att, Cq, NHl_, NKVl_);
   s.att.reset();
   datty = {};
+  ctx.between_products();
   rotate(ctx, dqkv, true);  // the rotation's transpose: gradients of the unrotated projections
   s.dqkv = store(ctx, dqkv);
   dqkv = {};

@@ -34,7 +34,7 @@ ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& b
 
 Steps<> ExpertExchange::settle() {
   if (!exchanges()) co_return;
-  co_await InFlight{counts_.get()};
+  co_await InFlight{counts_.get(), true};  // El integers a peer: brief
   counts_.reset();
   backend_.to_host(counts_in_.data(), counts_in_t_.raw(), counts_in_.size() * sizeof(int32_t));
   counts_out_t_ = {}, counts_in_t_ = {};

@@ -270,9 +270,9 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   s->row_weight = upload(ctx, r.row_weight, DType::F32);
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = r.rows();  // N k, less what capacity dropped
+  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);  // the counts travel during the gather
   Tensor routed = f32(ctx, R, C);
   be.gather_rows(routed.f32(), n.f32(), s->source.i32(), nullptr, R, C);
-  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);
   co_await s->exchange->settle();
   s->xp = co_await s->exchange->dispatch(routed, ctx.ep);
   routed = {};

@@ -202,9 +202,7 @@ MicrobatchContext PipelineExecutor::Impl::make_context(int m, int stage, const M
   MicrobatchContext ctx = run_context();
   ctx.tp = ex.tp_;
   ctx.ep = ex.ep_;
-  ctx.progress = [this] {
-    if (partner) partner->test();
-  };
+  ctx.progress = [this] { test_partner(); };
   if (auto it = ex.recompute_.find(stage); it != ex.recompute_.end()) ctx.recompute = it->second;
   set_positions(ctx, m);
   if (!vocab() && (st.has_embedding() || st.has_head())) {
@@ -217,7 +215,7 @@ MicrobatchContext PipelineExecutor::Impl::make_context(int m, int stage, const M
 
 void PipelineExecutor::Impl::between_layers() {
   if (hooks.poll) hooks.poll();
-  if (partner) partner->test();
+  test_partner();
   if (!vocab()) return;
   for (auto& [key, c] : colls)
     if (c.request) {

@@ -17,11 +17,11 @@ Tensor PipelineExecutor::Impl::forward_input(const Action& a) {
   return x;
 }
 
-Steps<> PipelineExecutor::Impl::forward(Action a, bool frees) {
+Steps<> PipelineExecutor::Impl::forward(Action a, bool frees, Communicator* ep) {
   Tensor x = forward_input(a);
   ModelStage& st = stage(a);
   StageStash& ss = stash_of(a);
-  ss.ctx.ep = ex.ep_;
+  ss.ctx.ep = ep;
   auto& layers = st.layers();
   ss.layers.resize(layers.size());
   ss.inputs.resize(layers.size());
@@ -135,8 +135,8 @@ void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t
   compute_done(to_string(a), c0);
 }
 
-Steps<> PipelineExecutor::Impl::compute(const Instr& in, size_t index) {
-  if (in.action.op == Op::F) return forward(in.action, in.frees_stash);
+Steps<> PipelineExecutor::Impl::compute(const Instr& in, size_t index, bool beside_forward) {
+  if (in.action.op == Op::F) return forward(in.action, in.frees_stash, beside_forward ? ex.ep_backward_ : ex.ep_);
   return backward_input(in.action, in.frees_stash, index);
 }
 

@@ -99,7 +99,15 @@ struct PipelineExecutor::Impl {
   std::map<std::pair<int, int>, PendingColl> colls;  // (Coll, microbatch), waited for here
   std::deque<PendingColl> contributed;               // given only (unused sums, a root's sends): freed once done
   std::map<int, VocabOutputStash> output_stash;
-  CommRequest* partner = nullptr;  // in an F&B pair: the other computation's exchange in flight
+  // In an overlapped pair: the other computation's exchange in flight, tested between this
+  // one's products (test_partner). Under free turns the other itself (partner_steps): paused
+  // briefly (its counts) and they are in, it goes on there to its next pause, posting the
+  // exchange they size while this one computes, not after (partner_steps_taken: how often).
+  CommRequest* partner = nullptr;
+  Steps<>* partner_steps = nullptr;
+  size_t partner_steps_taken = 0;
+  bool in_partner_step = false;
+  void test_partner();
   // In a program of overlapped F&B pairs whose halves interleave freely (free_turns()), every
   // B's weight gradients, layer by layer (the head's excepted), wait here, and a B's stash
   // is freed behind them: any exposed exchange wait runs them, oldest first. A B ends with
@@ -187,7 +195,9 @@ struct PipelineExecutor::Impl {
   // slices' lookups), and its stash's context.
   Tensor forward_input(const Action& a);
 
-  Steps<> forward(Action a, bool frees);
+  // `ep`: the communicator its all-to-alls go over (ExpertParallel's forward one, or the
+  // backward one for an F&F pair's second: two computations in flight never share one).
+  Steps<> forward(Action a, bool frees, Communicator* ep);
 
   StageStash& stash_of(const Action& a);
 
@@ -200,8 +210,9 @@ struct PipelineExecutor::Impl {
 
   void backward_weight(const Action& a, bool frees, size_t index);
 
-  // An F, B or I as Steps; each takes its input at its first step.
-  Steps<> compute(const Instr& in, size_t index);
+  // An F, B or I as Steps; each takes its input at its first step. `beside_forward`: the
+  // second of an F&F pair.
+  Steps<> compute(const Instr& in, size_t index, bool beside_forward = false);
 
   // The time a computation waits, at a pause, for its exchange: the exposed part (filled by
   // deferred weight gradients while any are left).
@@ -209,20 +220,32 @@ struct PipelineExecutor::Impl {
   double waited() const { return stats.exchange_wait_s + stats.wait_s; }
   // One computation alone: each pause waits.
   void drive(Steps<> t, const std::string& name);
-  // The F&B pair at program[i] (validate_program: only the F's output stands between it and
-  // the next compute, its partner): overlapped, or one after the other. Returns the
+  // The overlapped pair at program[i] (validate_program: only the F's output stands between
+  // it and the next compute, its partner): overlapped, or one after the other. Returns the
   // partner's index.
   size_t pair(const std::vector<Instr>& program, size_t i, bool overlap);
 
-  // An F&B pair, overlapped: each runs until its next pause, then the other goes on — the
-  // F starts — if it can (not started, or its exchange arrived); else whichever can first.
-  // While one's all-to-all is in flight the other computes and tests it between products,
-  // which moves it on; when neither can go on, the exposed wait tests both until one can.
-  // Without tensor parallelism each computation's collectives are its own (forwards and
-  // backwards exchange over their own communicators; only the backward reduces
-  // gradients), so ranks may interleave differently. Under tp their collectives share the
-  // tp group: the two then take turns in a fixed order, waiting where they must.
-  void drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output, const std::string& name);
+  // A pair, overlapped: each runs until its next pause, then the one PairTurns names goes on
+  // (pair_turns.hpp: the F starts; the other's turn after each step, or the F's in an F&F
+  // pair; the second starts once its input is here). While one's all-to-all is in flight
+  // the other computes and tests it between products, which moves it on (and, paused
+  // briefly, lets it post its next exchange: test_partner); when neither can go on, the
+  // exposed wait tests both until one can.
+  // Without tensor parallelism each computation's collectives are its own (the two exchange
+  // over their own communicators; only a backward reduces gradients), so ranks may
+  // interleave differently. Under tp their collectives share the tp group: the two then
+  // take turns in a fixed order, waiting where they must.
+  struct PairRun {
+    std::string name;
+    std::function<void()> give_f_output;
+    std::function<bool()> second_input_here;
+    bool f_leads = false;    // an F&F pair
+    bool one_stage = false;  // the two of one stage
+  };
+  void drive_pair(Steps<> f, Steps<> b, const PairRun& run);
+  // Whether computation a's input from another computation (a receive or a hand-off) is
+  // here, or it needs none.
+  bool input_here(const Action& a);
 
   // After the stage's last weight action of the step, each layer's gradient is final.
   void weights_done(const Action& a, size_t layer, size_t index);

@@ -2,6 +2,7 @@
 // overlapped, each paused where its all-to-all is in flight.
 #include "executor_impl.hpp"
 #include "pipetrain/comm/progress_thread.hpp"
+#include "pipetrain/runtime/pair_turns.hpp"
 
 namespace pipetrain {
 
@@ -12,6 +13,19 @@ void PipelineExecutor::Impl::wait_paused(const Steps<>& t) {
   while (!weight_work.empty() && !r->test()) fill_wait(w0);
   r->wait();
   stats.exchange_wait_s += now() - w0;
+}
+
+void PipelineExecutor::Impl::test_partner() {
+  if (!partner || !partner->test() || !partner_steps || !partner_steps->paused_briefly() || in_partner_step) return;
+  // Its counts are in: it posts the exchange they size now, from between this one's products.
+  struct Inside {
+    bool& flag;
+    explicit Inside(bool& f) : flag(f) { flag = true; }
+    ~Inside() { flag = false; }
+  } inside(in_partner_step);
+  partner_steps->step();
+  ++partner_steps_taken;
+  partner = partner_steps->done() ? nullptr : partner_steps->paused_on();
 }
 
 void PipelineExecutor::Impl::fill_wait(double& since) {
@@ -46,25 +60,44 @@ size_t PipelineExecutor::Impl::pair(const std::vector<Instr>& program, size_t i,
     }
   };
   const Action &f = program[i].action, &b = program[j].action;
+  const bool two_forwards = b.op == Op::F;
   const double w0 = stats.exchange_wait_s;
   if (overlap) {
-    drive_pair(compute(program[i], i), compute(program[j], j), give_f_output, to_string(f) + "&" + to_string(b));
+    drive_pair(compute(program[i], i), compute(program[j], j, two_forwards),
+               {to_string(f) + "&" + to_string(b), give_f_output, [this, b] { return input_here(b); }, two_forwards,
+                f.stage == b.stage});
   } else {
     drive(compute(program[i], i), to_string(f));
     give_f_output();
-    drive(compute(program[j], j), to_string(b));
+    drive(compute(program[j], j, two_forwards), to_string(b));
   }
   stats.pair_exchange_wait_s += stats.exchange_wait_s - w0;
   return j;
 }
 
-void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::function<void()>& give_f_output,
-                                        const std::string& name) {
+bool PipelineExecutor::Impl::input_here(const Action& a) {
+  const bool forward = a.op == Op::F;
+  if (forward ? a.stage == 0 : stage(a).has_head()) return true;
+  const Key key{forward ? kActivation : static_cast<int>(Transfer::Gradient), a.microbatch, a.stage};
+  if (handoff.count(key)) return true;
+  auto it = recvs.find(key);
+  return it == recvs.end() || it->second.request->test();  // none: take_input names the fault
+}
+
+void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const PairRun& run) {
   const double c0 = now(), w0 = waited();
   const bool fixed_turns = !free_turns();
-  auto ready = [](Steps<>& t) { return !t.done() && (!t.paused_on() || t.paused_on()->test()); };
-  auto other_than = [&](const Steps<>* t) { return t == &f ? &b : &f; };
-  Steps<>* next = &f;
+  PairTurns turns({run.f_leads, run.f_leads && run.one_stage, fixed_turns});
+  PairSide sides[2];
+  Steps<>* steps[2] = {&f, &b};
+  auto next = [&] {  // tests both exchanges in flight, which moves them on
+    for (int k = 0; k < 2; ++k) {
+      const Steps<>& t = *steps[k];
+      sides[k].done = t.done();
+      sides[k].in_flight = !t.done() && t.paused_on() && !t.paused_on()->test();
+    }
+    return turns.next(sides[0], sides[1], sides[1].steps > 0 || sides[0].done || run.second_input_here());
+  };
   struct Progress {  // the exchanges move during the products too
     ProgressThread* thread;
     ~Progress() {
@@ -72,25 +105,33 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const std::functio
     }
   } progress{fixed_turns ? nullptr : ex.progress_};
   if (progress.thread) progress.thread->hold();
+  bool f_given = false;
   while (!f.done() || !b.done()) {
-    if (next->done()) next = other_than(next);
-    if (fixed_turns) {
-      wait_paused(*next);
-    } else if (!ready(*next)) {  // the exposed wait: deferred weight gradients, else test both until one can go on
-      const watchdog::Waiting waiting("the all-to-alls of " + name + "'s two computations");
+    PairTurns::Who who = next();
+    if (who == PairTurns::Neither) {  // the exposed wait: deferred weight gradients, else test both until one can go on
+      const watchdog::Waiting waiting("the all-to-alls of " + run.name + "'s two computations");
       double e0 = now();
-      while (!ready(*next) && !ready(*other_than(next))) fill_wait(e0);
+      while ((who = next()) == PairTurns::Neither) fill_wait(e0);
       stats.exchange_wait_s += now() - e0;
-      if (!ready(*next)) next = other_than(next);
     }
-    Steps<>& paused = *other_than(next);
-    partner = paused.done() ? nullptr : paused.paused_on();
-    next->step();
-    if (next == &f && f.done()) give_f_output();
-    next = &paused;  // the other's turn
+    Steps<>& t = *steps[who];
+    if (fixed_turns) wait_paused(t);
+    Steps<>& other = *steps[1 - who];
+    partner = other.done() ? nullptr : other.paused_on();
+    partner_steps = fixed_turns ? nullptr : &other;  // paused briefly, it may go on from between t's products
+    t.step();
+    partner_steps = nullptr;  // the driver's own waits step neither
+    sides[who].steps += 1;
+    sides[1 - who].steps += std::exchange(partner_steps_taken, 0);
+    turns.stepped(who);
+    if (f.done() && !f_given) {
+      run.give_f_output();
+      f_given = true;
+    }
   }
   partner = nullptr;
-  compute_done(name, c0, waited() - w0);
+  partner_steps = nullptr;
+  compute_done(run.name, c0, waited() - w0);
 }
 
 }  // namespace pipetrain

@@ -113,7 +113,7 @@ Schedule from_csv(const std::string& text, const std::string& origin, const std:
       if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
         cell = trim(cell.substr(1, cell.size() - 2));
       if (cell.empty()) continue;  // idle
-      if (cell.back() == '&') {    // an F&B pair with the next cell
+      if (cell.back() == '&') {    // an overlapped pair with the next cell
         cell.pop_back();
         s.pairs.resize(lines.size());
         s.pairs[r].push_back(static_cast<int>(s.per_rank[r].size()));

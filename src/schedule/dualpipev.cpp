@@ -12,6 +12,9 @@
 //   8 nW       the r+1 queued W's
 // Each "&" is an F&B pair (Schedule::pairs): the executor overlaps the forward's and the
 // backward's communication with the other's compute, as DualPipeV does on two streams.
+// pipetrain's addition: in phases 1 and 2 each forward also pairs with the next when that
+// one does not take its output (F&F; the first leads, the second fills its exchanges), so
+// the warm-up's exchanges, with no backward yet to hide behind, are hidden too.
 // Needs exactly 2 stages per rank and m >= 2p.
 #include <deque>
 
@@ -41,6 +44,15 @@ class RankProgram {
     forward(fchunk);
     backward(bchunk, false);
   }
+  // Pairs each forward so far with the next unless that takes its output (the same
+  // microbatch's next stage: a MOVE between them).
+  void pair_forwards() {
+    for (size_t i = 0; i + 1 < out_.size(); ++i) {
+      const Action &a = out_[i], &b = out_[i + 1];
+      if (b.microbatch == a.microbatch && b.stage == a.stage + 1) continue;
+      pairs_.push_back(static_cast<int>(i++));
+    }
+  }
 
  private:
   int stage_[2];
@@ -68,6 +80,7 @@ Schedule dualpipev_schedule(const ScheduleParams& p) {
       prog.forward(0);
       prog.forward(1);
     }
+    prog.pair_forwards();
     for (int i = 0; i < R - r - 1; ++i) {  // 3
       prog.backward(1, true);
       prog.weight();

@@ -121,7 +121,7 @@ Program lower(const Schedule& s, const LowerOptions& options) {
     if (static_cast<size_t>(r) < s.pairs.size()) pairs.insert(s.pairs[size_t(r)].begin(), s.pairs[size_t(r)].end());
     size_t unposted = 0;  // the first action whose input receive is not yet placed
     for (size_t i = 0; i < actions.size(); ++i) {
-      // An F&B pair: the receives of both before the F; only the F's output between the two.
+      // An overlapped pair: the receives of both before the F; only the F's output between the two.
       const bool paired = pairs.count(static_cast<int>(i)) > 0;
       // Before compute i: the receives of the inputs of computes i .. i + ahead - 1 (+ 1 in a pair).
       for (; unposted < actions.size() && unposted < i + ahead + paired; ++unposted) {

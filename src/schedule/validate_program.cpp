@@ -54,11 +54,12 @@ void check_shape(const Program& p) {
            p.stage_to_rank[static_cast<size_t>(s)], p.num_ranks - 1);
 }
 
-// An F&B pair: an F, then a B or I of another stage that overlaps nothing itself, with only
-// the F's output (its SEND or MOVE) between them. The executor starts the B at the F's first
-// pause and gives the F's output when the F ends, so the pair runs as the list in order
-// would (walk_program's semantics) given one more condition: the B must not need the F's
-// output — it cannot, as a B's input is a gradient and an F's an activation.
+// An overlapped pair: an F, then a B or I of another stage (F&B) or an F that does not take
+// the first's output (F&F), that overlaps nothing itself, with only the F's output between
+// them. The executor starts the second at the F's first pause and gives the F's output when
+// the F ends, so the pair runs as the list in order would (walk_program's semantics) given
+// one more condition: the second must not need the F's output — a B cannot (its input is a
+// gradient, an F's output an activation); an F&F pair's second is checked here.
 void check_pair(const Program& p, int r, size_t pos) {
   const auto& prog = p.per_rank[static_cast<size_t>(r)];
   size_t next = pos + 1;
@@ -67,13 +68,18 @@ void check_pair(const Program& p, int r, size_t pos) {
   for (; next < prog.size() && prog[next].op != InstrOp::Compute; ++next)
     if (!gives || (prog[next].op != InstrOp::Send && prog[next].op != InstrOp::Move) ||
         value_key(prog[next]) != value_key(out))
-      at(p, r, next, "stands inside an F&B pair, where only the F's output may leave");
-  if (next >= prog.size()) at(p, r, pos, "an F&B pair's F, but no compute follows it");
+      at(p, r, next, "stands inside an overlapped pair, where only the F's output may leave");
+  if (next >= prog.size()) at(p, r, pos, "an overlapped pair's F, but no compute follows it");
   const Action &f = prog[pos].action, &b = prog[next].action;
-  if (f.op != Op::F || (b.op != Op::B && b.op != Op::I))
-    at(p, r, pos, fmt::format("an F&B pair is an F, then a B or I; here {} and {}", to_string(f), to_string(b)));
-  if (f.stage == b.stage) at(p, r, pos, fmt::format("an F&B pair's two actions are both of stage {}", f.stage));
-  if (prog[next].overlaps_next) at(p, r, next, "an F&B pair's B, but marked as the F of another");
+  if (f.op != Op::F || b.op == Op::W)
+    at(p, r, pos,
+       fmt::format("an overlapped pair is an F, then a B, I or F; here {} and {}", to_string(f), to_string(b)));
+  if (b.op != Op::F && f.stage == b.stage)
+    at(p, r, pos, fmt::format("an F&B pair's two actions are both of stage {}", f.stage));
+  Value in{};
+  if (b.op == Op::F && gives && input_of(p, b, in) && in == value_key(out))
+    at(p, r, pos, fmt::format("an F&F pair's second, {}, takes the first's output", to_string(b)));
+  if (prog[next].overlaps_next) at(p, r, next, "an overlapped pair's second, but marked as the F of another");
 }
 
 // One rank's list in order: values exist before they leave, receives are posted before

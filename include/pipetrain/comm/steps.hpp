@@ -4,6 +4,11 @@
 // products. A Steps is a C++20 coroutine:
 //   co_await InFlight{request}   pauses after posting `request` (a null request: no pause);
 //                                on resumption the request is waited for
+//   co_await InFlight{request, true}  a brief pause (a few bytes, such as the counts that
+//                                size an exchange): once it completes, a driver may resume
+//                                this one from between another computation's products, so
+//                                the large exchange it posts next is not held back until
+//                                that computation pauses
 //   co_await other_steps(...)    runs another Steps in line; its pauses pause this one
 //   co_return value
 // Nothing runs before the first step(). A driver calls step() until done(); paused_on()
@@ -30,6 +35,7 @@ namespace steps_detail {
 struct Chain {
   std::coroutine_handle<> innermost;
   CommRequest* paused_on = nullptr;
+  bool brief = false;
 };
 
 struct PromiseBase {
@@ -71,12 +77,14 @@ struct Promise<void> : PromiseBase {
 // A posted request to pause on (see the header comment).
 struct InFlight {
   CommRequest* request = nullptr;
+  bool brief = false;
   bool await_ready() const noexcept { return request == nullptr; }
   template <class P>
   void await_suspend(std::coroutine_handle<P> h) const noexcept {
     steps_detail::Chain& c = *h.promise().chain;
     c.innermost = h;
     c.paused_on = request;
+    c.brief = brief;
   }
   void await_resume() const {
     if (request) request->wait();  // a no-op where the driver has waited already
@@ -103,6 +111,7 @@ class [[nodiscard]] Steps {
   // ---- top level: the driver's side ----
   bool done() const { return h_.done(); }
   CommRequest* paused_on() const { return h_.promise().chain->paused_on; }
+  bool paused_briefly() const { return paused_on() && h_.promise().chain->brief; }
   // Runs until the next pause or the end; an exception thrown inside comes out here.
   void step() {
     steps_detail::Chain& c = *h_.promise().chain;

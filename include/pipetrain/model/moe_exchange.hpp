@@ -7,7 +7,8 @@
 // runs the inverse: the permutation back, then the reverse all-to-all. Without a group
 // (or a group of one) both return their input: every expert is here. The all-to-alls are
 // nonblocking: settle, dispatch and combine are Steps (comm/steps.hpp) that pause while
-// theirs is in flight, where the executor may run another microbatch.
+// theirs is in flight, where the executor may run another microbatch (settle's pause, on
+// the counts, is brief: its driver may resume it from between another's products).
 // Exports: ExpertSpans, ExpertExchange.
 #pragma once
 #include <cstdint>

@@ -3,11 +3,11 @@
 // a compute (F / B / I / W) waits for its input (a posted receive, or a hand-off from a
 // stage of this rank), runs the stage's layers and keeps its output, SEND sends it with
 // a nonblocking send, MOVE hands it to a stage of this rank; a compute marked so frees
-// its stashed activations. Peers and tags come from the program. An F&B pair (a compute
-// marked overlaps_next and the next compute) runs overlapped: each computation is Steps
-// (comm/steps.hpp) that pause where a layer's all-to-all is in flight, and the executor runs
-// whichever can go on — the F when both can — so one microbatch's exchange travels while
-// the other computes. Forwards and backwards exchange over communicators of their own, so
+// its stashed activations. Peers and tags come from the program. An overlapped pair (a
+// compute marked overlaps_next and the next compute: F&B, or F&F) runs overlapped: each
+// computation is Steps (comm/steps.hpp) that pause where a layer's all-to-all is in flight,
+// and the executor runs whichever can go on (pair_turns.hpp) so one microbatch's exchange
+// travels while the other computes. The two exchange over communicators of their own, so
 // the order in which a rank interleaves them never has to match another rank's.
 #pragma once
 #include <functional>

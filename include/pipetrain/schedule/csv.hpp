@@ -1,8 +1,8 @@
 // Schedule files in PyTorch's compute-only CSV (torch.distributed.pipelining): one row
 // per rank, comma-separated cells <stage><F|B|I|W><microbatch> such as "0F3", "1I2",
 // "1W2", "2B0"; an empty cell is idle time and is skipped. pipetrain's one extension: an
-// F cell ending in "&" ("0F3&,3B1") pairs it with the next cell, a B or I of another stage,
-// as an F&B pair (Schedule::pairs) that the executor overlaps.
+// F cell ending in "&" ("0F3&,3B1") pairs it with the next cell, a B or I of another stage
+// or an F that does not take its output, as a pair (Schedule::pairs) the executor overlaps.
 // Exports: to_csv, from_csv, read_schedule_file, read_schedule_text, parse_placement.
 // Compute+comms files (lowered programs): program_csv.hpp.
 #pragma once

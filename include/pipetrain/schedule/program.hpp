@@ -63,10 +63,11 @@ struct Instr {
   // Compute: the last action of its (microbatch, stage): its stashed activations go.
   bool frees_stash = false;
   // Compute: an F that runs overlapped with the next compute, a B or I of another stage (an
-  // F&B pair, Schedule::pairs); only the F's output (SEND or MOVE) stands between them. The
-  // executor interleaves the two where their communication is in flight, the B starting at
-  // the F's first pause, and gives the F's output when the F ends. Validated as the list in
-  // order (the B cannot need the F's output).
+  // F&B pair) or an F that does not take its output (an F&F pair; Schedule::pairs); only the
+  // F's output (SEND or MOVE) stands between them. The executor interleaves the two where
+  // their communication is in flight, the second starting at the F's first pause, and gives
+  // the F's output when the F ends. Validated as the list in order (a B cannot need the F's
+  // output; an F&F pair's second is checked not to).
   bool overlaps_next = false;
   VocabOp vocab = VocabOp::EmbedForward;  // Vocab: which slice (of `microbatch`)
   Coll coll = Coll::EmbedSum;             // Coll: which collective (of `microbatch`; `peer`: its root or -1)

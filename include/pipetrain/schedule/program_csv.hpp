@@ -3,7 +3,7 @@
 // ("0F1", "1B0") and transfer cells "0SEND_F1" (stage 0 sends the activation of
 // microbatch 1), "1RECV_F1" (stage 1 posts its receive), "1SEND_B0", "0RECV_B0". Hand-offs
 // between stages of the same rank (MOVE) are not written: they follow from the placement.
-// An F&B pair's F cell ends in "&" (csv.hpp).
+// An overlapped pair's F cell ends in "&" (csv.hpp).
 // Exports: is_comms_csv, to_comms_csv, program_from_csv, compute_only.
 #pragma once
 #include <string>

@@ -25,8 +25,9 @@ struct Schedule {
   int num_stages = 0, num_ranks = 0, num_microbatches = 0;
   std::vector<int> stage_to_rank;              // loop placement, V placement, or any map
   std::vector<std::vector<Action>> per_rank;   // each rank's program, in execution order
-  // F&B pairs (DualPipeV's "&"): per rank, the indices i whose F runs overlapped with
-  // action i + 1, a B or I of another stage. Empty: none. Lowering keeps the two adjacent.
+  // Overlapped pairs (DualPipeV's "&"): per rank, the indices i whose F runs overlapped with
+  // action i + 1: a B or I of another stage (an F&B pair), or an F that does not take its
+  // output (an F&F pair). Empty: none. Lowering keeps the two adjacent.
   std::vector<std::vector<int>> pairs;
 };
 
