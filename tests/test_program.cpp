@@ -181,6 +181,19 @@ TEST(Lowering, OverlappedPairsAreKeptAndProven) {
   }
   // Two forwards of one stage are a pair (each microbatch's own input).
   EXPECT_NO_THROW(validate(from_csv("0F0&,0F1,1F0&,1F1,1B0,0B0,1B1,0B1\n", "twin.csv", "0,0")));
+  // A pair whose second waits, through the other rank, for the first's output (3F0 needs 2F0,
+  // which rank 1 runs after 1F1, which needs 0F1): in order the program runs, but the second
+  // may wait for its input before the first's output has left.
+  const std::string across = "0F0,0F1&,3F0,3B0,3F1,3B1,0B0,0B1\n1F0,1F1,2F0,2F1,2B0,1B0,2B1,1B1\n";
+  std::string unpaired = across;
+  unpaired.erase(unpaired.find('&'), 1);
+  EXPECT_NO_THROW(validate(from_csv(unpaired, "unpaired.csv", "0,1,1,0")));
+  try {
+    validate(from_csv(across, "across.csv", "0,1,1,0"));
+    ADD_FAILURE() << "a pair whose second needs the first's output through another rank validated";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "an overlapped pair's second needs its F's output first");
+  }
 }
 
 }  // namespace

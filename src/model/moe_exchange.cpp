@@ -34,7 +34,9 @@ ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& b
 
 Steps<> ExpertExchange::settle() {
   if (!exchanges()) co_return;
-  co_await InFlight{counts_.get(), true};  // El integers a peer: brief
+  // El integers a peer: brief. The dispatch's pause always follows (what a driver that
+  // resumes this from between another's products relies on: it never ends there).
+  co_await InFlight{counts_.get(), true};
   counts_.reset();
   backend_.to_host(counts_in_.data(), counts_in_t_.raw(), counts_in_.size() * sizeof(int32_t));
   counts_out_t_ = {}, counts_in_t_ = {};

@@ -1,7 +1,7 @@
 // PipelineExecutor::Impl (pipetrain/runtime/executor.hpp), private to the executor's files:
 // one step's state and the instructions' work. executor.cpp moves data (the step's tokens,
 // receives, sends, hand-offs, contexts) and runs the program; executor_compute.cpp runs a
-// stage's F, B, I and W; executor_pairs.cpp drives an F&B pair's two computations;
+// stage's F, B, I and W; executor_pairs.cpp drives an overlapped pair's two computations;
 // executor_vocab.cpp runs the vocabulary slices' pieces and collectives.
 #pragma once
 #include <fmt/format.h>
@@ -108,7 +108,7 @@ struct PipelineExecutor::Impl {
   size_t partner_steps_taken = 0;
   bool in_partner_step = false;
   void test_partner();
-  // In a program of overlapped F&B pairs whose halves interleave freely (free_turns()), every
+  // In a program of overlapped pairs whose halves interleave freely (free_turns()), every
   // B's weight gradients, layer by layer (the head's excepted), wait here, and a B's stash
   // is freed behind them: any exposed exchange wait runs them, oldest first. A B ends with
   // at most its own left (the older run first: one microbatch's stash held beyond its B),
@@ -183,8 +183,8 @@ struct PipelineExecutor::Impl {
   // flight. Any test advances every pending request of the process (Open MPI's progress
   // engine), so a collective another rank waits for moves on during this rank's products.
   // (A progress thread woken every millisecond did the same at 10-15% of the step where
-  // ranks have no core to spare: bench/RESULTS.md.) In an F&B pair, the paused partner's
-  // all-to-all is tested too.
+  // ranks have no core to spare: bench/RESULTS.md.) In an overlapped pair, the paused
+  // partner's all-to-all is tested too (test_partner).
   void between_layers();
   // The result of a posted collective, waited for now.
   Tensor collective_result(Coll which, int m, const std::string& who);

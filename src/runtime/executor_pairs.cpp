@@ -1,5 +1,5 @@
-// PipelineExecutor::Impl's F&B pairs (executor_impl.hpp): driving one computation or two
-// overlapped, each paused where its all-to-all is in flight.
+// PipelineExecutor::Impl's overlapped pairs (executor_impl.hpp): driving one computation or
+// two overlapped, each paused where its all-to-all is in flight.
 #include "executor_impl.hpp"
 #include "pipetrain/comm/progress_thread.hpp"
 #include "pipetrain/runtime/pair_turns.hpp"
@@ -16,13 +16,15 @@ void PipelineExecutor::Impl::wait_paused(const Steps<>& t) {
 }
 
 void PipelineExecutor::Impl::test_partner() {
-  if (!partner || !partner->test() || !partner_steps || !partner_steps->paused_briefly() || in_partner_step) return;
+  if (in_partner_step || !partner || !partner->test()) return;
+  if (!partner_steps || !partner_steps->paused_briefly()) return;
   // Its counts are in: it posts the exchange they size now, from between this one's products.
-  struct Inside {
-    bool& flag;
-    explicit Inside(bool& f) : flag(f) { flag = true; }
-    ~Inside() { flag = false; }
-  } inside(in_partner_step);
+  // (It then pauses again: a brief pause is never a computation's last, moe_exchange.cpp.)
+  struct Inside {  // its own progress points test nothing: the request it waited on goes
+    Impl& st;
+    explicit Inside(Impl& s) : st(s) { st.in_partner_step = true, st.partner = nullptr; }
+    ~Inside() { st.in_partner_step = false; }
+  } inside(*this);
   partner_steps->step();
   ++partner_steps_taken;
   partner = partner_steps->done() ? nullptr : partner_steps->paused_on();
@@ -62,7 +64,9 @@ size_t PipelineExecutor::Impl::pair(const std::vector<Instr>& program, size_t i,
   const Action &f = program[i].action, &b = program[j].action;
   const bool two_forwards = b.op == Op::F;
   const double w0 = stats.exchange_wait_s;
-  if (overlap) {
+  // Under fixed turns an F&F pair would alternate, holding back the F's output (the next
+  // stage's input): its two run one after the other.
+  if (overlap && !(two_forwards && !free_turns())) {
     drive_pair(compute(program[i], i), compute(program[j], j, two_forwards),
                {to_string(f) + "&" + to_string(b), give_f_output, [this, b] { return input_here(b); }, two_forwards,
                 f.stage == b.stage});
@@ -98,12 +102,15 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const PairRun& run
     }
     return turns.next(sides[0], sides[1], sides[1].steps > 0 || sides[0].done || run.second_input_here());
   };
-  struct Progress {  // the exchanges move during the products too
+  struct Progress {  // the exchanges move during the products too; nothing points into the pair after it
+    Impl& st;
     ProgressThread* thread;
     ~Progress() {
       if (thread) thread->release();
+      st.partner = nullptr;
+      st.partner_steps = nullptr;
     }
-  } progress{fixed_turns ? nullptr : ex.progress_};
+  } progress{*this, fixed_turns ? nullptr : ex.progress_};
   if (progress.thread) progress.thread->hold();
   bool f_given = false;
   while (!f.done() || !b.done()) {
@@ -129,8 +136,6 @@ void PipelineExecutor::Impl::drive_pair(Steps<> f, Steps<> b, const PairRun& run
       f_given = true;
     }
   }
-  partner = nullptr;
-  partner_steps = nullptr;
   compute_done(run.name, c0, waited() - w0);
 }
 

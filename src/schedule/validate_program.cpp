@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -264,6 +265,35 @@ void check_progress(const Program& p) {
   if (!msg.empty()) throw Error("deadlock:" + msg);
 }
 
+// An overlapped pair's second may wait for its input before the F's output has left (its
+// first step blocks on it under fixed turns), so the program must also progress with each
+// pair's F output placed after the second: the second's input never needs the F's output,
+// through any rank.
+void check_pairs_progress(const Program& p) {
+  Program late = p;
+  bool pairs = false;
+  for (auto& prog : late.per_rank)
+    for (size_t i = 0; i < prog.size(); ++i) {
+      if (prog[i].op != InstrOp::Compute || !prog[i].overlaps_next) continue;
+      size_t j = i + 1;
+      while (j < prog.size() && prog[j].op != InstrOp::Compute) ++j;
+      if (j == prog.size()) break;  // check_pair has refused it
+      std::rotate(prog.begin() + static_cast<long>(i) + 1, prog.begin() + static_cast<long>(j),
+                  prog.begin() + static_cast<long>(j) + 1);
+      pairs = true;
+      i = j;
+    }
+  if (!pairs) return;
+  try {
+    check_progress(late);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("an overlapped pair's second needs its F's output first (with each pair's F output after "
+                    "its second, the program stops): {}",
+                    e.what()));
+  }
+}
+
 }  // namespace
 
 // Positions count the instructions a compute+comms CSV lists: MOVEs are implicit there.
@@ -283,6 +313,7 @@ std::vector<int> validate_program(const Program& p, int tag_ub) {
   validate_vocab(p);
   match_transfers(p, tag_ub);
   check_progress(p);
+  check_pairs_progress(p);
   return peaks;
 }
 

@@ -61,7 +61,7 @@ struct ExecutorStats {
   int copies_refreshed = 0;  // runtime.pack_weights: packed copies refreshed while a receive was due
   double refresh_s = 0;      // the time that took (in compute_s, not in wait_s)
   // Blocked on mixture-of-experts all-to-alls (the part no computation hid; in neither
-  // compute_s nor wait_s), and the part of it inside F&B pairs (overlapped or not).
+  // compute_s nor wait_s), and the part of it inside overlapped pairs (overlapped or not).
   double exchange_wait_s = 0, pair_exchange_wait_s = 0;
   std::vector<TraceEvent> events;
 };
@@ -98,13 +98,13 @@ class PipelineExecutor {
   // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows
   // with: forwards over `forward`, backwards over `backward` (the same ranks). `in_order`:
   // every ep rank must post its exchanges across communicators in the same order (NCCL),
-  // so an F&B pair's halves take fixed turns.
+  // so an overlapped pair's halves take fixed turns (an F&F pair runs in order).
   void set_experts(Communicator* forward, Communicator* backward, bool in_order = false) {
     ep_ = forward;
     ep_backward_ = backward;
     ep_in_order_ = in_order;
   }
-  // Whether F&B pairs run overlapped (schedule.overlap; the default) or one after the other.
+  // Whether overlapped pairs run so (schedule.overlap; the default) or one after the other.
   void set_overlap(bool overlap) { overlap_ = overlap; }
   // MPI's progress thread (comm/progress_thread.hpp), held through each overlapped pair whose
   // halves interleave freely: a transport that moves data only inside MPI calls (TCP) then

@@ -65,9 +65,10 @@ struct Instr {
   // Compute: an F that runs overlapped with the next compute, a B or I of another stage (an
   // F&B pair) or an F that does not take its output (an F&F pair; Schedule::pairs); only the
   // F's output (SEND or MOVE) stands between them. The executor interleaves the two where
-  // their communication is in flight, the second starting at the F's first pause, and gives
+  // their communication is in flight, the second starting at a pause of the F, and gives
   // the F's output when the F ends. Validated as the list in order (a B cannot need the F's
-  // output; an F&F pair's second is checked not to).
+  // output; an F&F pair's second is checked not to) and with the F's output after the
+  // second (whose first step may wait for its input before the F ends).
   bool overlaps_next = false;
   VocabOp vocab = VocabOp::EmbedForward;  // Vocab: which slice (of `microbatch`)
   Coll coll = Coll::EmbedSum;             // Coll: which collective (of `microbatch`; `peer`: its root or -1)
