@@ -5,9 +5,9 @@
 // route_tokens on random logits (the load a fresh router gives). The nine products of a
 // SwiGLU expert's training step: forward gate, up, down; input gradients; weight gradients.
 // Usage: bench_moe [--tokens N] [--experts E] [--top-k K] [--ffn F] [--reps R]
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -15,9 +15,9 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
 #include "pipetrain/backend/blas_threads.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/rng.hpp"
 #include "pipetrain/core/runtime_env.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // (B > NH) and with the larger query blocks of long sequences, GPT-2-sized rows
 // (C = 768, V = 50257), a skewed token batch for the deterministic embedding
 // scatter (bit-identical to the CPU, and run to run), and the explicit
-// to_device/to_host transfers, and the mixture-of-experts row kernels; head sizes past
+// to_device/to_host transfers, and the mixture-of-experts row kernels and router; head sizes past
 // the flash kernels', empty batches and decoding over a long cache. Skips with
 // "no GPU: <reason>" without a usable GPU.
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include "kernel_reference.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 
 namespace pipetrain {
 namespace {
@@ -252,6 +253,82 @@ TEST_F(CudaVsCpu, MixtureOfExpertsRows) {
   EXPECT_EQ(gpu.gathered, cpu.gathered);
   EXPECT_TRUE(near(gpu.combined, cpu.combined, 4 * 6e-8));
   EXPECT_TRUE(near(gpu.dots, cpu.dots, 1e-4));
+}
+
+// One routing and its backward on `be`, everything read back to the host.
+struct RoutedOnce {
+  RouteCounts counts;
+  Vec scores, weight, row_weight, dlogits;
+  std::vector<int32_t> expert, row, source, chosen;
+};
+RoutedOnce route_once(Backend& be, const Vec& logits, const Vec& bias, const Vec& dweight, int N,
+                      const RouterSpec& spec) {
+  const size_t E = size_t(spec.experts), pairs = size_t(N) * spec.top_k;
+  auto pool = MemoryPool::create(be);
+  Buf<float> l(be, logits), b(be, bias.empty() ? Vec(E) : bias), dw(be, dweight), scores(be, Vec(N * E, NAN)),
+      weight(be, Vec(pairs, NAN)), row_weight(be, Vec(pairs, NAN)), dl(be, Vec(N * E, NAN));
+  Buf<int32_t> expert(be, std::vector<int32_t>(pairs, -7)), row(be, std::vector<int32_t>(pairs, -7)),
+      source(be, std::vector<int32_t>(pairs, -7)), chosen(be, std::vector<int32_t>(E + 1, -7));
+  const RoutedArrays out{scores.get(), expert.get(),     weight.get(), row.get(),
+                         source.get(), row_weight.get(), chosen.get()};
+  RoutedOnce r;
+  r.counts = be.moe_route(out, l.get(), bias.empty() ? nullptr : b.get(), N, spec, *pool);
+  be.moe_router_backward(dl.get(), out, l.get(), dw.get(), N, spec, 0.7);
+  r.scores = scores.host(), r.weight = weight.host(), r.dlogits = dl.host();
+  r.expert = expert.host(), r.row = row.host(), r.chosen = chosen.host();
+  const auto rows = size_t(r.counts.rows());
+  r.source = source.host(), r.row_weight = row_weight.host();
+  r.source.resize(rows), r.row_weight.resize(rows);
+  return r;
+}
+
+// The router on the GPU (backend/cuda/moe_routing.cu) against the CPU's (both compile the
+// rule of backend/moe_router_rule.hpp): 300 tokens of 16 experts, each token's logits 1/8
+// apart (no two of its scores within rounding of each other, so the choices cannot differ)
+// and every 7th token's all equal (ties: to the lower expert, or to the larger bias). The
+// choices, rows, sources and counts exactly. Scores and weights are each one rounding of a
+// double whose exp may differ by an ulp between host and device: within 2 float eps. The
+// losses are double sums in another order: 1e-12 relative. The backward rounds once per
+// element from double terms over scores within an ulp: 1e-6 of the largest covers E = 16 of
+// them. The GPU's results twice, bit for bit.
+TEST_F(CudaVsCpu, MixtureOfExpertsRouter) {
+  const int N = 300, E = 16;
+  Vec logits(size_t(N) * E), bias(E);
+  for (int t = 0; t < N; ++t)
+    for (int e = 0; e < E; ++e) logits[size_t(t) * E + e] = t % 7 == 0 ? 0.5f : float((t * 5 + e * 11) % 64) / 8 - 4;
+  for (int e = 0; e < E; ++e) bias[size_t(e)] = 1e-4f * float(e);
+  const std::vector<std::pair<RouterSpec, bool>> cases{
+      {{E, 2, RouterKind::Softmax, true, 0.01, 0.001, 0, false}, false},
+      {{E, 4, RouterKind::Sigmoid, false, 0.01, 0.001, 0, false}, true},
+      {{E, 2, RouterKind::Softmax, true, 0.01, 0, 1.0, false}, false},
+      {{E, 3, RouterKind::Sigmoid, true, 0, 0.001, 0, true}, false},
+  };
+  for (const auto& [spec, with_bias] : cases) {
+    SCOPED_TRACE(::testing::Message() << "k " << spec.top_k << (spec.kind == RouterKind::Sigmoid ? " sigmoid" : "")
+                                      << (with_bias ? " bias" : "") << " capacity " << spec.capacity_factor
+                                      << (spec.force_balance ? " forced" : ""));
+    const Vec dweight = random_vec(size_t(N) * spec.top_k, 250);
+    const Vec& b = with_bias ? bias : Vec{};
+    const RoutedOnce gpu = route_once(*gpu_, logits, b, dweight, N, spec),
+                     cpu = route_once(*cpu_, logits, b, dweight, N, spec);
+    EXPECT_EQ(gpu.expert, cpu.expert);
+    EXPECT_EQ(gpu.row, cpu.row);
+    EXPECT_EQ(gpu.source, cpu.source);
+    EXPECT_EQ(gpu.chosen, cpu.chosen);
+    EXPECT_EQ(gpu.counts.offset, cpu.counts.offset);
+    EXPECT_EQ(gpu.counts.chosen, cpu.counts.chosen);
+    EXPECT_EQ(gpu.counts.dropped, cpu.counts.dropped);
+    EXPECT_NEAR(gpu.counts.load_balance, cpu.counts.load_balance, 1e-12 * cpu.counts.load_balance);
+    EXPECT_NEAR(gpu.counts.z, cpu.counts.z, 1e-12 * cpu.counts.z);
+    EXPECT_TRUE(near(gpu.scores, cpu.scores, 2 * 6e-8));
+    EXPECT_TRUE(near(gpu.weight, cpu.weight, 2 * 6e-8));
+    EXPECT_TRUE(near(gpu.row_weight, cpu.row_weight, 2 * 6e-8));
+    EXPECT_TRUE(near(gpu.dlogits, cpu.dlogits, 1e-6));
+    const RoutedOnce again = route_once(*gpu_, logits, b, dweight, N, spec);
+    EXPECT_EQ(again.row, gpu.row);
+    EXPECT_EQ(again.dlogits, gpu.dlogits);
+    EXPECT_EQ(again.counts.load_balance, gpu.counts.load_balance);
+  }
 }
 
 }  // namespace

@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "model_fixtures.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 #include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/plan/cost_model.hpp"
@@ -46,6 +46,20 @@ TEST(MoeRouting, TiesGoToTheLowerExpertAndRowsAreSortedByExpertThenToken) {
   EXPECT_EQ(b.expert[0], 2);
   EXPECT_EQ(b.expert[2], 2);
   EXPECT_NEAR(b.weight[2] / b.weight[3], std::exp(1.0 - 2.0), 1e-6);  // scores p2 / p3, no bias
+}
+
+// A diverged router (NaN or infinite logits) still chooses k distinct experts in range,
+// NaN scores last: its rows never point outside the layout. The step fails later, by its
+// non-finite loss, with the rank named.
+TEST(MoeRouting, NonFiniteLogitsStillChooseDistinctExpertsInRange) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const RouterSpec spec{4, 3, RouterKind::Softmax, true, 0, 0};
+  const std::vector<float> logits{nan, nan, nan, nan, 1, nan, 2, 0, inf, 0, 0, 0};
+  const Routing r = route_tokens(logits.data(), nullptr, 3, spec);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2}));  // NaN scores everywhere: by index
+  const Routing s = route_tokens(logits.data(), nullptr, 3, RouterSpec{4, 3, RouterKind::Sigmoid, true, 0, 0});
+  EXPECT_EQ(std::vector<int32_t>(s.expert.begin() + 3, s.expert.begin() + 6), (std::vector<int32_t>{2, 0, 3}));
+  EXPECT_EQ(s.rows(), 9);
 }
 
 // The router's backward: the objective sum_tj dw_tj w_tj + scale (a lb + b z) by central

@@ -5,12 +5,11 @@
 // both (correctly rounded; the CPU file is compiled with -fno-math-errno so it vectorises).
 #pragma once
 
-#if defined(__CUDACC__)
-#define PIPETRAIN_HOST_DEVICE __host__ __device__
-#else
+#if !defined(__CUDACC__)
 #include <cmath>
-#define PIPETRAIN_HOST_DEVICE
 #endif
+
+#include "host_device.hpp"
 
 namespace pipetrain {
 

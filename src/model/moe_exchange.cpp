@@ -10,7 +10,7 @@
 
 namespace pipetrain {
 
-ExpertExchange::ExpertExchange(const Routing& r, Communicator* group, Backend& backend, MemoryPool& pool)
+ExpertExchange::ExpertExchange(const RouteCounts& r, Communicator* group, Backend& backend, MemoryPool& pool)
     : group_(group && group->size() > 1 ? group : nullptr), backend_(backend), pool_(pool), routed_(r.offset.back()) {
   if (!exchanges()) {
     local_.count.resize(static_cast<size_t>(r.experts));

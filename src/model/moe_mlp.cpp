@@ -1,6 +1,7 @@
 // The mixture-of-experts MLP half (pipetrain/model/moe_mlp.hpp): forward, the two
-// backward halves. Routing runs on the host (moe_routing.hpp); its index arrays go to the
-// device once per microbatch. Products are grouped, one per expert over its rows
+// backward halves. The backend routes (Backend::moe_route: the arrays stay on its device,
+// the counts and losses come to the host, which sizes the exchange and the products from
+// them) and differentiates the router (moe_router_backward). Products are grouped, one per expert over its rows
 // (Backend::gemm_grouped: an sgemm each on the CPU, one cuBLAS grouped call on CUDA); under bf16
 // they read the weights' rounded values and the stored activations, as the dense layers'
 // f32 products do (precision.hpp), and the routed rows travel as f32.
@@ -25,10 +26,10 @@ namespace {
 // Activations and gradients as stored (precision.hpp: bf16 under train.precision = "bf16").
 struct MoeStash : Stash {
   Tensor x, rstd, n;  // input, RMSNorm's, its output
-  Routing routing;    // on the host, with the router's logits (N, E) it came from
-  std::vector<float> host_logits;
+  RouteCounts routing;                             // on the host
+  Tensor logits, scores, expert, weight, chosen;   // the router's logits and its choices (routed_arrays)
   std::unique_ptr<ExpertExchange> exchange;        // this rank's experts' rows (ep > 1: from every ep rank)
-  Tensor rows, source, row_weight;                 // routing's arrays on the device
+  Tensor rows, source, row_weight;                 // the routed rows' (routed_arrays)
   Tensor xp, g, u, a;                              // this rank's experts' rows: inputs, gate, up, SwiGLU
   Tensor o;                                        // the routed rows' expert outputs, back in sorted order
   Tensor sg, su, sa;                               // the shared experts' gate, up, SwiGLU (N, S F)
@@ -40,11 +41,12 @@ std::string key(int layer, const char* leaf) { return "h." + std::to_string(laye
 
 Tensor f32(const MicrobatchContext& ctx, int64_t rows, int64_t cols) { return Tensor::empty(*ctx.pool, {rows, cols}); }
 
-template <class T>
-Tensor upload(const MicrobatchContext& ctx, const std::vector<T>& host, DType type) {
-  Tensor t = Tensor::empty(*ctx.pool, {static_cast<int64_t>(host.size())}, type);
-  if (!host.empty()) ctx.backend->to_device(t.raw(), host.data(), host.size() * sizeof(T));
-  return t;
+Tensor i32(const MicrobatchContext& ctx, int64_t n) { return Tensor::empty(*ctx.pool, {n}, DType::I32); }
+
+// The routing's arrays in the stash (backend/moe_routing.hpp).
+RoutedArrays routed_arrays(const MoeStash& s) {
+  return {s.scores.f32(), s.expert.i32(),     s.weight.f32(), s.rows.i32(),
+          s.source.i32(), s.row_weight.f32(), s.chosen.i32()};
 }
 
 // The weights products read (precision.hpp): under bf16 their rounded values, widened.
@@ -232,20 +234,19 @@ Tensor MoeMlp::backward_input(const MicrobatchContext& ctx, const Tensor& dy, St
   return backward_input_steps(ctx, dy, stash).run();
 }
 
-// The router's choices for n (N, C), on the host.
-Routing MoeMlp::route(const MicrobatchContext& ctx, const Tensor& n, std::vector<float>& host_logits) const {
-  Backend& be = *ctx.backend;
+// The router's choices for n (N, C): its logits and the arrays in the stash, the counts
+// and losses returned.
+RouteCounts MoeMlp::route(const MicrobatchContext& ctx, const Tensor& n, Stash& stash) const {
+  auto& s = static_cast<MoeStash&>(stash);
   const int N = ctx.B * ctx.T, C = C_;
-  const Tensor logits = f32(ctx, N, E_);
-  be.gemm(false, true, N, E_, C, 1.0f, n.f32(), C, weight_of(routerw_), C, 0.0f, logits.f32(), E_);
-  host_logits.resize(static_cast<size_t>(N) * E_);
-  be.to_host(host_logits.data(), logits.raw(), host_logits.size() * sizeof(float));
-  std::vector<float> bias;
-  if (bias_) {
-    bias.resize(static_cast<size_t>(E_));
-    be.to_host(bias.data(), bias_->value.raw(), bias.size() * sizeof(float));
-  }
-  return route_tokens(host_logits.data(), bias_ ? bias.data() : nullptr, N, spec_);
+  const int64_t pairs = int64_t{N} * spec_.top_k;
+  s.logits = f32(ctx, N, E_);
+  ctx.backend->gemm(false, true, N, E_, C, 1.0f, n.f32(), C, weight_of(routerw_), C, 0.0f, s.logits.f32(), E_);
+  s.scores = f32(ctx, N, E_);
+  s.expert = i32(ctx, pairs), s.weight = Tensor::empty(*ctx.pool, {pairs}), s.chosen = i32(ctx, int64_t{E_} + 1);
+  s.rows = i32(ctx, pairs), s.source = i32(ctx, pairs), s.row_weight = Tensor::empty(*ctx.pool, {pairs});
+  return ctx.backend->moe_route(routed_arrays(s), s.logits.f32(), bias_ ? bias_->value.f32() : nullptr, N, spec_,
+                                *ctx.pool);
 }
 
 Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std::unique_ptr<Stash>& out) {
@@ -262,12 +263,9 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   s->rstd = Tensor::empty(*ctx.pool, {N});
   be.rmsnorm_forward(n.f32(), s->rstd.f32(), xf.f32(), weight_of(normw_), N, C, eps_);
   s->n = store(ctx, n);  // under bf16 n now holds the stored values: what follows reads those
-  s->routing = route(ctx, n, s->host_logits);
-  const Routing& r = s->routing;
+  s->routing = route(ctx, n, *s);
+  const RouteCounts& r = s->routing;
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
-  s->rows = upload(ctx, r.row, DType::I32);
-  s->source = upload(ctx, r.source, DType::I32);
-  s->row_weight = upload(ctx, r.row_weight, DType::F32);
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = r.rows();  // N k, less what capacity dropped
   s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);  // the counts travel during the gather
@@ -303,7 +301,7 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
 Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor dy, Stash& stash) {
   Backend& be = *ctx.backend;
   auto& s = dynamic_cast<MoeStash&>(stash);
-  const Routing& r = s.routing;
+  const RouteCounts& r = s.routing;
   const int N = ctx.B * ctx.T, C = C_, k = spec_.top_k, R = N * k;
   if (ctx.moe) ctx.moe->add(index_, r);  // once per microbatch (a recomputed forward runs twice)
   const Tensor dyf = working_f32(ctx, dy);
@@ -328,11 +326,10 @@ Steps<Tensor> MoeMlp::backward_input_steps(const MicrobatchContext& ctx, Tensor 
   tp_allreduce(ctx, dn);  // the experts' parts, each rank's columns'; the router's is whole
   // The router: the weights' gradient and the auxiliary losses', each microbatch's losses
   // weighing 1/m of the objective (loss_scale N: the tokens' 1/(m N) times N).
-  std::vector<float> host_dw(static_cast<size_t>(R)), host_dl(static_cast<size_t>(N) * E_);
-  be.to_host(host_dw.data(), dweight.raw(), host_dw.size() * sizeof(float));
-  router_backward(r, s.host_logits.data(), host_dw.data(), spec_, static_cast<double>(ctx.loss_scale) * N,
-                  host_dl.data());
-  s.dlogits = upload(ctx, host_dl, DType::F32);
+  s.dlogits = f32(ctx, N, E_);
+  be.moe_router_backward(s.dlogits.f32(), routed_arrays(s), s.logits.f32(), dweight.f32(), N, spec_,
+                         static_cast<double>(ctx.loss_scale) * N);
+  s.logits = {}, s.scores = {}, s.expert = {}, s.weight = {}, s.chosen = {};
   be.gemm(false, false, N, C, E_, 1.0f, s.dlogits.f32(), E_, weight_of(routerw_), C, 1.0f, dn.f32(), C);
   s.dn = store(ctx, dn);
   Tensor dx = f32(ctx, N, C);

@@ -8,7 +8,7 @@ namespace pipetrain {
 MoeStepStats::MoeStepStats(const ModelConfig& cfg)
     : cfg_(cfg), width_(static_cast<size_t>(cfg.n_experts) + 4), sums_(static_cast<size_t>(cfg.n_layer) * width_) {}
 
-void MoeStepStats::add(int block, const Routing& r) {
+void MoeStepStats::add(int block, const RouteCounts& r) {
   double* s = row(block);
   for (int e = 0; e < r.experts; ++e) s[e] += r.load(e);
   s[r.experts] += r.dropped;

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 #include "pipetrain/model/moe_stats.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 

@@ -15,6 +15,7 @@
 
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/gemm_problem.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/device_allocator.hpp"
 #include "pipetrain/core/documents.hpp"
 #include "pipetrain/core/error.hpp"
@@ -287,6 +288,15 @@ class Backend : public DeviceAllocator {
                             int C) = 0;
   // out[t k + j] = a[t, :] . b[row[t k + j], :]  (overwrites; 0 where the row is < 0)
   virtual void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) = 0;
+  // The router (backend/moe_routing.hpp): from its logits (N, E) and the selection bias
+  // (E, or null), both here, the arrays of `out` (here) and, on the host, the counts and
+  // losses. CPU: route_into; CUDA: on the device, only the counts and losses copied back.
+  virtual RouteCounts moe_route(const RoutedArrays& out, const float* logits, const float* bias, int N,
+                                const RouterSpec& spec, MemoryPool& pool) = 0;
+  // dlogits (N, E) from the combine weights' gradient dweight (N, k) and the routing `r`
+  // (backend/moe_routing.hpp: router_backward).
+  virtual void moe_router_backward(float* dlogits, const RoutedArrays& r, const float* logits, const float* dweight,
+                                   int N, const RouterSpec& spec, double scale) = 0;
 
   // ---- token + position embedding ----
   // out[b, t, :] = wte[tokens[b*T + t], :] + wpe[t, :]

@@ -15,9 +15,9 @@
 #include <memory>
 #include <vector>
 
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/comm/steps.hpp"
 #include "pipetrain/core/tensor.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 
 namespace pipetrain {
 
@@ -34,7 +34,7 @@ class ExpertExchange {
  public:
   // Posts the counts' all-to-all: every rank of `group` constructs its own at the same
   // point of the same program.
-  ExpertExchange(const Routing& routing, Communicator* group, Backend& backend, MemoryPool& pool);
+  ExpertExchange(const RouteCounts& routing, Communicator* group, Backend& backend, MemoryPool& pool);
   // Waits for the counts (a pause) and derives local() and the permutations from them;
   // before anything below.
   Steps<> settle();

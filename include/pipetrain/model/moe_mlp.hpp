@@ -27,9 +27,9 @@
 // update_selection_bias from the step's loads, checkpointed with the weights.
 // Exports: MoeMlp, MoeForwardStats.
 #pragma once
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/layer.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 
 namespace pipetrain {
 
@@ -66,7 +66,7 @@ class MoeMlp : public Layer {
   Parameter *sgatew_ = nullptr, *supw_ = nullptr, *sdownw_ = nullptr;
   Parameter* bias_ = nullptr;  // the selection bias (router_bias_rate > 0)
   MoeForwardStats last_;
-  Routing route(const MicrobatchContext& ctx, const Tensor& n, std::vector<float>& host_logits) const;
+  RouteCounts route(const MicrobatchContext& ctx, const Tensor& n, Stash& stash) const;
 };
 
 }  // namespace pipetrain

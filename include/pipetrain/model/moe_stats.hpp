@@ -7,15 +7,15 @@
 #pragma once
 #include <vector>
 
+#include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/config.hpp"
-#include "pipetrain/model/moe_routing.hpp"
 
 namespace pipetrain {
 
 class MoeStepStats {
  public:
   explicit MoeStepStats(const ModelConfig& cfg);
-  void add(int block, const Routing& r);  // one microbatch's routing of block `block`
+  void add(int block, const RouteCounts& r);  // one microbatch's routing of block `block`
   void clear();
   std::vector<double>& flat() { return sums_; }  // to be summed over the ranks in place
 

@@ -276,6 +276,14 @@ class CpuBackend final : public Backend {
   void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) override {
     cpu::row_dots(out, a, b, row, N, k, C);
   }
+  RouteCounts moe_route(const RoutedArrays& out, const float* logits, const float* bias, int N, const RouterSpec& spec,
+                        MemoryPool& /*pool*/) override {
+    return route_into(out, logits, bias, N, spec);
+  }
+  void moe_router_backward(float* dlogits, const RoutedArrays& r, const float* logits, const float* dweight, int N,
+                           const RouterSpec& spec, double scale) override {
+    router_backward(r.scores, r.expert, r.chosen, logits, dweight, N, spec, scale, dlogits);
+  }
   void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
     cpu::swiglu_forward(out, g, u, n);
   }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -405,6 +406,19 @@ class CudaBackend final : public Backend {
   }
   void row_dots(float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C) override {
     cuda::row_dots(ctx(), out, a, b, row, N, k, C);
+  }
+  RouteCounts moe_route(const RoutedArrays& out, const float* logits, const float* bias, int N, const RouterSpec& spec,
+                        MemoryPool& pool) override {
+    if (spec.experts < 1 || spec.top_k < 1 || spec.top_k > spec.experts)
+      fail("moe_route: top_k {} of {} experts", spec.top_k, spec.experts);
+    const int cap =
+        spec.capacity_factor > 0 ? expert_capacity(spec.capacity_factor, N, spec.top_k, spec.experts) : INT_MAX;
+    const auto scratch = pool.acquire(cuda::moe_route_scratch_bytes(N, spec.experts, spec.top_k));
+    return cuda::moe_route(ctx(), out, logits, bias, N, spec, cap, scratch->ptr);
+  }
+  void moe_router_backward(float* dlogits, const RoutedArrays& r, const float* logits, const float* dweight, int N,
+                           const RouterSpec& spec, double scale) override {
+    cuda::moe_router_backward(ctx(), dlogits, r, logits, dweight, N, spec, scale);
   }
   void swiglu_forward(float* out, const float* g, const float* u, size_t n) override {
     cuda::swiglu_forward(ctx(), out, g, u, n);

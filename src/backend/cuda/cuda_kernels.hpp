@@ -17,6 +17,7 @@
 
 #include "cublas_loader.hpp"
 #include "pipetrain/backend/gemm_problem.hpp"
+#include "pipetrain/backend/moe_routing.hpp"
 
 namespace pipetrain::cuda {
 
@@ -192,6 +193,13 @@ void gather_rows(const Ctx& ctx, float* out, const float* in, const int32_t* ind
 void combine_rows(const Ctx& ctx, float* out, const float* in, const int32_t* row, const float* weight, int N, int k,
                   int C);
 void row_dots(const Ctx& ctx, float* out, const float* a, const float* b, const int32_t* row, int N, int k, int C);
+// Routing (moe_routing.cu): `scratch` holds moe_route_scratch_bytes(N, E, k) on the device;
+// cap: each expert's most rows (INT_MAX: no capacity). Waits for the counts and losses.
+size_t moe_route_scratch_bytes(int N, int E, int k);
+RouteCounts moe_route(const Ctx& ctx, const RoutedArrays& out, const float* logits, const float* bias, int N,
+                      const RouterSpec& spec, int cap, void* scratch);
+void moe_router_backward(const Ctx& ctx, float* dlogits, const RoutedArrays& r, const float* logits,
+                         const float* dweight, int N, const RouterSpec& spec, double scale);
 void swiglu_forward(const Ctx& ctx, float* out, const float* g, const float* u, size_t n);
 void swiglu_backward(const Ctx& ctx, float* dg, float* du, const float* dout, const float* g, const float* u,
                      size_t n);
