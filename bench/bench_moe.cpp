@@ -4,12 +4,15 @@
 // (d_model 768, experts of width 3072), 8 experts, top 2; the rows per expert from
 // route_tokens on random logits (the load a fresh router gives). The nine products of a
 // SwiGLU expert's training step: forward gate, up, down; input gradients; weight gradients.
+// Also the router's forward and backward on the host (the CPU backend's, backend/moe_routing.hpp)
+// against the products' time: what routing costs a layer.
 // Usage: bench_moe [--tokens N] [--experts E] [--top-k K] [--ffn F] [--reps R]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -56,6 +59,25 @@ void expert_products(pipetrain::Backend& be, Buffers& b, int at, int rows, int C
   be.gemm(true, false, C, F, rows, 1, o, C, g, F, 1, b.dwd.data() + weights_at, F);  // weight gradients
   be.gemm(true, false, F, C, rows, 1, g, F, x, C, 1, b.dwg.data() + weights_at, C);
   be.gemm(true, false, F, C, rows, 1, u, F, x, C, 1, b.dwu.data() + weights_at, C);
+}
+
+// Median seconds of the router's forward (route_tokens) and backward on these logits.
+std::pair<double, double> time_router(const std::vector<float>& logits, int tokens, const pipetrain::RouterSpec& spec,
+                                      int reps) {
+  const std::vector<float> dw = random_values(size_t(tokens) * spec.top_k, 6);
+  std::vector<float> dl(logits.size());
+  std::vector<double> tf, tb;
+  for (int rep = 0; rep < reps + 1; ++rep) {
+    auto t0 = Clock::now();
+    const pipetrain::Routing r = pipetrain::route_tokens(logits.data(), nullptr, tokens, spec);
+    auto t1 = Clock::now();
+    pipetrain::router_backward(r, logits.data(), dw.data(), spec, 1.0, dl.data());
+    auto t2 = Clock::now();
+    if (rep == 0) continue;
+    tf.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tb.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {median(tf), median(tb)};
 }
 
 }  // namespace
@@ -107,5 +129,8 @@ int main(int argc, char** argv) {
              flops / median(tg) / 1e9, reps);
   fmt::print("dense (one sgemm over all rows): {:.4f} s, {:.1f} GFLOP/s\n", median(td), flops / median(td) / 1e9);
   fmt::print("grouped / dense rate: {:.3f}\n", median(td) / median(tg));
+  const auto [route_f, route_b] = time_router(logits, tokens, spec, reps);
+  fmt::print("router: forward {:.2f} ms, backward {:.2f} ms: {:.2f}% of the grouped products' time\n", 1e3 * route_f,
+             1e3 * route_b, 100 * (route_f + route_b) / median(tg));
   return 0;
 }

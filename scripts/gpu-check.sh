@@ -5,7 +5,7 @@
 # (default 540: 9 minutes, the build included). One summary line per check:
 #   gpu-check: NAME: PASS|FAIL|SKIP — detail
 # Checks: kernels (every CUDA kernel test against the CPU backend, the mixture-of-experts
-# row kernels and grouped products and context parallelism's ring-attention block kernels
+# router (its choices, rows and counts exactly), row kernels and grouped products and context parallelism's ring-attention block kernels
 # among them; PASS only when CUDA cases ran, never when all skipped), cudnn-attention (bf16
 # attention forward and backward on cuDNN's graphs against the flash kernels and the CPU,
 # within the derived bf16 bound, and the calls it is not asked for on the flash kernels; PASS
@@ -14,8 +14,9 @@
 # bound), two-ranks-one-gpu (pp = 2, cp = 2 and the mixture-of-experts demo's ep = 2 under
 # 1f1b and dualpipev over host-staged MPI), nccl-one-gpu (a one-rank NCCL group: all-reduce, a
 # send to and a receive from itself, an all-to-all), nccl-two-gpus (tp = 2, pp = 2 and ep = 2
-# under 1f1b and dualpipev over NCCL, with 4 GPUs dp 4 x ep 2; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps, racecheck
-# on the attention tests, the ring's block kernels included), gpt2-124m-bf16 (tokens/s and
+# under 1f1b and dualpipev over NCCL, with 4 GPUs dp 4 x ep 2; 2 GPUs or more), sanitizers (compute-sanitizer memcheck on 3 steps and on the
+# mixture-of-experts kernel tests, racecheck on those and the attention tests, the ring's block
+# kernels included), gpt2-124m-bf16 (tokens/s and
 # MFU against the 50% target: it informs, it does not fail the check).
 # Logs: every step's under the folder given as the argument (or $OUT, or ./gpu-check-logs),
 # with summary.txt; the first failure's log is printed at the end. A step that hangs is
@@ -208,10 +209,13 @@ check_sanitizers() {
   corpus || return 1
   "$cs" --tool memcheck --error-exitcode 3 "$PT" train inputs/austen-char.toml --set data.train="$logs/corpus.h5" \
     --set train.steps=3 --set runtime.device=cuda --set log.every=100 || { echo "detail: memcheck failed"; return 1; }
+  "$cs" --tool memcheck --error-exitcode 3 "$build/bin/pipetrain_tests" --gtest_filter='CudaVsCpu.MixtureOfExperts*' ||
+    { echo "detail: memcheck of the mixture-of-experts kernels failed"; return 1; }
   "$cs" --tool racecheck --error-exitcode 3 "$build/bin/pipetrain_tests" \
-    --gtest_filter='CudaVsCpu.Attention*:CudaVsCpu.Decode*:*KernelAttentionBlockTest*/cuda' ||
+    --gtest_filter='CudaVsCpu.Attention*:CudaVsCpu.Decode*:*KernelAttentionBlockTest*/cuda:CudaVsCpu.MixtureOfExperts*' ||
     { echo "detail: racecheck failed"; return 1; }
-  echo "detail: memcheck on 3 steps and racecheck on the attention tests (the ring's block kernels too) clean"
+  echo "detail: memcheck on 3 steps and the mixture-of-experts kernels, racecheck on those and the attention tests" \
+    "(the ring's block kernels too) clean"
 }
 
 # GPT-2 124M, T = 1024, bf16: tokens/s and MFU against the best cuBLASLt bf16 product rate

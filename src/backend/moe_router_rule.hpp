@@ -22,14 +22,16 @@ PIPETRAIN_HOST_DEVICE inline double log_sum_exp(const float* l, int E) {
   return m + ::log(s);
 }
 
-// A token's scores from its logits: softmax probabilities or sigmoid scores.
-PIPETRAIN_HOST_DEVICE inline void score_row(const float* l, int E, RouterKind kind, float* out) {
+// A token's scores from its logits: softmax probabilities or sigmoid scores. Returns the
+// logits' log-sum-exp (the z-loss's).
+PIPETRAIN_HOST_DEVICE inline double score_row(const float* l, int E, RouterKind kind, float* out) {
+  const double lse = log_sum_exp(l, E);
   if (kind == RouterKind::Sigmoid) {
     for (int e = 0; e < E; ++e) out[e] = static_cast<float>(1.0 / (1.0 + ::exp(-static_cast<double>(l[e]))));
-    return;
+    return lse;
   }
-  const double lse = log_sum_exp(l, E);
   for (int e = 0; e < E; ++e) out[e] = static_cast<float>(::exp(l[e] - lse));
+  return lse;
 }
 
 PIPETRAIN_HOST_DEVICE inline double score_sum(const float* s, int E) {
@@ -44,22 +46,24 @@ PIPETRAIN_HOST_DEVICE inline double balance_prob(float s, double ssum, RouterKin
   return kind == RouterKind::Sigmoid ? s / ssum : static_cast<double>(s);
 }
 
-// The k best of a token's scores plus bias, best first, ties to the lower expert index:
-// k passes, each taking the best that ranks below the previous pick (key, then index). A
-// NaN score (a diverged router) ranks last, so every pass still finds an expert.
+// Expert e's key for the top k: its score plus the selection bias. A NaN (a diverged router)
+// ranks last, so a choice is always found.
+PIPETRAIN_HOST_DEVICE inline double choice_key(const float* s, const float* bias, int e) {
+  const double key = static_cast<double>(s[e]) + (bias ? bias[e] : 0.0);
+  return key == key ? key : -DBL_MAX;
+}
+
+// The k best of a token's keys, best first, ties to the lower expert index: one pass in
+// expert order, each expert inserted into the sorted list of the best so far, after any of
+// an equal key (so the lower index stays first).
 PIPETRAIN_HOST_DEVICE inline void choose_top_k(const float* s, const float* bias, int E, int k, int32_t* chosen) {
-  double last_key = 0;
-  int last = -1;
-  for (int j = 0; j < k; ++j) {
-    int best = -1;
-    double best_key = 0;
-    for (int e = 0; e < E; ++e) {
-      const double raw = static_cast<double>(s[e]) + (bias ? bias[e] : 0.0), key = raw == raw ? raw : -DBL_MAX;
-      const bool below_last = last < 0 || key < last_key || (key == last_key && e > last);
-      if (below_last && (best < 0 || key > best_key)) best = e, best_key = key;
-    }
-    chosen[j] = best;
-    last = best, last_key = best_key;
+  int n = 0;
+  for (int e = 0; e < E; ++e) {
+    const double key = choice_key(s, bias, e);
+    if (n == k && !(key > choice_key(s, bias, chosen[k - 1]))) continue;
+    int i = n < k ? n++ : k - 1;
+    for (; i > 0 && key > choice_key(s, bias, chosen[i - 1]); --i) chosen[i] = chosen[i - 1];
+    chosen[i] = e;
   }
 }
 

@@ -1,6 +1,6 @@
 // Expert parallelism's token exchange (parallel.ep) for one microbatch of one MoE layer.
 // Rank d of the ep group holds experts [d El, (d + 1) El), El = E / ep. This rank's routed
-// rows are sorted by expert (moe_routing.hpp), so each destination's are contiguous. The
+// rows are sorted by expert (backend/moe_routing.hpp), so each destination's are contiguous. The
 // per-expert row counts travel first (El per peer), then the rows, by all-to-all. What
 // arrives is ordered by source rank, then expert; dispatch permutes it to expert, then
 // source rank, so each local expert's rows are contiguous for its product, and combine

@@ -1,7 +1,7 @@
 // A Llama block's MLP half as a mixture of experts (ModelConfig::moe(block)):
 //   y = x + sum_j w_tj E_{e_tj}(n_t) + S(n_t),   n = RMSNorm(x),
 //   E_e(n) = Down_e(silu(Gate_e n) * Up_e n),    S: the shared experts, one SwiGLU,
-// the experts e_tj and weights w_tj from the router's logits n Wr^T (moe_routing.hpp).
+// the experts e_tj and weights w_tj from the router's logits n Wr^T (backend/moe_routing.hpp).
 // Dropless: every expert takes all its tokens. The routed rows are gathered so each
 // expert's are contiguous, multiplied by one product per expert, and combined back in
 // choice order (Backend::gather_rows, combine_rows): deterministic.
@@ -23,7 +23,7 @@
 // per token (and the input gradients, and the routing weights' gradients, likewise). Under
 // both, a rank's down is a column shard of its experts' rows (Shard::rows).
 // With model.router_bias_rate > 0, h.<i>.moe.router.bias (E) is the selection bias
-// (moe_routing.hpp): not trained (Parameter::trained), moved after each step by
+// (backend/moe_routing.hpp): not trained (Parameter::trained), moved after each step by
 // update_selection_bias from the step's loads, checkpointed with the weights.
 // Exports: MoeMlp, MoeForwardStats.
 #pragma once

@@ -24,7 +24,7 @@ void score_and_choose(const RoutedArrays& out, const float* logits, const float*
     const float* l = logits + static_cast<size_t>(t) * E;
     float* s = out.scores + static_cast<size_t>(t) * E;
     int32_t* chosen = out.expert + static_cast<size_t>(t) * k;
-    score_row(l, E, spec.kind, s);
+    const double lse = score_row(l, E, spec.kind, s);
     if (spec.force_balance)
       choose_round_robin(t, E, k, chosen);
     else
@@ -32,7 +32,6 @@ void score_and_choose(const RoutedArrays& out, const float* logits, const float*
     combine_weights(s, chosen, k, spec.renormalize, out.weight + static_cast<size_t>(t) * k);
     const double ssum = spec.kind == RouterKind::Sigmoid ? score_sum(s, E) : 1.0;
     for (int e = 0; e < E; ++e) mean_p[static_cast<size_t>(e)] += balance_prob(s[e], ssum, spec.kind) / N;
-    const double lse = log_sum_exp(l, E);
     z += lse * lse / N;
   }
 }

@@ -44,14 +44,13 @@ __global__ void score_tokens_kernel(RoutedArrays out, const float* __restrict__ 
     const float* l = logits + t * E;
     float* s = out.scores + t * E;
     int32_t* chosen = out.expert + t * k;
-    score_row(l, E, spec.kind, s);
+    lse[t] = score_row(l, E, spec.kind, s);
     if (spec.force_balance)
       choose_round_robin(static_cast<int64_t>(t), E, k, chosen);
     else
       choose_top_k(s, bias, E, k, chosen);
     combine_weights(s, chosen, k, spec.renormalize, out.weight + t * k);
     ssum[t] = spec.kind == RouterKind::Sigmoid ? score_sum(s, E) : 1.0;
-    lse[t] = log_sum_exp(l, E);
   }
 }
 
