@@ -282,35 +282,64 @@ RoutedOnce route_once(Backend& be, const Vec& logits, const Vec& bias, const Vec
   return r;
 }
 
+// One case of the router's comparison: its shape, spec, whether a selection bias joins and
+// whether the combine weights' gradient is zero (the backward then is the auxiliary losses'
+// alone, so the tolerance below measures those).
+struct RouterCase {
+  int N, E;
+  RouterSpec spec;
+  bool with_bias = false, aux_only = false, with_nan = false;
+};
+
+// Each token's logits 1/8 apart (no two of its scores within rounding of each other, so
+// the choices cannot differ between the backends), every 7th token's all equal (ties: to
+// the lower expert, or to the larger bias), and with_nan every 5th token's first logit NaN
+// (NaN scores rank last).
+Vec router_logits(const RouterCase& c) {
+  Vec logits(size_t(c.N) * c.E);
+  for (int t = 0; t < c.N; ++t)
+    for (int e = 0; e < c.E; ++e)
+      logits[size_t(t) * c.E + e] = t % 7 == 0 ? 0.5f : float((t * 5 + e * 11) % 64) / 8 - 4;
+  if (c.with_nan)
+    for (int t = 3; t < c.N; t += 5) logits[size_t(t) * c.E] = NAN;
+  return logits;
+}
+
 // The router on the GPU (backend/cuda/moe_routing.cu) against the CPU's (both compile the
-// rule of backend/moe_router_rule.hpp): 300 tokens of 16 experts, each token's logits 1/8
-// apart (no two of its scores within rounding of each other, so the choices cannot differ)
-// and every 7th token's all equal (ties: to the lower expert, or to the larger bias). The
-// choices, rows, sources and counts exactly. Scores and weights are each one rounding of a
-// double whose exp may differ by an ulp between host and device: within 2 float eps. The
-// losses are double sums in another order: 1e-12 relative. The backward rounds once per
-// element from double terms over scores within an ulp: 1e-6 of the largest covers E = 16 of
-// them. The GPU's results twice, bit for bit.
+// rule of backend/moe_router_rule.hpp, neither contracting multiply-adds), on the logits of
+// router_logits: softmax and sigmoid, renormalised or not, k = 1 to 4, 16 and 40 experts,
+// a selection bias, a capacity, forced balance, 3 tokens (fewer choices than the ranking's
+// warps) and NaN logits. The choices, rows, sources and counts exactly. Scores and weights
+// are each one rounding of a double whose exp may differ by an ulp of double between host
+// and device: one float eps of the largest. The losses are double sums in another order:
+// 1e-12 relative. The backward rounds once per element from double terms over scores within
+// an ulp: 1e-6 of the largest covers E = 40 of them; the aux-only cases hold the auxiliary
+// losses' gradient to that bound. The GPU's results twice, bit for bit.
 TEST_F(CudaVsCpu, MixtureOfExpertsRouter) {
-  const int N = 300, E = 16;
-  Vec logits(size_t(N) * E), bias(E);
-  for (int t = 0; t < N; ++t)
-    for (int e = 0; e < E; ++e) logits[size_t(t) * E + e] = t % 7 == 0 ? 0.5f : float((t * 5 + e * 11) % 64) / 8 - 4;
-  for (int e = 0; e < E; ++e) bias[size_t(e)] = 1e-4f * float(e);
-  const std::vector<std::pair<RouterSpec, bool>> cases{
-      {{E, 2, RouterKind::Softmax, true, 0.01, 0.001, 0, false}, false},
-      {{E, 4, RouterKind::Sigmoid, false, 0.01, 0.001, 0, false}, true},
-      {{E, 2, RouterKind::Softmax, true, 0.01, 0, 1.0, false}, false},
-      {{E, 3, RouterKind::Sigmoid, true, 0, 0.001, 0, true}, false},
+  const RouterCase cases[] = {
+      {300, 16, {16, 2, RouterKind::Softmax, true, 0.01, 0.001, 0, false}},
+      {300, 16, {16, 4, RouterKind::Sigmoid, false, 0.01, 0.001, 0, false}, true},
+      {300, 16, {16, 2, RouterKind::Softmax, true, 0.01, 0, 1.0, false}},
+      {300, 16, {16, 3, RouterKind::Sigmoid, true, 0, 0.001, 0, true}},
+      {300, 40, {40, 1, RouterKind::Softmax, false, 1.0, 0.1, 0, false}, false, true},
+      {300, 40, {40, 4, RouterKind::Sigmoid, true, 1.0, 0.1, 0, false}, true, true},
+      {3, 16, {16, 2, RouterKind::Softmax, true, 0.01, 0.001, 0, false}},
+      {300, 16, {16, 2, RouterKind::Sigmoid, true, 0.01, 0.001, 0, false}, false, false, true},
   };
-  for (const auto& [spec, with_bias] : cases) {
-    SCOPED_TRACE(::testing::Message() << "k " << spec.top_k << (spec.kind == RouterKind::Sigmoid ? " sigmoid" : "")
-                                      << (with_bias ? " bias" : "") << " capacity " << spec.capacity_factor
-                                      << (spec.force_balance ? " forced" : ""));
-    const Vec dweight = random_vec(size_t(N) * spec.top_k, 250);
-    const Vec& b = with_bias ? bias : Vec{};
-    const RoutedOnce gpu = route_once(*gpu_, logits, b, dweight, N, spec),
-                     cpu = route_once(*cpu_, logits, b, dweight, N, spec);
+  for (const RouterCase& c : cases) {
+    const RouterSpec& spec = c.spec;
+    SCOPED_TRACE(::testing::Message() << c.N << " tokens, top " << spec.top_k << " of " << c.E
+                                      << (spec.kind == RouterKind::Sigmoid ? " sigmoid" : " softmax")
+                                      << (c.with_bias ? ", bias" : "") << ", capacity " << spec.capacity_factor
+                                      << (spec.force_balance ? ", forced" : "") << (c.aux_only ? ", aux only" : "")
+                                      << (c.with_nan ? ", NaN" : ""));
+    const Vec logits = router_logits(c);
+    Vec bias;
+    for (int e = 0; c.with_bias && e < c.E; ++e)
+      bias.push_back(1e-5f * float(e));  // below any two scores' gap: it breaks ties only
+    const Vec dweight = c.aux_only ? Vec(size_t(c.N) * spec.top_k, 0.0f) : random_vec(size_t(c.N) * spec.top_k, 250);
+    const RoutedOnce gpu = route_once(*gpu_, logits, bias, dweight, c.N, spec),
+                     cpu = route_once(*cpu_, logits, bias, dweight, c.N, spec);
     EXPECT_EQ(gpu.expert, cpu.expert);
     EXPECT_EQ(gpu.row, cpu.row);
     EXPECT_EQ(gpu.source, cpu.source);
@@ -318,14 +347,15 @@ TEST_F(CudaVsCpu, MixtureOfExpertsRouter) {
     EXPECT_EQ(gpu.counts.offset, cpu.counts.offset);
     EXPECT_EQ(gpu.counts.chosen, cpu.counts.chosen);
     EXPECT_EQ(gpu.counts.dropped, cpu.counts.dropped);
+    const RoutedOnce again = route_once(*gpu_, logits, bias, dweight, c.N, spec);
+    EXPECT_EQ(again.row, gpu.row);
+    if (c.with_nan) continue;  // NaN scores and losses: only the choices compare
     EXPECT_NEAR(gpu.counts.load_balance, cpu.counts.load_balance, 1e-12 * cpu.counts.load_balance);
     EXPECT_NEAR(gpu.counts.z, cpu.counts.z, 1e-12 * cpu.counts.z);
-    EXPECT_TRUE(near(gpu.scores, cpu.scores, 2 * 6e-8));
-    EXPECT_TRUE(near(gpu.weight, cpu.weight, 2 * 6e-8));
-    EXPECT_TRUE(near(gpu.row_weight, cpu.row_weight, 2 * 6e-8));
+    EXPECT_TRUE(near(gpu.scores, cpu.scores, 6e-8));
+    EXPECT_TRUE(near(gpu.weight, cpu.weight, 6e-8));
+    EXPECT_TRUE(near(gpu.row_weight, cpu.row_weight, 6e-8));
     EXPECT_TRUE(near(gpu.dlogits, cpu.dlogits, 1e-6));
-    const RoutedOnce again = route_once(*gpu_, logits, b, dweight, N, spec);
-    EXPECT_EQ(again.row, gpu.row);
     EXPECT_EQ(again.dlogits, gpu.dlogits);
     EXPECT_EQ(again.counts.load_balance, gpu.counts.load_balance);
   }

@@ -1,11 +1,13 @@
 // The router's rule, one token or one expert at a time (pipetrain/backend/moe_routing.hpp):
 // what the CPU backend (backend/cpu/moe_routing.cpp) and the CUDA backend
 // (backend/cuda/moe_routing.cu) both compile, so the two cannot drift. Every sum is in
-// double, in a fixed order; each float result is rounded once from its double.
+// double, in a fixed order; each float result is rounded once from its double. Neither
+// contracts a multiply-add (-ffp-contract=off, -fmad=false), so the two differ only where
+// the device's exp and log differ from the host's (by an ulp of double at most): a score
+// may then round to the neighbouring float.
 #pragma once
 #include <math.h>  // ::exp, ::log on the host; nvcc maps them to the device's
 
-#include <cfloat>
 #include <cstdint>
 
 #include "host_device.hpp"
@@ -50,7 +52,7 @@ PIPETRAIN_HOST_DEVICE inline double balance_prob(float s, double ssum, RouterKin
 // ranks last, so a choice is always found.
 PIPETRAIN_HOST_DEVICE inline double choice_key(const float* s, const float* bias, int e) {
   const double key = static_cast<double>(s[e]) + (bias ? bias[e] : 0.0);
-  return key == key ? key : -DBL_MAX;
+  return key == key ? key : -1.7976931348623157e308;  // the lowest double
 }
 
 // The k best of a token's keys, best first, ties to the lower expert index: one pass in
@@ -106,6 +108,7 @@ PIPETRAIN_HOST_DEVICE inline int32_t placed_row(int32_t pos, int32_t e, int cap,
 // E · Σ_e f_e P_e, from the loads before any drop and the mean balance probabilities.
 PIPETRAIN_HOST_DEVICE inline double load_balance(const int32_t* count, const double* mean_p, int E, int N, int k) {
   double lb = 0;
+  if (N == 0) return lb;  // an empty microbatch
   for (int e = 0; e < E; ++e) lb += E * (count[e] / (static_cast<double>(N) * k)) * mean_p[e];
   return lb;
 }

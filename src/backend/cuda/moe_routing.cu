@@ -2,14 +2,17 @@
 // of ../moe_router_rule.hpp, which the CPU compiles too. Four kernels in stream order:
 //   score_tokens:   a thread per token: scores, top k, combine weights, lse and Σ scores;
 //   rank_by_expert: a block per expert: each choice's place among the expert's in token
-//                   order (warp ballots over 8 contiguous chunks, chunk bases from the
+//                   order (warp ballots over 32 contiguous chunks, chunk bases from the
 //                   chunks' counts: no atomics), the expert's count and mean balance
 //                   probability; one more block sums the z-loss;
 //   route_offsets:  one thread: the offsets before and after capacity, the load balance;
 //   place_rows:     a thread per choice: its sorted row, that row's source and weight.
-// Then one copy to the host of the counts and losses (the host sizes the exchange and the
-// products from them). Deterministic: every sum in a fixed order, in double.
-#include <climits>
+// Then one copy to the host of the counts and losses, side by side in the scratch (the host
+// sizes the exchange and the products from them). Deterministic: every sum in a fixed
+// order, in double. Compiled with -fmad=false (src/CMakeLists.txt), as the CPU's rule is
+// without contraction.
+#include <cstring>
+#include <vector>
 
 #include "../moe_router_rule.hpp"
 #include "cuda_device.cuh"
@@ -20,20 +23,22 @@ namespace {
 
 using namespace router_rule;
 
-constexpr unsigned kRankWarps = 8;
+constexpr unsigned kRankWarps = 32;
 
-// The scratch a routing uses, carved out of one device block (sizes in elements).
+// The scratch a routing uses, carved out of one device block (sizes in elements). What the
+// host reads, the summary, is contiguous: losses, chosen, kept, dropped.
 struct RouteScratch {
-  double *lse, *ssum, *mean_p, *losses;   // (N), (N), (E), {z, load balance}
-  int32_t *pos, *count, *kept, *dropped;  // (N k), (E), (E + 1), (1)
+  double *lse, *ssum, *mean_p, *losses;            // (N), (N), (E), {z, load balance}
+  int32_t *chosen, *kept, *dropped, *count, *pos;  // (E + 1), (E + 1), (1), (E), (N k)
   static size_t bytes(int N, int E, int k) {
-    return sizeof(double) * (2 * size_t(N) + E + 2) + sizeof(int32_t) * (size_t(N) * k + 2 * size_t(E) + 2);
+    return sizeof(double) * (2 * size_t(N) + E + 2) + sizeof(int32_t) * (3 * size_t(E) + 3 + size_t(N) * k);
   }
-  RouteScratch(void* p, int N, int E, int k) {
+  static size_t summary_bytes(int E) { return 2 * sizeof(double) + sizeof(int32_t) * (2 * size_t(E) + 3); }
+  RouteScratch(void* p, int N, int E) {
     auto* d = static_cast<double*>(p);
     lse = d, ssum = d + N, mean_p = d + 2 * size_t(N), losses = mean_p + E;
-    auto* i = reinterpret_cast<int32_t*>(losses + 2);
-    pos = i, count = i + size_t(N) * k, kept = count + E, dropped = kept + E + 1;
+    chosen = reinterpret_cast<int32_t*>(losses + 2), kept = chosen + E + 1, dropped = kept + E + 1;
+    count = dropped + 1, pos = count + E;
   }
 };
 
@@ -100,7 +105,8 @@ __global__ void rank_by_expert_kernel(const int32_t* __restrict__ expert, const 
 }
 
 __global__ void route_offsets_kernel(int N, int E, int k, int cap, int32_t* chosen, RouteScratch s) {
-  *s.dropped = offsets_from_counts(s.count, E, cap, chosen, s.kept);
+  *s.dropped = offsets_from_counts(s.count, E, cap, s.chosen, s.kept);
+  for (int e = 0; e <= E; ++e) chosen[e] = s.chosen[e];
   s.losses[1] = load_balance(s.count, s.mean_p, E, N, k);
 }
 
@@ -132,8 +138,11 @@ RouteCounts moe_route(const Ctx& ctx, const RoutedArrays& out, const float* logi
   RouteCounts r;
   r.tokens = N, r.k = k, r.experts = E;
   r.offset.assign(size_t(E) + 1, 0), r.chosen.assign(size_t(E) + 1, 0);
-  if (N <= 0) return r;
-  const RouteScratch s(scratch, N, E, k);
+  if (N <= 0) {  // an empty microbatch: no rows, as on the CPU
+    PIPETRAIN_CUDA_CHECK(cudaMemsetAsync(out.chosen, 0, sizeof(int32_t) * (size_t(E) + 1), ctx.stream));
+    return r;
+  }
+  const RouteScratch s(scratch, N, E);
   const size_t pairs = size_t(N) * k;
   score_tokens_kernel<<<grid_for(size_t(N), 128, ctx), 128, 0, ctx.stream>>>(out, logits, bias, N, spec, s.lse, s.ssum);
   check_launch("score_tokens");
@@ -144,15 +153,16 @@ RouteCounts moe_route(const Ctx& ctx, const RoutedArrays& out, const float* logi
   check_launch("route_offsets");
   place_rows_kernel<<<grid_for(pairs, 256, ctx), 256, 0, ctx.stream>>>(out, k, cap, pairs, s);
   check_launch("place_rows");
-  double losses[2];
-  PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(r.chosen.data(), out.chosen, sizeof(int32_t) * (size_t(E) + 1),
-                                       cudaMemcpyDeviceToHost, ctx.stream));
-  PIPETRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(r.offset.data(), s.kept, sizeof(int32_t) * (size_t(E) + 1), cudaMemcpyDeviceToHost, ctx.stream));
-  PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(&r.dropped, s.dropped, sizeof r.dropped, cudaMemcpyDeviceToHost, ctx.stream));
-  PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(losses, s.losses, sizeof losses, cudaMemcpyDeviceToHost, ctx.stream));
+  std::vector<unsigned char> summary(RouteScratch::summary_bytes(E));
+  PIPETRAIN_CUDA_CHECK(cudaMemcpyAsync(summary.data(), s.losses, summary.size(), cudaMemcpyDeviceToHost, ctx.stream));
   PIPETRAIN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-  r.z = losses[0], r.load_balance = losses[1];
+  const size_t offsets = sizeof(int32_t) * (size_t(E) + 1);
+  const unsigned char* at = summary.data();
+  std::memcpy(&r.z, at, sizeof(double));
+  std::memcpy(&r.load_balance, at + sizeof(double), sizeof(double));
+  std::memcpy(r.chosen.data(), at + 2 * sizeof(double), offsets);
+  std::memcpy(r.offset.data(), at + 2 * sizeof(double) + offsets, offsets);
+  std::memcpy(&r.dropped, at + 2 * sizeof(double) + 2 * offsets, sizeof(int32_t));
   return r;
 }
 
