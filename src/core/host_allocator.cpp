@@ -1,5 +1,7 @@
 #include "pipetrain/core/host_allocator.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstdlib>
 
@@ -7,14 +9,32 @@
 
 namespace pipetrain {
 
+namespace {
+// Blocks this large are mapped on their own, not carved from malloc's heap: a memory pool
+// keeps them for the whole run, and in the heap they would sit between the transient
+// buffers libraries allocate each step (an MPI collective's temporaries), which then cannot
+// reuse the space they freed and take fresh pages every step.
+constexpr size_t kMapFrom = size_t{1} << 20;
+size_t rounded(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+}  // namespace
+
 void* HostAllocator::allocate(size_t bytes) {
   if (bytes > SIZE_MAX - 64) fail("cannot allocate {} bytes of host memory (size too large)", bytes);
-  const size_t rounded = (bytes + 63) / 64 * 64;  // aligned_alloc needs a multiple of the alignment
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (rounded(bytes) >= kMapFrom) {
+    void* p = ::mmap(nullptr, rounded(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of host memory: {} bytes requested", bytes);
+    return p;  // page aligned
+  }
+  void* p = std::aligned_alloc(64, rounded(bytes));  // aligned_alloc needs a multiple of the alignment
   if (!p) fail("out of host memory: {} bytes requested", bytes);
   return p;
 }
 
-void HostAllocator::deallocate(void* p, size_t /*bytes*/) { std::free(p); }
+void HostAllocator::deallocate(void* p, size_t bytes) {
+  if (rounded(bytes) >= kMapFrom)
+    ::munmap(p, rounded(bytes));
+  else
+    std::free(p);
+}
 
 }  // namespace pipetrain

@@ -10,8 +10,13 @@
 
 namespace pipetrain {
 
-ExpertExchange::ExpertExchange(const RouteCounts& r, Communicator* group, Backend& backend, MemoryPool& pool)
-    : group_(group && group->size() > 1 ? group : nullptr), backend_(backend), pool_(pool), routed_(r.offset.back()) {
+ExpertExchange::ExpertExchange(const RouteCounts& r, Communicator* group, Backend& backend, MemoryPool& pool,
+                               int64_t* high_water)
+    : group_(group && group->size() > 1 ? group : nullptr),
+      backend_(backend),
+      pool_(pool),
+      routed_(r.offset.back()),
+      high_water_(high_water) {
   if (!exchanges()) {
     local_.count.resize(static_cast<size_t>(r.experts));
     local_.offset.assign(r.offset.begin(), r.offset.end() - 1);
@@ -56,6 +61,9 @@ Steps<> ExpertExchange::settle() {
     local_.offset[static_cast<size_t>(l)] =
         local_.offset[static_cast<size_t>(l - 1)] + local_.count[static_cast<size_t>(l - 1)];
   local_.rows = local_.offset.back() + local_.count.back();
+  const int64_t granule = std::max(1, routed_ / 8);
+  capacity_ = std::max<int64_t>(1, (local_.rows + granule - 1) / granule) * granule;
+  if (high_water_) capacity_ = *high_water_ = std::max(capacity_, *high_water_);
   // Block (s, l) arrives at `arrived` (source-major) and goes to `at` (expert-major).
   std::vector<int32_t> to_expert(static_cast<size_t>(local_.rows)), to_source(to_expert.size());
   std::vector<int> at = local_.offset;
@@ -75,9 +83,7 @@ Steps<> ExpertExchange::settle() {
 
 Tensor ExpertExchange::local_tensor(int64_t width, DType type) const {
   if (!exchanges()) return Tensor::empty(pool_, {local_.rows, width}, type);
-  const int64_t granule = std::max(1, routed_ / 8);
-  const int64_t capacity = std::max<int64_t>(1, (local_.rows + granule - 1) / granule) * granule;
-  return Tensor::empty(pool_, {capacity, width}, type).view(0, {local_.rows, width});
+  return Tensor::empty(pool_, {capacity_, width}, type).view(0, {local_.rows, width});
 }
 
 std::unique_ptr<CommRequest> ExpertExchange::exchange(Communicator* via, const Tensor& in,

@@ -268,7 +268,8 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = r.rows();  // N k, less what capacity dropped
-  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool);  // the counts travel during the gather
+  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool,
+                                                 &exchange_rows_);  // the counts travel during the gather
   Tensor routed = f32(ctx, R, C);
   be.gather_rows(routed.f32(), n.f32(), s->source.i32(), nullptr, R, C);
   co_await s->exchange->settle();

@@ -34,15 +34,18 @@ class ExpertExchange {
  public:
   // Posts the counts' all-to-all: every rank of `group` constructs its own at the same
   // point of the same program.
-  ExpertExchange(const RouteCounts& routing, Communicator* group, Backend& backend, MemoryPool& pool);
+  // high_water (or null): the most rows a local tensor has had in this layer, raised here.
+  ExpertExchange(const RouteCounts& routing, Communicator* group, Backend& backend, MemoryPool& pool,
+                 int64_t* high_water = nullptr);
   // Waits for the counts (a pause) and derives local() and the permutations from them;
   // before anything below.
   Steps<> settle();
   const ExpertSpans& local() const { return local_; }
   // A tensor of this rank's expert rows (local().rows, width). Under ep their count changes
   // every microbatch and the pool caches blocks by exact size, so the block's rows are
-  // rounded up to a multiple of 1/8 of this rank's routed rows: a bounded set of sizes, and
-  // the pool stops growing once each has been seen.
+  // rounded up to a multiple of 1/8 of this rank's routed rows and never fall below the
+  // layer's high-water mark: one size a width once the mark settles, so the pool reuses its
+  // blocks instead of caching one of every size two microbatches in flight meet.
   Tensor local_tensor(int64_t width, DType type = DType::F32) const;
   // (routed rows, W) in this rank's sorted order -> (local().rows, W) by local expert, over
   // `via`: the group, or its twin (the same ranks) that the backward exchanges over.
@@ -64,7 +67,9 @@ class ExpertExchange {
   std::vector<int64_t> send_rows_, recv_rows_;  // per peer
   Tensor to_expert_order_, to_source_order_;    // int32 row permutations of what arrived
   ExpertSpans local_;
-  int routed_ = 0;  // this rank's routed rows (tokens x top_k)
+  int routed_ = 0;        // this rank's routed rows (tokens x top_k)
+  int64_t* high_water_;   // the layer's (or null)
+  int64_t capacity_ = 0;  // the rows of every local tensor's block (settle)
 };
 
 }  // namespace pipetrain

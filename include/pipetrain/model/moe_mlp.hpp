@@ -66,6 +66,7 @@ class MoeMlp : public Layer {
   Parameter *sgatew_ = nullptr, *supw_ = nullptr, *sdownw_ = nullptr;
   Parameter* bias_ = nullptr;  // the selection bias (router_bias_rate > 0)
   MoeForwardStats last_;
+  int64_t exchange_rows_ = 0;  // the high-water mark of its exchanges' local rows (ExpertExchange)
   RouteCounts route(const MicrobatchContext& ctx, const Tensor& n, Stash& stash) const;
 };
 
