@@ -297,7 +297,8 @@ nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>&
                         {"tokens", r.tokens},
                         {"flops_per_s", r.flops_per_s},
                         {"peak_mem_bytes", r.peak_mem_bytes},
-                        {"least_peak_mem_bytes", r.least_peak_mem_bytes}};
+                        {"least_peak_mem_bytes", r.least_peak_mem_bytes},
+                        {"reserved_mem_bytes", r.reserved_mem_bytes}};
   if (r.val_loss >= 0) row["val_loss"] = r.val_loss;
   if (predicted) row["predicted_step_time_s"] = predicted->step_s;
   if (r.mfu >= 0) row["mfu"] = r.mfu;

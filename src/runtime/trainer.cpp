@@ -173,6 +173,10 @@ double Trainer::peak_memory_bytes() const {
   return static_cast<double>(pool_->stats().peak_in_use_bytes) + static_cast<double>(backend_.packed_weights().bytes);
 }
 
+double Trainer::reserved_memory_bytes() const {
+  return static_cast<double>(pool_->stats().reserved_bytes) + static_cast<double>(backend_.packed_weights().bytes);
+}
+
 // What the executor runs beside the layers: the vocabulary slices, the experts' exchanges,
 // F&B overlap, packed documents' positions and sequence parallelism.
 void Trainer::configure_executor(const Config& cfg, int me) {

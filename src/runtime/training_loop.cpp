@@ -98,9 +98,10 @@ LoopOutcome TrainingLoop::run(int start_step) {
       trace_offset += m.step_time_s;
     }
     const double mine = trainer_.peak_memory_bytes();
-    double peaks[2] = {mine, -mine};  // the largest and (negated) the smallest of the ranks'
-    grid_.world().allreduce_max(peaks, 2);
-    rec.peak_mem_bytes = peaks[0], rec.least_peak_mem_bytes = -peaks[1];
+    // The largest and (negated) the smallest of the ranks' peaks, and the most held.
+    double peaks[3] = {mine, -mine, trainer_.reserved_memory_bytes()};
+    grid_.world().allreduce_max(peaks, 3);
+    rec.peak_mem_bytes = peaks[0], rec.least_peak_mem_bytes = -peaks[1], rec.reserved_mem_bytes = peaks[2];
     rec.flops_per_s = m.tokens_per_s * opt_.flops_per_token;
     if (cfg_.log.peak_flops > 0) rec.mfu = rec.flops_per_s / (cfg_.log.peak_flops * grid_.world_size());
     rec.tokens = static_cast<int64_t>(step + 1) * trainer_.tokens_per_step();

@@ -21,7 +21,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["step"] for r in rows] == list(range(80)), "one row per step"
 for r in rows:
     assert {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "bubble_fraction",
-            "tokens", "flops_per_s", "peak_mem_bytes"} <= set(r), r
+            "tokens", "flops_per_s", "peak_mem_bytes", "reserved_mem_bytes"} <= set(r), r
     assert all(math.isfinite(r[k]) for k in r), r
 first = rows[0]["loss"]
 last = sum(r["loss"] for r in rows[-10:]) / 10

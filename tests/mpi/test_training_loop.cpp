@@ -91,6 +91,7 @@ TEST(TrainingLoop, CadencesStopAndExactResume) {
     EXPECT_GT(r.peak_mem_bytes, 0);
     EXPECT_GT(r.least_peak_mem_bytes, 0);
     EXPECT_LE(r.least_peak_mem_bytes, r.peak_mem_bytes);
+    EXPECT_GE(r.reserved_mem_bytes, r.peak_mem_bytes);  // every rank holds at least its peak
     EXPECT_LT(r.mfu, 0);  // no log.peak_flops
   }
   // checkpoint.every 4 and the end.

@@ -123,6 +123,9 @@ class Trainer {
   // This rank's most memory held so far: the pool's high-water mark and the packed weight
   // copies the backend keeps outside the pool (runtime.pack_weights).
   double peak_memory_bytes() const;
+  // What this rank holds now: the pool's blocks, in use or cached for reuse, and the packed
+  // weight copies. At least the peak; more where sizes vary (a mixture of experts' exchanges).
+  double reserved_memory_bytes() const;
   int64_t tokens_per_step() const;
   int microbatch_size() const { return mb_size_; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once

@@ -24,6 +24,7 @@ struct StepRecord {
   double val_loss = -1;       // < 0: not evaluated at this step
   double peak_mem_bytes = 0;  // most memory held on any rank so far (Trainer::peak_memory_bytes)
   double least_peak_mem_bytes = 0;  // the smallest of the ranks' peaks (how even the layout is)
+  double reserved_mem_bytes = 0;    // most memory any rank holds now, cached included (Trainer::reserved_memory_bytes)
   double flops_per_s = 0;     // model FLOP/s of the step, all ranks together
   double mfu = -1;            // flops_per_s / (log.peak_flops x ranks); < 0: no peak given
   int64_t tokens = 0;         // tokens trained up to and including this step
