@@ -1,10 +1,11 @@
 // The mixture-of-experts MLP half (pipetrain/model/moe_mlp.hpp): forward, the two
 // backward halves. The backend routes (Backend::moe_route: the arrays stay on its device,
 // the counts and losses come to the host, which sizes the exchange and the products from
-// them) and differentiates the router (moe_router_backward). Products are grouped, one per expert over its rows
-// (Backend::gemm_grouped: an sgemm each on the CPU, one cuBLAS grouped call on CUDA); under bf16
-// they read the weights' rounded values and the stored activations, as the dense layers'
-// f32 products do (precision.hpp), and the routed rows travel as f32.
+// them) and differentiates the router (moe_router_backward). Products are grouped, one per
+// expert over its rows (Backend::gemm_grouped: an sgemm each on the CPU, one cuBLAS grouped
+// call on CUDA); under bf16 they read the weights' rounded values and the stored
+// activations, as the dense layers' f32 products do (precision.hpp), and the routed rows
+// travel as f32.
 #include "pipetrain/model/moe_mlp.hpp"
 
 #include <cmath>
@@ -268,8 +269,8 @@ Steps<Tensor> MoeMlp::forward_steps(const MicrobatchContext& ctx, Tensor x, std:
   last_ = {r.load_balance, r.z, r.max_over_mean_load()};
   // The rows to their experts (ep > 1: to their ranks), each expert over its contiguous rows.
   const int R = r.rows();  // N k, less what capacity dropped
-  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool,
-                                                 &exchange_rows_);  // the counts travel during the gather
+  // The counts travel during the gather.
+  s->exchange = std::make_unique<ExpertExchange>(r, ctx.ep, be, *ctx.pool, &exchange_rows_);
   Tensor routed = f32(ctx, R, C);
   be.gather_rows(routed.f32(), n.f32(), s->source.i32(), nullptr, R, C);
   co_await s->exchange->settle();

@@ -15,7 +15,7 @@
 // The selection bias of DeepSeek-V3's auxiliary-loss-free balancing moves after each step by
 // `rate` towards equal load: up for the experts below the mean, down for those above.
 // Exports: RouterKind, RouterSpec, RoutedArrays, RouteCounts, Routing, expert_capacity,
-// route_into, route_tokens, router_backward, update_selection_bias.
+// route_into, route_tokens, router_backward, update_selection_bias, kept_rows_limit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -77,6 +77,9 @@ struct Routing : RouteCounts {
 
 // The most rows an expert takes of a microbatch of N tokens: ceil(capacity_factor N k / E).
 int expert_capacity(double capacity_factor, int N, int k, int E);
+// The most rows an expert keeps of a microbatch of N tokens under `spec`: expert_capacity,
+// or INT_MAX without a capacity factor.
+int kept_rows_limit(const RouterSpec& spec, int N);
 
 // logits (N, E) row-major; bias (E) or null: added to the scores to choose, never to weigh.
 // route_into writes the arrays of `out` (host memory); route_tokens allocates them.

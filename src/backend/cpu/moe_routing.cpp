@@ -42,6 +42,10 @@ int expert_capacity(double capacity_factor, int N, int k, int E) {
   return static_cast<int>(std::ceil(capacity_factor * N * k / E));
 }
 
+int kept_rows_limit(const RouterSpec& spec, int N) {
+  return spec.capacity_factor > 0 ? expert_capacity(spec.capacity_factor, N, spec.top_k, spec.experts) : INT_MAX;
+}
+
 double RouteCounts::max_over_mean_load() const {
   if (experts == 0 || tokens == 0) return 0;
   int most = 0;
@@ -60,7 +64,7 @@ RouteCounts route_into(const RoutedArrays& out, const float* logits, const float
   const size_t pairs = static_cast<size_t>(N) * k;
   std::vector<int32_t> count(static_cast<size_t>(E), 0), pos(pairs);
   for (size_t tj = 0; tj < pairs; ++tj) pos[tj] = count[static_cast<size_t>(out.expert[tj])]++;
-  const int cap = spec.capacity_factor > 0 ? expert_capacity(spec.capacity_factor, N, k, E) : INT_MAX;
+  const int cap = kept_rows_limit(spec, N);
   r.chosen.resize(static_cast<size_t>(E) + 1);
   r.offset.resize(static_cast<size_t>(E) + 1);
   r.dropped = offsets_from_counts(count.data(), E, cap, r.chosen.data(), r.offset.data());

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -411,10 +410,8 @@ class CudaBackend final : public Backend {
                         MemoryPool& pool) override {
     if (spec.experts < 1 || spec.top_k < 1 || spec.top_k > spec.experts)
       fail("moe_route: top_k {} of {} experts", spec.top_k, spec.experts);
-    const int cap =
-        spec.capacity_factor > 0 ? expert_capacity(spec.capacity_factor, N, spec.top_k, spec.experts) : INT_MAX;
     const auto scratch = pool.acquire(cuda::moe_route_scratch_bytes(N, spec.experts, spec.top_k));
-    return cuda::moe_route(ctx(), out, logits, bias, N, spec, cap, scratch->ptr);
+    return cuda::moe_route(ctx(), out, logits, bias, N, spec, kept_rows_limit(spec, N), scratch->ptr);
   }
   void moe_router_backward(float* dlogits, const RoutedArrays& r, const float* logits, const float* dweight, int N,
                            const RouterSpec& spec, double scale) override {
