@@ -37,7 +37,7 @@ budget=${PIPETRAIN_GPU_CHECK_BUDGET:-540}
 checks=(kernels cudnn-attention demo-fp32 demo-bf16 two-ranks-one-gpu nccl-one-gpu nccl-two-gpus sanitizers
         gpt2-124m-bf16)
 declare -A limit=([build]=270 [kernels]=60 [cudnn-attention]=90 [demo-fp32]=90 [demo-bf16]=60
-                  [two-ranks-one-gpu]=120 [nccl-one-gpu]=30 [nccl-two-gpus]=120 [sanitizers]=120 [gpt2-124m-bf16]=90)
+                  [two-ranks-one-gpu]=120 [nccl-one-gpu]=30 [nccl-two-gpus]=120 [sanitizers]=150 [gpt2-124m-bf16]=90)
 build=${PIPETRAIN_GPU_BUILD:-build-gpu}
 PT=$build/bin/pipetrain
 
