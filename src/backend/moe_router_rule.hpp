@@ -125,6 +125,12 @@ struct BackwardShape {
   double scale;
 };
 
+// d(objective)/d(P_e) of the load-balancing loss for one token: scale · coefficient · E f_e / N.
+PIPETRAIN_HOST_DEVICE inline double balance_grad(const BackwardShape& b, int e) {
+  const double load = b.offsets[e + 1] - b.offsets[e];
+  return b.scale * b.spec.aux_loss * b.E * (load / (static_cast<double>(b.N) * b.k)) / b.N;
+}
+
 // d(objective)/d(score e): the combine weights' part plus the load-balancing loss's.
 // sum, dot: the chosen scores' sum and Σ_j dw_j s_j / sum; ssum, pd: the token's sum of
 // scores and Σ_e dp_e s_e / ssum (sigmoid only).
@@ -134,8 +140,7 @@ PIPETRAIN_HOST_DEVICE inline double score_grad(const BackwardToken& t, const Bac
   for (int j = 0; j < b.k; ++j)
     if (t.chosen[j] == e) ds += b.spec.renormalize ? (t.dw[j] - dot) / sum : t.dw[j];
   if (b.spec.aux_loss == 0) return ds;
-  const double load = b.offsets[e + 1] - b.offsets[e];
-  const double dp = b.scale * b.spec.aux_loss * b.E * (load / (static_cast<double>(b.N) * b.k)) / b.N;
+  const double dp = balance_grad(b, e);
   return b.spec.kind == RouterKind::Sigmoid ? ds + (dp - pd) / ssum : ds + dp;
 }
 
@@ -143,11 +148,7 @@ PIPETRAIN_HOST_DEVICE inline double score_grad(const BackwardToken& t, const Bac
 PIPETRAIN_HOST_DEVICE inline double balance_dot(const BackwardToken& t, const BackwardShape& b, double ssum) {
   if (b.spec.aux_loss == 0 || b.spec.kind != RouterKind::Sigmoid) return 0;
   double pd = 0;
-  for (int e = 0; e < b.E; ++e) {
-    const double load = b.offsets[e + 1] - b.offsets[e];
-    const double dp = b.scale * b.spec.aux_loss * b.E * (load / (static_cast<double>(b.N) * b.k)) / b.N;
-    pd += dp * t.s[e] / ssum;
-  }
+  for (int e = 0; e < b.E; ++e) pd += balance_grad(b, e) * t.s[e] / ssum;
   return pd;
 }
 
