@@ -16,5 +16,5 @@ export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:allo
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 configure_sanitized "$dir"
 sanitized_build "$dir" pipetrain_tests pipetrain_mpi_tests
-log "running the unit suite and mpi.np2 under the sanitizers"
-ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -R '^(unit\.|mpi\.np2$)' "$@"
+log "running the unit suite, mpi.np2 and mpi.np2.packed_weights under the sanitizers"
+ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" -R '^(unit\.|mpi\.np2(\.packed_weights)?$)' "$@"

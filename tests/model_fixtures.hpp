@@ -1,6 +1,7 @@
 // Shared helpers for model-level tests: a tiny GPT-2 config, random tensors and a
 // learnable token stream.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
@@ -46,6 +47,32 @@ inline BatchSource pattern_source(int T) {
         if (t > 0) tgt[k * T + t - 1] = tok;
       }
   };
+}
+
+// A tiny GPT-2 trained at a constant lr on 4 sequences of 16 tokens a step.
+inline Config tiny_training_config(int microbatches) {
+  Config c;
+  c.model = tiny_model();
+  c.model.max_seq_len = 16;
+  c.train.seq_len = 16;
+  c.train.global_batch = 4;
+  c.train.microbatches = microbatches;
+  c.train.steps = 200;
+  c.train.lr = 3e-3;
+  c.train.lr_schedule = "constant";
+  c.train.weight_decay = 0.0;
+  c.train.grad_clip = 1.0;
+  return c;
+}
+
+// The same model trained in `precision` on 8 sequences a step, one a microbatch.
+inline Config mixed_precision_config(const std::string& precision) {
+  Config c = tiny_training_config(8);
+  c.train.global_batch = 8;
+  c.train.steps = 100;
+  c.train.weight_decay = 0.1;
+  c.train.precision = precision;
+  return c;
 }
 
 inline double dot(const float* a, const float* b, int64_t n) {

@@ -232,22 +232,9 @@ TEST_F(LayerInBf16, LlamaHead) {
           5);
 }
 
-Config train_config(const std::string& precision) {
-  Config c;
-  c.model = testing::tiny_model();
-  c.model.max_seq_len = 16;
-  c.train.seq_len = 16;
-  c.train.global_batch = 8;
-  c.train.microbatches = 8;
-  c.train.steps = 100;
-  c.train.lr = 3e-3;
-  c.train.lr_schedule = "constant";
-  c.train.grad_clip = 1.0;
-  c.train.precision = precision;
-  return c;
-}
 
 using testing::pattern_source;
+Config train_config(const std::string& precision) { return testing::mixed_precision_config(precision); }
 
 TEST(MixedPrecisionTraining, HundredStepsTrackFp32) {
   // Each step's loss is a forward through L = 9 n_layer + 4 rounding points (blocks,
@@ -267,69 +254,6 @@ TEST(MixedPrecisionTraining, HundredStepsTrackFp32) {
   }
   EXPECT_LT(last, 0.5 * first) << "bf16 training does not learn";
   std::printf("  100 steps: worst relative loss difference %.2e (bound %.2e)\n", worst, bound);
-}
-
-TEST(MixedPrecisionTraining, OnednnAndWidenedProductsTrainAlike) {
-  // The two CPU paths of a bf16 product (bf16_products.hpp) form the same exact products
-  // and differ only in f32 summation order, as two grids of one run do: the losses, step-0
-  // gradients and final parameters agree within the grid suite's bf16 bounds
-  // (run_compare.hpp: bf16_layout_bound, parameter_bound).
-  if (!onednn_bf16_usable()) GTEST_SKIP() << "oneDNN is not built in or cannot run bf16 here";
-  auto widened = make_cpu_backend(Bf16Products::kSgemm), onednn = make_cpu_backend(Bf16Products::kOnednn);
-  Config c = train_config("bf16");
-  c.train.steps = 5;
-  const long before = onednn_products_run();
-  const testing::RunResult a = testing::run(c, MPI_COMM_SELF, *widened);
-  const long products = onednn_products_run() - before;
-  const testing::RunResult b = testing::run(c, MPI_COMM_SELF, *onednn);
-  EXPECT_EQ(products, 0) << "the widened backend ran oneDNN products";
-  EXPECT_GT(onednn_products_run(), before) << "the oneDNN backend ran no product";
-  testing::expect_same_run(b, a, c);
-}
-
-// Where a backend multiplies bf16 itself, no matrix keeps a widened (f32) copy of its bf16
-// values (products and the embedding's lookup read the bf16 copy): only the vectors (norms,
-// biases) do, and a kernel asking for a missing one gets an Error naming the parameter. Where
-// products widen, every parameter keeps one. (Both train alike: OnednnAndWidenedProductsTrainAlike.)
-TEST(MixedPrecisionTraining, WidenedCopiesOnlyWhereKernelsReadThem) {
-  if (!onednn_bf16_usable()) GTEST_SKIP() << "oneDNN is not built in or cannot run bf16 here";
-  auto widened = make_cpu_backend(Bf16Products::kSgemm), onednn = make_cpu_backend(Bf16Products::kOnednn);
-  for (const std::string arch : {"gpt2", "llama"}) {
-    SCOPED_TRACE(arch);
-    Config c = train_config("bf16");
-    c.model.arch = arch;
-    Grid grid(MPI_COMM_SELF, c.parallel);
-    Trainer w(c, grid, *widened, pattern_source(16)), n(c, grid, *onednn, pattern_source(16));
-    EXPECT_EQ(w.params().widened_numel(), w.params().numel());
-    int64_t expect = 0;
-    for (const auto& p : n.params().params()) {
-      const bool kept = p.shape.size() == 1;
-      EXPECT_EQ(p.compute.defined(), kept) << p.name;
-      ASSERT_TRUE(p.compute_bf16.defined()) << p.name;
-      if (kept) {
-        expect += (p.numel() + 15) / 16 * 16;
-        for (int64_t i = 0; i < p.numel(); i += 7)  // the widened copy holds the bf16 values
-          ASSERT_EQ(p.compute.f32()[i], to_float(p.compute_bf16.bf16_data()[i])) << p.name << " " << i;
-      } else {
-        try {
-          layer_util::compute_weight(p);
-          ADD_FAILURE() << p.name << ": no error";
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find(p.name), std::string::npos) << e.what();
-        }
-      }
-    }
-    EXPECT_EQ(n.params().widened_numel(), expect);
-    EXPECT_LT(n.params().widened_numel(), n.params().numel() / 10);
-    n.train_step(0);  // every kernel found the copy it reads
-    for (const auto& p : n.params().params())  // refreshed after the update
-      for (int64_t i = 0; i < p.numel(); i += 5) {
-        ASSERT_EQ(p.compute_bf16.bf16_data()[i].bits, to_bf16(p.value.f32()[i]).bits) << p.name << " " << i;
-        if (p.compute.defined()) {
-          ASSERT_EQ(p.compute.f32()[i], to_float(p.compute_bf16.bf16_data()[i])) << p.name;
-        }
-      }
-  }
 }
 
 TEST(MixedPrecisionTraining, StashedActivationsTakeAboutHalf) {

@@ -18,20 +18,7 @@
 namespace pipetrain {
 namespace {
 
-Config tiny_config(int microbatches) {
-  Config c;
-  c.model = testing::tiny_model();
-  c.model.max_seq_len = 16;
-  c.train.seq_len = 16;
-  c.train.global_batch = 4;
-  c.train.microbatches = microbatches;
-  c.train.steps = 200;
-  c.train.lr = 3e-3;
-  c.train.lr_schedule = "constant";
-  c.train.weight_decay = 0.0;
-  c.train.grad_clip = 1.0;
-  return c;
-}
+Config tiny_config(int microbatches) { return testing::tiny_training_config(microbatches); }
 
 using testing::pattern_source;
 
@@ -70,59 +57,6 @@ TEST(Trainer, MicrobatchSplitGivesTheSameSteps) {
       EXPECT_NEAR(losses[k][s], losses[0][s], 1e-5 * losses[0][s]) << "split " << k << " step " << s;
     for (size_t i = 0; i < params[0].size(); ++i)
       ASSERT_NEAR(params[k][i], params[0][i], 1e-5 + 1e-4 * std::abs(params[0][i])) << "param " << i;
-  }
-}
-
-// runtime.pack_weights: the forward and input-gradient products by weights kept in
-// oneDNN's layout train the same steps as sgemm, within the split test's bounds above
-// (both change only the order of the products' sums), and every such product of a step
-// ran by the packed copy: forward and dx of each block's four dense layers and the head.
-TEST(Trainer, PackedWeightsGiveTheSameSteps) {
-  auto backend = make_cpu_backend();
-  if (!backend->set_pack_weights(true)) GTEST_SKIP() << "this build or CPU cannot pack weights";
-  constexpr int kSteps = 5;
-  std::vector<std::vector<double>> losses;
-  std::vector<std::vector<float>> params;
-  for (bool pack : {false, true}) {
-    Config cfg = tiny_config(2);
-    cfg.runtime.pack_weights = pack ? Toggle::On : Toggle::Off;
-    Grid grid(MPI_COMM_SELF, cfg.parallel);
-    Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
-    const long before = packed_dense_products_run();
-    losses.emplace_back();
-    for (int s = 0; s < kSteps; ++s) losses.back().push_back(trainer.train_step(s).loss);
-    const long per_step = cfg.train.microbatches * 2 * (4 * cfg.model.n_layer + 1);
-    EXPECT_EQ(packed_dense_products_run() - before, pack ? kSteps * per_step : 0) << "pack " << pack;
-    const Tensor& v = trainer.params().values();
-    params.emplace_back(v.f32(), v.f32() + v.numel());
-  }
-  for (size_t s = 0; s < losses[0].size(); ++s)
-    EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * losses[0][s]) << "step " << s;
-  for (size_t i = 0; i < params[0].size(); ++i)
-    ASSERT_NEAR(params[1][i], params[0][i], 1e-5 + 1e-4 * std::abs(params[0][i])) << "param " << i;
-}
-
-// The memory estimate (header and planner) counts runtime.pack_weights' copies as two per
-// matrix the dense products multiply by (dense_weight_params), none under native bf16
-// products: the copies the backend holds after a step must be exactly those.
-TEST(Trainer, PackedCopiesAreWhatTheMemoryEstimateCounts) {
-  auto backend = make_cpu_backend();
-  if (!backend->set_pack_weights(true)) GTEST_SKIP() << "this build or CPU cannot pack weights";
-  for (const char* precision : {"fp32", "bf16"}) {
-    Config cfg = tiny_config(2);
-    cfg.model.n_layer = 3;
-    cfg.train.precision = precision;
-    cfg.runtime.pack_weights = Toggle::On;
-    Grid grid(MPI_COMM_SELF, cfg.parallel);
-    Trainer trainer(cfg, grid, *backend, pattern_source(cfg.train.seq_len));
-    trainer.train_step(0);
-    double dense = 0;
-    for (const StageUnits& u : trainer.stage_units())
-      for (const StagePiece& p : stage_pieces(cfg.model, u)) dense += dense_weight_params(cfg.model, p.kind, 1);
-    const bool f32_products = cfg.train.precision == "fp32" || !backend->bf16_products_native();
-    const Backend::PackedWeights held = backend->packed_weights();
-    EXPECT_EQ(static_cast<double>(held.elements), f32_products ? 2 * dense : 0.0) << precision;
-    EXPECT_GE(held.bytes, 4 * static_cast<size_t>(held.elements)) << precision;  // padding only adds
   }
 }
 

@@ -1,7 +1,10 @@
 // GoogleTest entry point for tests launched with mpiexec: MPI and Kokkos up, full
 // output from rank 0, and at the end every rank's failures gathered to rank 0, which
 // prints each with its rank and a verdict for the whole job. The exit status is the
-// job's: non-zero on every rank when any rank failed, so the CTest entry fails.
+// job's: non-zero on every rank when any rank failed, so the CTest entry fails; as the
+// unit runner's (test_main.cpp), 77 (CTest: skipped) when no rank passed a test and some
+// skipped (an mpi.npN entry whose grids stop matching its rank count), and 1 when the
+// filter matched no test.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -78,6 +81,23 @@ int report(const FailureRecorder& rec, int rank, int size) {
   return failures;
 }
 
+// With no failure anywhere: 1 when the filter matched nothing, 77 when every test any rank
+// ran was skipped, else 0 (the same on every rank).
+int verdict_without_failures(int rank) {
+  const auto& unit = *::testing::UnitTest::GetInstance();
+  int counts[2] = {unit.test_to_run_count(), unit.successful_test_count()};  // most over the ranks
+  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (counts[0] == 0) {
+    if (rank == 0) std::fprintf(stderr, "MPI JOB FAILED: no test matched the filter\n");
+    return 1;
+  }
+  if (counts[1] == 0) {
+    if (rank == 0) std::fprintf(stdout, "MPI JOB SKIPPED: every test was skipped on every rank\n");
+    return 77;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,6 +119,7 @@ int main(int argc, char** argv) {
   const int failures = report(*recorder, rank, size);
   int any = rc;
   MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int exit_code = any != 0 || failures != 0 ? 1 : verdict_without_failures(rank);
   MPI_Finalize();
-  return any != 0 || failures != 0 ? 1 : 0;
+  return exit_code;
 }
