@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernel_reference.hpp"
+#include "moe_reference.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/backend/moe_routing.hpp"
@@ -315,6 +316,10 @@ Vec router_logits(const RouterCase& c) {
 // 1e-12 relative. The backward rounds once per element from double terms over scores within
 // an ulp: 1e-6 of the largest covers E = 40 of them; the aux-only cases hold the auxiliary
 // losses' gradient to that bound. The GPU's results twice, bit for bit.
+// Since both compile one rule, the GPU's routing is also held to the routing written from
+// its definition (moe_reference.hpp), where the choices go by score: the same choices, kept
+// rows and loads; weights and losses within 1e-6 of the double reference (scores rounded
+// once to float, then sums of at most E = 40 terms).
 TEST_F(CudaVsCpu, MixtureOfExpertsRouter) {
   const RouterCase cases[] = {
       {300, 16, {16, 2, RouterKind::Softmax, true, 0.01, 0.001, 0, false}},
@@ -350,6 +355,16 @@ TEST_F(CudaVsCpu, MixtureOfExpertsRouter) {
     const RoutedOnce again = route_once(*gpu_, logits, bias, dweight, c.N, spec);
     EXPECT_EQ(again.row, gpu.row);
     if (c.with_nan) continue;  // NaN scores and losses: only the choices compare
+    if (!spec.force_balance) {
+      const testing::ReferenceRouting want = testing::reference_routing(logits, bias, c.N, spec);
+      for (size_t tj = 0; tj < want.expert.size(); ++tj) {
+        ASSERT_EQ(gpu.expert[tj], want.expert[tj]) << "choice " << tj << " against the reference";
+        EXPECT_EQ(gpu.row[tj] >= 0, bool(want.kept[tj])) << "choice " << tj << " against the reference";
+        EXPECT_NEAR(gpu.weight[tj], want.weight[tj], 1e-6) << "choice " << tj << " against the reference";
+      }
+      EXPECT_NEAR(gpu.counts.load_balance, want.load_balance, 1e-6 * want.load_balance) << "against the reference";
+      EXPECT_NEAR(gpu.counts.z, want.z, 1e-6 * want.z) << "against the reference";
+    }
     EXPECT_NEAR(gpu.counts.load_balance, cpu.counts.load_balance, 1e-12 * cpu.counts.load_balance);
     EXPECT_NEAR(gpu.counts.z, cpu.counts.z, 1e-12 * cpu.counts.z);
     EXPECT_TRUE(near(gpu.scores, cpu.scores, 6e-8));

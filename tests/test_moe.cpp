@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "model_fixtures.hpp"
+#include "moe_reference.hpp"
 #include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/model/moe_mlp.hpp"
@@ -46,6 +47,37 @@ TEST(MoeRouting, TiesGoToTheLowerExpertAndRowsAreSortedByExpertThenToken) {
   EXPECT_EQ(b.expert[0], 2);
   EXPECT_EQ(b.expert[2], 2);
   EXPECT_NEAR(b.weight[2] / b.weight[3], std::exp(1.0 - 2.0), 1e-6);  // scores p2 / p3, no bias
+}
+
+// route_tokens against the routing written from its definition (moe_reference.hpp), on
+// random logits spread so that no two scores are near a tie: softmax and sigmoid, renormalised
+// or not, a selection bias, a capacity that drops choices. The same choices, kept rows and
+// loads; weights and losses within float rounding of the double reference (scores rounded
+// once to float, relative 2^-24, then sums of at most E terms: 1e-6 with room).
+TEST(MoeRouting, MatchesTheRoutingWrittenFromItsDefinition) {
+  const int N = 60, E = 8;
+  const std::vector<float> logits = random_vector(static_cast<size_t>(N) * E, 41, 2.0);
+  const std::vector<float> bias = random_vector(E, 42, 0.05);
+  const RouterSpec specs[] = {{E, 2, RouterKind::Softmax, true, 0.01, 0.001},
+                              {E, 3, RouterKind::Sigmoid, false, 0.01, 0.001},
+                              {E, 1, RouterKind::Softmax, false, 0.01, 0.001, 0.5},
+                              {E, 4, RouterKind::Sigmoid, true, 0.01, 0.001, 1.0}};
+  for (const RouterSpec& spec : specs)
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "top " << spec.top_k << (spec.kind == RouterKind::Sigmoid ? " sigmoid" : " softmax")
+                                        << ", capacity " << spec.capacity_factor << (with_bias ? ", bias" : ""));
+      const std::vector<float> b = with_bias ? bias : std::vector<float>{};
+      const Routing got = route_tokens(logits.data(), with_bias ? b.data() : nullptr, N, spec);
+      const testing::ReferenceRouting want = testing::reference_routing(logits, b, N, spec);
+      for (size_t tj = 0; tj < want.expert.size(); ++tj) {
+        ASSERT_EQ(got.expert[tj], want.expert[tj]) << "choice " << tj;
+        EXPECT_EQ(got.row[tj] >= 0, bool(want.kept[tj])) << "choice " << tj;
+        EXPECT_NEAR(got.weight[tj], want.weight[tj], 1e-6) << "choice " << tj;
+      }
+      for (int e = 0; e < E; ++e) EXPECT_EQ(got.load(e), want.load[static_cast<size_t>(e)]) << "expert " << e;
+      EXPECT_NEAR(got.load_balance, want.load_balance, 1e-6 * want.load_balance);
+      EXPECT_NEAR(got.z, want.z, 1e-6 * want.z);
+    }
 }
 
 // A diverged router (NaN or infinite logits) still chooses k distinct experts in range,
@@ -213,7 +245,7 @@ class MoeLayer : public ::testing::Test {
 };
 
 // The layer's output, in double, from the formulas: every token through each of its
-// experts (routing from route_tokens, whose own rules the tests above hold).
+// experts, routed by moe_reference.hpp (no code shared with the router under test).
 std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const std::vector<float>& x, int N) {
   const int C = m.d_model, F = m.expert_ffn(), E = m.n_experts, S = m.n_shared_experts * F;
   auto w = [&](const std::string& leaf) { return store.find("h.0." + leaf)->value.f32(); };
@@ -231,7 +263,7 @@ std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const
     }
   }
   const RouterSpec spec{E, m.top_k, RouterKind::Softmax, m.router_renormalize, 0, 0, m.capacity_factor};
-  const Routing r = route_tokens(logits.data(), nullptr, N, spec);
+  const testing::ReferenceRouting r = testing::reference_routing(logits, {}, N, spec);
   // One SwiGLU expert: rows [0, width) of the gate and up tables at g, u; down (C, width) at d.
   auto expert = [&](int t, const float* g, const float* u, const float* d, int width, double weight) {
     for (int f = 0; f < width; ++f) {
@@ -243,7 +275,7 @@ std::vector<double> reference(const ModelConfig& m, ParameterStore& store, const
   };
   for (int t = 0; t < N; ++t) {
     for (int j = 0; j < m.top_k; ++j) {
-      if (r.row[t * m.top_k + j] < 0) continue;  // dropped over capacity
+      if (!r.kept[t * m.top_k + j]) continue;  // dropped over capacity
       const int e = r.expert[t * m.top_k + j];
       const size_t at = static_cast<size_t>(e) * F * C;
       expert(t, w("moe.gate.w") + at, w("moe.up.w") + at, w("moe.down.w") + at, F, r.weight[t * m.top_k + j]);
