@@ -260,7 +260,10 @@ timeout 300 "$PIPETRAIN" "${cfg[@]}" --set checkpoint.dir=crash --resume auto >c
 grep -q "resumed from crash/step_00000003.h5" crash2.out
 
 echo "== SIGUSR1 to the launcher: checkpoint, exit 0, and the resumed run continues the curve"
-"$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set train.steps=100000 --set log.every=1 \
+# A constant learning rate: the stopped run (train.steps = 100000), the resumed one and the
+# uninterrupted reference then share every step's rate.
+sig=(--set parallel.pp=2 --set train.lr_schedule=constant)
+"$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${sig[@]}" --set train.steps=100000 --set log.every=1 \
   --set checkpoint.dir=sig --metrics sig.jsonl >sig.out 2>&1 &
 pid=$!
 for _ in $(seq 600); do if grep -q "step     2/" sig.out 2>/dev/null; then break; fi; sleep 0.1; done
@@ -270,14 +273,19 @@ grep -q "saved checkpoint sig/step_" sig.out
 grep -q "stopping after step" sig.out
 ls sig/step_*.h5 >/dev/null
 stopped=$(python3 -c "import json; print(sum(1 for _ in open('sig.jsonl')))")
-timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" --set parallel.pp=2 --set train.steps=$((stopped + 2)) \
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${sig[@]}" --set train.steps=$((stopped + 2)) \
   --set checkpoint.dir=sig --resume auto --metrics sig.jsonl >/dev/null
+timeout 300 "$MPIEXEC" -np 2 "$PIPETRAIN" "${cfg[@]}" "${sig[@]}" --set train.steps=$((stopped + 2)) \
+  --set checkpoint.every=0 --metrics sig-ref.jsonl >/dev/null
 python3 - "$stopped" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open("sig.jsonl")]
+ref = [json.loads(l) for l in open("sig-ref.jsonl")]
 n = int(sys.argv[1])
 assert [r["step"] for r in rows] == list(range(n + 2)), [r["step"] for r in rows]
-print(f"   stopped after {n} steps, resumed for 2 more")
+# A resume is bitwise: every loss, before the signal and after the resume, the uninterrupted run's.
+assert [r["loss"] for r in rows] == [r["loss"] for r in ref], ([r["loss"] for r in rows], [r["loss"] for r in ref])
+print(f"   stopped after {n} steps, resumed for 2 more: every loss the uninterrupted run's")
 PY
 
 echo "== bad checkpoints give one error line and a non-zero exit"
