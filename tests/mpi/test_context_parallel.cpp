@@ -97,7 +97,7 @@ TEST(ContextParallel, VocabularyParallelSlicesEachRanksRows) {
       SCOPED_TRACE(::testing::Message() << (llama ? "llama bf16" : "gpt2") << " vocabulary parallel, grid dp " << g.dp
                                         << " pp " << g.pp << " cp " << g.cp << " tp " << g.tp);
       const Config cfg = config(g);
-      expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+      expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg, Bf16Rounding::OtherPoints);  // the slices round their own
     }
   }
 }
