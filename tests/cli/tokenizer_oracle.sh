@@ -55,13 +55,18 @@ for enc in cl100k_base o200k_base; do
   done
 done
 # The same ranks under another name: the pattern must be said, and a wrong one differs.
+# PATTERN names the encoding too: cl100k_base's rank 50256 is GPT-2's <|endoftext|>, so
+# under gpt2 the file is refused; without that rank it loads.
 cp "$work/cl100k_base.tiktoken" "$work/ranks.tiktoken"
 expect_failure "which pre-tokenizer pattern" "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "$work/ranks.tiktoken"
+expect_failure "rank 50256 is the id of gpt2's special token <|endoftext|>" \
+  "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "gpt2:$work/ranks.tiktoken"
+grep -v ' 50256$' "$work/cl100k_base.tiktoken" >"$work/ranks.tiktoken"
 "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "gpt2:$work/ranks.tiktoken" >"$work/wrong.ids"
 if cmp -s "$work/wrong.ids" "$work/unicode_sample.txt.cl100k_base.want"; then
   echo "FAIL: GPT-2's pattern gave cl100k_base's ids: the sample cannot tell the patterns apart"; exit 1
 fi
-echo "ok: a ranks file of unknown pattern is refused; GPT-2's pattern gives other ids"
+echo "ok: a ranks file of unknown pattern is refused, and one ranking a special id; GPT-2's pattern gives other ids"
 
 # The dataset holds the same ids, with an end-of-text token (50256) after each file.
 "$PIPETRAIN" data text "${samples[@]}" -o "$work/t.h5" --tokenizer gpt2 --eot >"$work/text.out"
