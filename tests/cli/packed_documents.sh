@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # data.pack_documents end to end: `data text --eot` writes one document per input file
 # (GPT-2's end-of-text after each); a packed run on a 2-stage pipeline says in its header
-# how the documents were packed and that the long ones were split, its losses (and those of
+# how many tokens the file holds (the integer `data info` gives), how the documents were
+# packed and that the long ones were split, its losses (and those of
 # cp = 2, documents spanning the two ranks' chunks) equal the single rank's packed run, and
 # it evaluates packed validation data. Bad input: a file
 # whose tokenizer has no end-of-text token, and data.respect_documents beside packing, are
@@ -41,6 +42,8 @@ echo "$line"
 [[ $line =~ \(40\ documents\ packed\ into\ [0-9]+\ sequences\ of\ 64,\ [0-9]+%\ of\ positions\ filled,\ ([0-9]+)\ longer\ than\ seq_len\ split ]] ||
   fail "the packing line: $line"
 [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "no document was split"
+tokens=$("$PIPETRAIN" data info "$tmp/docs.h5" | sed -E 's/.*: tokens ([0-9]+),.*/\1/')
+[[ $line == *"  data $tokens tokens (40 documents packed"* ]] || fail "the header's token count is not the file's $tokens: $line"
 python3 - "$tmp/one.jsonl" "$tmp/pp2.jsonl" "$tmp/cp2.jsonl" <<'PY'
 import json, math, sys
 one, *others = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
