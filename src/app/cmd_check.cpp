@@ -77,8 +77,7 @@ std::string check_data(const Config& cfg) {
                            cfg.data.pack_documents);
   if (!cfg.data.val.empty())
     TokenDataset(cfg.data.val, cfg.train.seq_len, cfg.model.vocab_size, false, cfg.data.pack_documents);
-  return fmt::format("{} tokens ({} windows of {})", human(static_cast<double>(train.num_tokens())),
-                     train.num_windows(), cfg.train.seq_len);
+  return fmt::format("{} tokens ({} windows of {})", train.num_tokens(), train.num_windows(), cfg.train.seq_len);
 }
 
 // This node as the planner's machine, for the memory estimate alone: its memory shared by

@@ -1,6 +1,6 @@
 // `pipetrain data`: add_data_command (declared in pipetrain/app/commands.hpp).
 //   pipetrain data text IN.txt... -o OUT.h5 [--tokenizer byte|gpt2|PATTERN:RANKS_FILE] [--eot]
-//   pipetrain data encode [FILE] [--text S] --tokenizer T      token ids to stdout
+//   pipetrain data encode [FILE] [--text S] --tokenizer T [--allow-special]   token ids to stdout
 //   pipetrain data decode IDS... --tokenizer T                   text to stdout
 //   pipetrain data megatron PREFIX -o OUT.h5 [--vocab N]          Megatron .bin/.idx
 //   pipetrain data llmc SHARD.bin... -o OUT.h5                  llm.c GPT-2 shards
@@ -39,6 +39,7 @@ struct DataOptions {
   std::string tokenizer = "unknown";
   std::string text_tokenizer = "byte";
   bool eot = false;
+  bool allow_special = false;   // encode: special tokens' text as their ids
   std::string text;             // encode --text
   std::vector<int32_t> ids;     // decode
 };
@@ -105,7 +106,9 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   add_inputs_and_output(text, *o, "Text files, concatenated in order");
   text->add_option("--tokenizer", o->text_tokenizer, "byte (vocab 256), gpt2 (GPT-2's BPE), or PATTERN:RANKS_FILE (PATTERN: gpt2, cl100k_base, o200k_base, llama3; a cl100k_base.tiktoken or o200k_base.tiktoken file names its own)")
       ->capture_default_str();
-  text->add_flag("--eot", o->eot, "End-of-text token after each file (gpt2: <|endoftext|>)");
+  text->add_flag("--eot", o->eot,
+                 "The tokenizer's end-of-text token after each file, ending its document (gpt2, cl100k_base, "
+                 "o200k_base: <|endoftext|>; llama3: <|end_of_text|>; byte has none)");
   text->callback([&runner, o] {  // every rank: each tokenizes its slice
     runner = [o] {
       tokenize_files(*o);
@@ -117,12 +120,18 @@ void add_data_command(CLI::App& app, CommandRunner& runner) {
   encode->add_option("file", o->out, "Text file (UTF-8 for BPE)");
   encode->add_option("--text", o->text, "The text itself");
   encode->add_option("--tokenizer", o->text_tokenizer, "byte, gpt2, or PATTERN:RANKS_FILE")->capture_default_str();
+  encode->add_flag("--allow-special", o->allow_special,
+                   "A special token's text (<|endoftext|>) gives its id; without it, it is ordinary text");
   run_on_rank0(encode, runner, [o] {
     if (o->out.empty() == o->text.empty()) fail("data encode: give a file or --text, not both");
     const auto tok = make_tokenizer(o->text_tokenizer);
+    const std::string text = o->out.empty() ? o->text : read_text(o->out);
+    const std::string_view where = o->out.empty() ? std::string_view("--text") : std::string_view(o->out);
     std::vector<int32_t> ids;
-    tok->encode(o->out.empty() ? std::string_view(o->text) : std::string_view(read_text(o->out)), ids,
-                o->out.empty() ? "--text" : o->out);
+    if (o->allow_special)
+      encode_with_special(*tok, text, ids, where);
+    else
+      tok->encode(text, ids, where);
     fmt::print("{}\n", fmt::join(ids, " "));
   });
 

@@ -166,13 +166,12 @@ TrainData open_data(const Config& cfg) {
 
 std::string TrainData::summary(const Config& cfg) const {
   if (!blend)
-    return fmt::format("{} tokens {}", human(static_cast<double>(data->num_tokens())), windows_summary(*data));
+    return fmt::format("{} tokens {}", data->num_tokens(), windows_summary(*data));
   int64_t tokens = 0, windows = 0;
   for (int k = 0; k < blend->num_sources(); ++k)
     tokens += blend->dataset(k).num_tokens(), windows += blend->dataset(k).num_windows();
   // (each source's windows or packing: the lines of the blend below the header)
-  return fmt::format("a blend of {} sources, {} tokens ({} {} of {})", blend->num_sources(),
-                     human(static_cast<double>(tokens)), windows,
+  return fmt::format("a blend of {} sources, {} tokens ({} {} of {})", blend->num_sources(), tokens, windows,
                      cfg.data.pack_documents ? "packed sequences" : "windows", cfg.train.seq_len);
 }
 

@@ -12,13 +12,14 @@ namespace {
 
 constexpr int64_t kScanChunk = int64_t{1} << 20;  // tokens read at a time looking for end-of-text
 
-int32_t end_of_text_of(const std::string& tokenizer, const std::string& path) {
+// From the tokenizer's name alone: a ranks file need not be where `data text` read it.
+int32_t document_end(const std::string& tokenizer, const std::string& path) {
   if (tokenizer.empty())
     fail(
         "{}: data.pack_documents finds an HDF5 file's documents by its tokenizer's end-of-text token, and the "
         "file records no tokenizer (write it with `pipetrain data text --eot`)",
         path);
-  const std::optional<int32_t> eot = make_tokenizer(tokenizer)->end_of_text();
+  const std::optional<int32_t> eot = end_of_text_of(tokenizer);
   if (!eot)
     fail("{}: data.pack_documents: tokenizer {} has no end-of-text token to find documents by", path, tokenizer);
   return *eot;
@@ -30,7 +31,7 @@ std::vector<int64_t> TokenDataset::document_boundaries(MPI_Comm comm) {
   // Every rank checks the files' tokenizers (a missing end-of-text token is every rank's
   // one-line error, before any rank waits for the boundaries).
   for (const File& f : files_)
-    if (!f.megatron) padding_token_ = end_of_text_of(tokenizer_, f.path);
+    if (!f.megatron) padding_token_ = document_end(tokenizer_, f.path);
   int rank = 0, size = 1;
   if (comm != MPI_COMM_SELF) {  // (one rank alone needs no MPI, initialised or not)
     MPI_Comm_rank(comm, &rank);
@@ -57,7 +58,7 @@ std::vector<int64_t> TokenDataset::scan_documents() const {
       for (size_t d = 0; d + 1 < docs.size(); ++d) starts.push_back(f.first + docs[d]);
       continue;
     }
-    const int32_t eot = end_of_text_of(tokenizer_, f.path);
+    const int32_t eot = document_end(tokenizer_, f.path);
     starts.push_back(f.first);
     chunk.resize(static_cast<size_t>(std::min(kScanChunk, f.count)));
     for (int64_t at = 0; at < f.count; at += kScanChunk) {

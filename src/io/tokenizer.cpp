@@ -1,4 +1,4 @@
-// The byte tokenizer, make_tokenizer, bundled_tokenizers_dir and stream_split (see
+// The byte tokenizer, make_tokenizer, end_of_text_of, bundled_tokenizers_dir and stream_split (see
 // pipetrain/io/tokenizer.hpp); byte-level BPE is in tokenizer_bpe.cpp.
 #include "pipetrain/io/tokenizer.hpp"
 
@@ -12,6 +12,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/tokenizer_bpe.hpp"
+#include "pipetrain/io/tokenizer_special.hpp"
 
 namespace pipetrain {
 namespace {
@@ -59,15 +60,20 @@ std::string bundled_tokenizers_dir() {
 #endif
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
-  if (spec == "byte") return std::make_unique<ByteTokenizer>();
-  if (spec == "gpt2") {
-    const std::string dir = bundled_tokenizers_dir() + "/gpt2";
-    return make_gpt2_bpe(dir + "/encoder.json", dir + "/vocab.bpe");
-  }
-  // A ranks file with the pattern that splits text for it: "NAME:PATH", or a file named
-  // after its encoding (cl100k_base.tiktoken). Any other pattern than the vocabulary's own
-  // gives wrong ids without an error, so a file of unknown pattern is refused.
+namespace {
+
+// What a spec names: the encoding ("byte", "gpt2" or a pattern's name) and its ranks file
+// (none for byte and the bundled gpt2).
+struct TokenizerSpec {
+  std::string encoding;
+  std::optional<std::string> ranks_file;
+};
+
+// A ranks file with the pattern that splits text for it: "NAME:PATH", or a file named
+// after its encoding (cl100k_base.tiktoken). Any other pattern than the vocabulary's own
+// gives wrong ids without an error, so a file of unknown pattern is refused.
+TokenizerSpec parse_spec(const std::string& spec) {
+  if (spec == "byte" || spec == "gpt2") return {spec, std::nullopt};
   const std::string names = fmt::format("{}", fmt::join(pretokenizer_names(), ", "));
   if (const auto colon = spec.find(':'); colon != std::string::npos && colon > 0 &&
                                          spec.find('/') > colon) {  // "NAME:PATH", not a path with a colon
@@ -75,11 +81,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     if (!known_pretokenizer(name))
       fail("tokenizer '{}': no pre-tokenizer pattern is called '{}' (PATTERN:RANKS_FILE with PATTERN one of {})",
            spec, name, names);
-    return make_tiktoken_bpe(spec.substr(colon + 1), name);
+    return {name, spec.substr(colon + 1)};
   }
   if (spec.size() > 9 && spec.ends_with(".tiktoken")) {
     const std::string stem = std::filesystem::path(spec).stem().string();
-    if (known_pretokenizer(stem)) return make_tiktoken_bpe(spec, stem);
+    if (known_pretokenizer(stem)) return {stem, spec};
     fail("tokenizer {}: which pre-tokenizer pattern splits text for this vocabulary? Name it before the path, "
          "e.g. cl100k_base:{} (patterns: {})",
          spec, spec, names);
@@ -87,6 +93,22 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   fail("tokenizer '{}': expected byte, gpt2, or PATTERN:RANKS_FILE with PATTERN one of {} (a .tiktoken file "
        "named after its encoding needs no PATTERN)",
        spec, names);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+  const TokenizerSpec s = parse_spec(spec);
+  if (s.encoding == "byte") return std::make_unique<ByteTokenizer>();
+  if (!s.ranks_file) {
+    const std::string dir = bundled_tokenizers_dir() + "/gpt2";
+    return make_gpt2_bpe(dir + "/encoder.json", dir + "/vocab.bpe");
+  }
+  return make_tiktoken_bpe(*s.ranks_file, s.encoding);
+}
+
+std::optional<int32_t> end_of_text_of(const std::string& spec) {
+  return encoding_end_of_text(parse_spec(spec).encoding);
 }
 
 size_t stream_split(std::string_view text) {

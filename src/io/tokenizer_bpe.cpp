@@ -15,6 +15,7 @@
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/tokenizer_bpe.hpp"
+#include "pipetrain/io/tokenizer_special.hpp"
 
 namespace pipetrain {
 namespace {
@@ -193,31 +194,26 @@ class Pattern {
 
 class BpeTokenizer : public Tokenizer {
  public:
-  BpeTokenizer(std::string name, Ranks ranks, std::optional<int32_t> eot, const std::string& file,
-               const char* pattern)
-      : name_(std::move(name)), ranks_(std::move(ranks)), eot_(eot), pattern_(pattern) {
+  // `specials`: the encoding's special tokens (`encoding` names it in errors), `eot` one of them.
+  BpeTokenizer(std::string name, Ranks ranks, std::vector<SpecialToken> specials, std::optional<int32_t> eot,
+               const std::string& file, std::string_view encoding, const char* pattern)
+      : name_(std::move(name)), ranks_(std::move(ranks)), specials_(std::move(specials)), eot_(eot), pattern_(pattern) {
     int32_t top = -1;
     for (const auto& [bytes, r] : ranks_) {
       if (r < 0) fail("{}: negative rank {}", file, r);
       top = std::max(top, r);
     }
-    vocab_ = std::max<int64_t>(top + 1, eot ? *eot + 1 : 0);
+    for (const SpecialToken& s : specials_) top = std::max(top, s.id);
+    vocab_ = top + 1;
     pieces_.resize(static_cast<size_t>(vocab_));
-    std::vector<bool> seen(static_cast<size_t>(vocab_), false);
-    for (const auto& [bytes, r] : ranks_) {
-      if (seen[static_cast<size_t>(r)]) fail("{}: rank {} is given twice", file, r);
-      seen[static_cast<size_t>(r)] = true;
-      pieces_[static_cast<size_t>(r)] = bytes;
-    }
-    for (int b = 0; b < 256; ++b)
-      if (!ranks_.count(std::string(1, static_cast<char>(b))))
-        fail("{}: byte {} has no rank (a byte-level vocabulary needs all 256)", file, b);
-    if (eot) pieces_[static_cast<size_t>(*eot)] = "<|endoftext|>";
+    place_ranks(file);
+    place_specials(file, encoding);
   }
 
   std::string name() const override { return name_; }
   int64_t vocab_size() const override { return vocab_; }
   std::optional<int32_t> end_of_text() const override { return eot_; }
+  std::span<const SpecialToken> special_tokens() const override { return specials_; }
 
   void encode(std::string_view text, std::vector<int32_t>& out, std::string_view where, int64_t offset) const override {
     pattern_.split(text, where, offset, [&](size_t b, size_t e) { encode_piece(text.substr(b, e - b), out); });
@@ -233,6 +229,28 @@ class BpeTokenizer : public Tokenizer {
   }
 
  private:
+  void place_ranks(const std::string& file) {
+    std::vector<bool> seen(static_cast<size_t>(vocab_), false);
+    for (const auto& [bytes, r] : ranks_) {
+      if (seen[static_cast<size_t>(r)]) fail("{}: rank {} is given twice", file, r);
+      seen[static_cast<size_t>(r)] = true;
+      pieces_[static_cast<size_t>(r)] = bytes;
+    }
+    for (int b = 0; b < 256; ++b)
+      if (!ranks_.count(std::string(1, static_cast<char>(b))))
+        fail("{}: byte {} has no rank (a byte-level vocabulary needs all 256)", file, b);
+  }
+
+  // A special token's id is no rank's: a ranks file that gives it one is not the encoding's.
+  void place_specials(const std::string& file, std::string_view encoding) {
+    for (const SpecialToken& s : specials_) {
+      if (!pieces_[static_cast<size_t>(s.id)].empty())
+        fail("{}: rank {} is the id of {}'s special token {}: not a {} ranks file", file, s.id, encoding, s.text,
+             encoding);
+      pieces_[static_cast<size_t>(s.id)] = s.text;
+    }
+  }
+
   int32_t rank(std::string_view bytes) const {
     const auto it = ranks_.find(bytes);
     return it == ranks_.end() ? kNoRank : it->second;
@@ -316,7 +334,8 @@ class BpeTokenizer : public Tokenizer {
 
   std::string name_;
   Ranks ranks_;  // a token's bytes -> its id
-  std::vector<std::string> pieces_;                 // id -> bytes
+  std::vector<std::string> pieces_;                 // id -> bytes (a special token's: its text)
+  std::vector<SpecialToken> specials_;
   std::optional<int32_t> eot_;
   int64_t vocab_ = 0;
   Pattern pattern_;
@@ -345,6 +364,8 @@ std::unique_ptr<Tokenizer> make_gpt2_bpe(const std::string& encoder_json, const 
     ranks[bu.bytes_of(spelled, encoder_json)] = id.get<int32_t>();
   }
   if (!eot) fail("{}: no <|endoftext|> token", encoder_json);
+  if (eot != encoding_end_of_text("gpt2"))
+    fail("{}: <|endoftext|> is {}, GPT-2's is {}", encoder_json, *eot, *encoding_end_of_text("gpt2"));
   // The merges must name, in order, the tokens ranked 256, 257, ...: the ranks are then
   // what BPE with these merges produces (tiktoken checks the same).
   std::istringstream merges(read_file(vocab_bpe));
@@ -366,7 +387,8 @@ std::unique_ptr<Tokenizer> make_gpt2_bpe(const std::string& encoder_json, const 
   if (expect != static_cast<int32_t>(ranks.size()))
     fail("{}: {} merges for {} tokens of {} (expected {})", vocab_bpe, expect - 256, ranks.size(), encoder_json,
          ranks.size() - 256);
-  return std::make_unique<BpeTokenizer>("gpt2", std::move(ranks), eot, encoder_json, kGpt2Pattern);
+  return std::make_unique<BpeTokenizer>("gpt2", std::move(ranks), encoding_special_tokens("gpt2"), eot, encoder_json,
+                                        "gpt2", kGpt2Pattern);
 }
 
 std::vector<std::string> pretokenizer_names() {
@@ -411,7 +433,8 @@ std::unique_ptr<Tokenizer> make_tiktoken_bpe(const std::string& path, const std:
   for (const auto& [bytes, r] : ranks) top = std::max(top, r);
   if (static_cast<size_t>(top) >= 2 * ranks.size() + 1024)
     fail("{}: rank {} with only {} entries (ranks run from 0 to the entry count)", path, top, ranks.size());
-  return std::make_unique<BpeTokenizer>(pattern_name + ":" + path, std::move(ranks), std::nullopt, path, pattern);
+  return std::make_unique<BpeTokenizer>(pattern_name + ":" + path, std::move(ranks), encoding_special_tokens(pattern_name),
+                                        encoding_end_of_text(pattern_name), path, pattern_name, pattern);
 }
 
 }  // namespace pipetrain

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # data.pack_documents end to end: `data text --eot` writes one document per input file
 # (GPT-2's end-of-text after each); a packed run on a 2-stage pipeline says in its header
-# how the documents were packed and that the long ones were split, its losses and gradient
-# norms over 6 steps without warm-up (and those of cp = 2, documents spanning the two ranks'
-# chunks) equal the single rank's packed run, and
+# how many tokens the file holds (the integer `data info` gives), how the documents were
+# packed and that the long ones were split, its losses and gradient norms over 6 steps
+# without warm-up (and those of cp = 2, documents spanning the two ranks' chunks) equal the
+# single rank's packed run, and
 # it evaluates packed validation data. Bad input: a file
 # whose tokenizer has no end-of-text token, and data.respect_documents beside packing, are
 # one-line errors naming the file or the keys.
@@ -44,6 +45,8 @@ echo "$line"
 [[ $line =~ \(40\ documents\ packed\ into\ [0-9]+\ sequences\ of\ 64,\ [0-9]+%\ of\ positions\ filled,\ ([0-9]+)\ longer\ than\ seq_len\ split ]] ||
   fail "the packing line: $line"
 [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "no document was split"
+tokens=$("$PIPETRAIN" data info "$tmp/docs.h5" | sed -E 's/.*: tokens ([0-9]+),.*/\1/')
+[[ $line == *"  data $tokens tokens (40 documents packed"* ]] || fail "the header's token count is not the file's $tokens: $line"
 # Compared on every step's loss and gradient norm, with no warm-up and lr 1e-2, so that by
 # the last steps the model has left ln(50257) and a masking mistake (a document seeing the
 # one before it, a position not restarted) moves the gradients, not only a loss near ln V.

@@ -3,6 +3,9 @@
 # `tiktoken`; skipped without it): identical token ids on the bundled corpus and a
 # Unicode-heavy sample (accents, CJK, emoji, numbers, contractions, runs of every kind of whitespace),
 # decode(encode(x)) == x with both, and `data text --tokenizer gpt2` stores those ids.
+# Special tokens: each encoding's ids as tiktoken's (`data encode --allow-special` against
+# encode(text, "all") on a text spelling each), ordinary text where not asked for, the
+# vocabulary they end, and `data text --eot` storing cl100k_base's <|endoftext|>.
 set -euo pipefail
 : "${PIPETRAIN:?}" "${SRC:?}"
 # The oracle: npm's tiktoken, where scripts/test.sh installs it (build/oracle), or
@@ -55,13 +58,58 @@ for enc in cl100k_base o200k_base; do
   done
 done
 # The same ranks under another name: the pattern must be said, and a wrong one differs.
+# PATTERN names the encoding too: cl100k_base's rank 50256 is GPT-2's <|endoftext|>, so
+# under gpt2 the file is refused; without that rank it loads.
 cp "$work/cl100k_base.tiktoken" "$work/ranks.tiktoken"
 expect_failure "which pre-tokenizer pattern" "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "$work/ranks.tiktoken"
+expect_failure "rank 50256 is the id of gpt2's special token <|endoftext|>" \
+  "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "gpt2:$work/ranks.tiktoken"
+grep -v ' 50256$' "$work/cl100k_base.tiktoken" >"$work/ranks.tiktoken"
 "$PIPETRAIN" data encode "${samples[1]}" --tokenizer "gpt2:$work/ranks.tiktoken" >"$work/wrong.ids"
 if cmp -s "$work/wrong.ids" "$work/unicode_sample.txt.cl100k_base.want"; then
   echo "FAIL: GPT-2's pattern gave cl100k_base's ids: the sample cannot tell the patterns apart"; exit 1
 fi
-echo "ok: a ranks file of unknown pattern is refused; GPT-2's pattern gives other ids"
+echo "ok: a ranks file of unknown pattern is refused, and one ranking a special id; GPT-2's pattern gives other ids"
+
+# Special tokens: a text spelling each one of the encoding (and a broken one) gives
+# tiktoken's ids with --allow-special, encode_ordinary's without (no special id among them),
+# and decodes back; the vocabulary (`data text`'s) ends after the last special id.
+printf 'x' >"$work/x.txt"
+for enc in gpt2 cl100k_base o200k_base; do
+  tok=$work/$enc.tiktoken
+  if [ "$enc" = gpt2 ]; then tok=gpt2; fi
+  text=$work/$enc.special.txt
+  node "$js" --encoding "$enc" --specials "$text" >"$work/$enc.special.ids"
+  node "$js" --encoding "$enc" --allow-special "$text" >"$work/$enc.special.want"
+  "$PIPETRAIN" data encode "$text" --allow-special --tokenizer "$tok" >"$work/$enc.special.got"
+  cmp -s "$work/$enc.special.want" "$work/$enc.special.got" ||
+    { echo "FAIL: $enc: special tokens' ids: tiktoken $(cat "$work/$enc.special.want"), pipetrain $(cat "$work/$enc.special.got")"; exit 1; }
+  node "$js" --encoding "$enc" "$text" >"$work/$enc.ordinary.want"
+  "$PIPETRAIN" data encode "$text" --tokenizer "$tok" >"$work/$enc.ordinary.got"
+  cmp -s "$work/$enc.ordinary.want" "$work/$enc.ordinary.got" ||
+    { echo "FAIL: $enc: a text spelling special tokens, encoded without --allow-special, differs from encode_ordinary's"; exit 1; }
+  while read -r special id; do
+    if grep -qw "$id" "$work/$enc.ordinary.got"; then echo "FAIL: $enc: ordinary text gave $special's id $id"; exit 1; fi
+    [ "$("$PIPETRAIN" data decode --tokenizer "$tok" "$id")" = "$special" ] || { echo "FAIL: $enc: decode($id) is not $special"; exit 1; }
+  done <"$work/$enc.special.ids"
+  "$PIPETRAIN" data decode --tokenizer "$tok" <"$work/$enc.special.got" | cmp -s - "$text" ||
+    { echo "FAIL: $enc: decode of the special ids is not the text"; exit 1; }
+  vocab=$(($(cut -d' ' -f2 "$work/$enc.special.ids" | sort -n | tail -n1) + 1))
+  "$PIPETRAIN" data text "$work/x.txt" -o "$work/$enc.x.h5" --tokenizer "$tok" >/dev/null
+  grep -q "vocab_size $vocab," <<<"$("$PIPETRAIN" data info "$work/$enc.x.h5")" ||
+    { echo "FAIL: $enc: the vocabulary is not $vocab: $("$PIPETRAIN" data info "$work/$enc.x.h5")"; exit 1; }
+  echo "ok: $enc: $(wc -l <"$work/$enc.special.ids") special tokens' ids as tiktoken's, ordinary text without --allow-special, vocabulary $vocab"
+done
+
+# `data text --eot` with cl100k_base: its <|endoftext|> (tiktoken's id) after each file.
+eot=$(awk '$1 == "<|endoftext|>" { print $2 }' "$work/cl100k_base.special.ids")
+"$PIPETRAIN" data text "${samples[@]}" -o "$work/cl.h5" --tokenizer "cl100k_base:$work/cl100k_base.tiktoken" --eot >/dev/null
+h5dump -d /tokens -y -w 0 "$work/cl.h5" | tr -cs '0-9' ' ' | tr ' ' '\n' | sed '/^$/d' >"$work/cl.ids"
+{ tr ' ' '\n' <"$work/austen.txt.cl100k_base.want"; echo "$eot"; tr ' ' '\n' <"$work/unicode_sample.txt.cl100k_base.want"; echo "$eot"; } \
+  | sed '/^$/d' >"$work/cl.expected"
+tail -n "$(wc -l <"$work/cl.expected")" "$work/cl.ids" | cmp -s - "$work/cl.expected" ||
+  { echo "FAIL: data text --tokenizer cl100k_base --eot did not store tiktoken's ids with $eot after each file"; exit 1; }
+echo "ok: data text --tokenizer cl100k_base --eot stores tiktoken's ids and <|endoftext|> $eot after each file"
 
 # The dataset holds the same ids, with an end-of-text token (50256) after each file.
 "$PIPETRAIN" data text "${samples[@]}" -o "$work/t.h5" --tokenizer gpt2 --eot >"$work/text.out"
