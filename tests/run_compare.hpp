@@ -168,9 +168,10 @@ inline double bf16_layout_bound(const Config& c) {
 }
 
 // bf16 runs that round other values at some point (vocabulary parallelism rounds each slice's
-// exp(logit - slice max) in the backward where one rank rounds softmax - one-hot): from that
-// point on every rounding may differ, each of the R points adding up to one bf16 step (2^-8
-// relative), in quadrature: sqrt(R) 2^-8 (0.033 for the grid suite).
+// exp(logit - slice max) in the backward where one rank rounds softmax - one-hot; selective
+// recomputation and oneDNN's attention read q, k, v rounded where the forward read them in
+// f32): from that point on every rounding may differ, each of the R points adding up to one
+// bf16 step (2^-8 relative), in quadrature: sqrt(R) 2^-8 (0.033 for the grid suite).
 inline double bf16_other_points_bound(const Config& c) {
   return bf16_layout_bound(c) + std::sqrt(16.0 * c.model.n_layer + 8.0) * std::ldexp(1.0, -8);
 }
