@@ -234,13 +234,14 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsOnEveryGridWithoutTensorParallelism)
 }
 
 // Tensor-parallel experts (each expert's width split over tp, as the dense MLP's) beside
-// dp, pp and ep, on the same model and reference: grids with tp = 2 (8 ranks: ep = 4), 1f1b and
+// dp, pp and ep, on the same model and reference: grids with tp = 2 (8 ranks: dp 4 with
+// ep = 4, and dp 2 x pp 2), 1f1b and
 // dualpipev (its F&B pairs taking turns under tp; with ep = dp),
 // zb-h1 with ZeRO-1 (ep 1 and 2: on 8 ranks two ranks share each expert's moments);
 // and bf16 (ep = dp) against the single-rank bf16 run.
 TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
   std::vector<GridCase> grids;
-  for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}, {4, 1, 2}})
+  for (GridCase g : std::vector<GridCase>{{1, 1, 2}, {2, 1, 2}, {1, 2, 2}, {4, 1, 2}, {2, 2, 2}})
     if (g.dp * g.pp * g.tp == world_size()) grids.push_back(g);
   if (grids.empty()) GTEST_SKIP() << "no grid of the list with tp has " << world_size() << " ranks";
   for (GridCase g : grids) {
@@ -274,8 +275,9 @@ TEST(GridMatchesSingleRank, MixtureOfExpertsWithTensorParallelExperts) {
 // Vocabulary parallelism (parallel.vocab_parallel): every pipeline x tensor-parallel rank
 // holds a slice of the embedding and the output layer, joined by collectives; on every grid
 // of the list with a pipeline, GPT-2 (tied) and Llama (untied and tied) under 1f1b and zb-h1,
-// Llama also under interleaved-1f1b and zbv at pp = 2, ZeRO-1, and bf16 (zb-h1; the slices
-// round other values than one rank: Bf16Rounding::OtherPoints), the same run within the bounds. With tp = 2 at pp = 2 the padded 128 rows
+// and at pp = 2 under every schedule kind (gpipe, interleaved-1f1b, looped-bfs, zbv,
+// dualpipev), ZeRO-1, and bf16 (zb-h1; the slices round other values than one rank:
+// Bf16Rounding::OtherPoints), the same run within the bounds. With tp = 2 at pp = 2 the padded 128 rows
 // make four slices, the last of them padding but 4 rows.
 TEST(GridMatchesSingleRank, VocabParallelOnEveryPipelineGrid) {
   std::vector<GridCase> grids;
@@ -291,12 +293,14 @@ TEST(GridMatchesSingleRank, VocabParallelOnEveryPipelineGrid) {
     auto config = [&](GridCase g, const std::string& sched, bool zero1, int v) {
       Config c = arch == "gpt2" ? grid_config(g, sched, 0.05, zero1) : llama_config(g, sched, model.tied, zero1, v);
       c.parallel.virtual_stages = v;
+      if (sched == "dualpipev") c.train.microbatches = 4;  // its V needs 2 per rank
       return c;
     };
     const RunResult ref = run(config({1, 1, 1}, "1f1b", false, 1), MPI_COMM_SELF);
     for (GridCase g : grids) {
       std::vector<std::pair<const char*, int>> scheds = {{"1f1b", 1}, {"zb-h1", 1}};
-      if (g.pp == 2 && arch == "llama") scheds.insert(scheds.end(), {{"interleaved-1f1b", 2}, {"zbv", 2}});
+      if (g.pp == 2)
+        scheds.insert(scheds.end(), {{"gpipe", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zbv", 2}, {"dualpipev", 2}});
       for (const auto& [sched, v] : scheds)
         for (bool zero1 : {false, true}) {
           if (zero1 && g.dp == 1) continue;
