@@ -1,9 +1,13 @@
 // Kernel selection: which OpenBLAS core replaces the one running, for each instruction
 // set (the re-execution itself is checked end to end by tests/cli/blas_kernel.sh).
+#include <cblas.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/blas_kernel.hpp"
+#include "pipetrain/backend/blas_self_check.hpp"
 #include "pipetrain/backend/blas_threads.hpp"
 #include "pipetrain/core/error.hpp"
 
@@ -41,6 +45,67 @@ TEST(BlasKernel, ARightOrUnknownCoreIsKept) {
 
 // bf16 products: oneDNN by default only where it runs bf16 natively; `onednn` also where
 // it emulates, and an error where it cannot run at all; `sgemm` always; nothing else.
+void cblas(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+           float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+              B, ldb, beta, C, ldc);
+}
+
+TEST(BlasSelfCheck, TheRunningKernelPasses) {
+  const ProductCheck c = check_sgemm(cblas);
+  EXPECT_TRUE(c.passed) << c.failure;
+  EXPECT_EQ(c.products, 40);
+  EXPECT_LE(c.worst, 1.0);
+  EXPECT_GT(c.worst, 0.0);  // the bounds are not so loose that nothing registers
+}
+
+// The kinds of wrong product a miscompiled or misdetected kernel gives, each caught.
+TEST(BlasSelfCheck, WrongProductsFailIt) {
+  const std::vector<std::pair<const char*, SgemmFn>> wrong = {
+      {"a transpose ignored on one shape",
+       [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb, float be,
+          float* C, int ldc) { cblas(ta && M != K, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc); }},
+      {"beta treated as 0",
+       [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb, float,
+          float* C, int ldc) { cblas(ta, tb, M, N, K, al, A, lda, B, ldb, 0.0f, C, ldc); }},
+      {"the last partial tile's last column dropped",
+       [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb, float be,
+          float* C, int ldc) {
+         std::vector<float> keep(static_cast<size_t>(M));
+         for (int i = 0; i < M; ++i) keep[i] = C[static_cast<size_t>(i) * ldc + N - 1];
+         cblas(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc);
+         if (N % 16 != 0)
+           for (int i = 0; i < M; ++i) C[static_cast<size_t>(i) * ldc + N - 1] = keep[i];
+       }},
+      {"operands rounded to bf16 (a kernel taking a reduced-precision path)",
+       [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb, float be,
+          float* C, int ldc) {
+         std::vector<float> a(A, A + static_cast<size_t>(ta ? K : M) * lda);
+         for (float& x : a) {
+           int e = 0;
+           x = std::ldexp(std::nearbyint(std::ldexp(std::frexp(x, &e), 8)), e - 8);  // 8 significant bits
+         }
+         cblas(ta, tb, M, N, K, al, a.data(), lda, B, ldb, be, C, ldc);
+       }},
+      {"written past N columns",
+       [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb, float be,
+          float* C, int ldc) {
+         cblas(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc);
+         if (ldc > N) C[N] = 0.0f;
+       }},
+      {"a NaN", [](bool ta, bool tb, int M, int N, int K, float al, const float* A, int lda, const float* B, int ldb,
+                   float be, float* C, int ldc) {
+         cblas(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc);
+         if (M * N > 10000) C[ldc + 1] = NAN;
+       }},
+  };
+  for (const auto& [what, fn] : wrong) {
+    const ProductCheck c = check_sgemm(fn);
+    EXPECT_FALSE(c.passed) << what;
+    EXPECT_FALSE(c.failure.empty()) << what;
+  }
+}
+
 TEST(Bf16Products, OnednnOnlyWhereItRunsBf16Natively) {
   using P = Bf16Products;
   for (const char* policy : {"", "auto"}) {

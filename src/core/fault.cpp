@@ -16,7 +16,7 @@ namespace pipetrain::fault {
 
 const std::vector<std::string>& point_names() {
   static const std::vector<std::string> names = {"forward", "backward",         "p2p-wait", "collective",
-                                                 "optimizer", "checkpoint-write", "eval"};
+                                                 "optimizer", "checkpoint-write", "eval", "blas-check"};
   return names;
 }
 

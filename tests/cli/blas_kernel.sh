@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Kernel selection (pipetrain/backend/blas_kernel.hpp): a fallback OpenBLAS kernel is
-# replaced by the CPU's best before the first product and the header says so; a user's
-# OPENBLAS_CORETYPE is left alone; PIPETRAIN_BLAS_KERNEL=keep never corrects; bf16
+# Kernel selection (pipetrain/backend/blas_kernel.hpp): a fallback or pinned OpenBLAS
+# kernel is replaced by the CPU's best before the first product, once that kernel's
+# products pass their check, and the header says so; a failed check keeps the kernel and
+# says why; PIPETRAIN_BLAS_KERNEL=keep never corrects; bf16
 # products name their path (pipetrain/backend/bf16_products.hpp) and PIPETRAIN_BF16_GEMM
 # is honoured.
 set -euo pipefail
@@ -16,28 +17,43 @@ if ! version | grep -Eq 'BLAS [A-Za-z0-9_]+ \((detected|corrected from)'; then
   exit 77
 fi
 
-echo "== a user's OPENBLAS_CORETYPE is honoured (and the header says what this CPU could run)"
-out=$(version OPENBLAS_CORETYPE=Prescott)
-expect_contains "$out" "BLAS Prescott (OPENBLAS_CORETYPE" "explicit setting"
+echo "== PIPETRAIN_BLAS_KERNEL=keep honours OPENBLAS_CORETYPE (and the header says what this CPU could run)"
 out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=keep)
 expect_contains "$out" "BLAS Prescott (OPENBLAS_CORETYPE" "keep"
+set +e
+err=$(version PIPETRAIN_BLAS_KERNEL=fastest 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] || die "an unknown PIPETRAIN_BLAS_KERNEL was accepted"
+expect_contains "$err" "PIPETRAIN_BLAS_KERNEL=fastest: expected auto, best or keep" "unknown policy"
 
 if ! grep -qw avx /proc/cpuinfo; then
   echo "SKIP: the correction: this CPU has no AVX (Prescott is its best kernel); the honouring checks passed"
   exit 77
 fi
-echo "== a fallback kernel is corrected before the first product, also under mpiexec"
-# PIPETRAIN_BLAS_KERNEL=best treats the forced Prescott like OpenBLAS's own fallback.
-out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best)
-expect_contains "$out" "(corrected from Prescott on this" "correction"
+echo "== a pinned older kernel is replaced by the CPU's best once that kernel's products pass their check"
+out=$(version OPENBLAS_CORETYPE=Prescott)
+expect_contains "$out" "(corrected from Prescott, pinned by OPENBLAS_CORETYPE, on this" "correction of a pin"
+expect_contains "$out" "its products checked here)" "correction of a pin"
 [[ $out != *"BLAS Prescott"* ]] || die "still Prescott after the correction: $out"
+if "$PIPETRAIN" --version | grep -q "fault injection: on"; then
+  echo "== a kernel whose check fails (here: dies, or reports an error) is not taken, and the header says why"
+  out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_FAULT=0:blas-check:kill 2>/dev/null)
+  expect_contains "$out" "BLAS Prescott (OPENBLAS_CORETYPE; " "a check that dies"
+  expect_contains "$out" "failed its product check here: its check died of signal 9" "a check that dies"
+  out=$(version OPENBLAS_CORETYPE=Prescott PIPETRAIN_FAULT=0:blas-check:throw)
+  expect_contains "$out" "failed its product check here: injected fault at blas-check" "a check that fails"
+else
+  echo "fault injection compiled out: the failing-check cases are not run"
+fi
+echo "== a fallback kernel is corrected before the first product, also under mpiexec"
 head -c 50000 "$SRC/inputs/austen.txt" >c.txt
 "$PIPETRAIN" data text c.txt -o c.h5 >/dev/null
-OPENBLAS_CORETYPE=Prescott PIPETRAIN_BLAS_KERNEL=best timeout 120 "$MPIEXEC" -np 2 \
-  -x OPENBLAS_CORETYPE -x PIPETRAIN_BLAS_KERNEL "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
+OPENBLAS_CORETYPE=Prescott timeout 120 "$MPIEXEC" -np 2 \
+  -x OPENBLAS_CORETYPE "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
   --set data.train=c.h5 --set model.n_layer=2 --set model.d_model=32 --set train.seq_len=16 \
   --set model.max_seq_len=16 --set train.steps=2 --set parallel.pp=2 --set log.progress=false >train.out
-expect_contains "$(cat train.out)" "(corrected from Prescott on this" "train header"
+expect_contains "$(cat train.out)" "(corrected from Prescott, pinned by OPENBLAS_CORETYPE, on this" "train header"
 grep -q "^step" train.out || die "the corrected run did not train: $(cat train.out)"
 
 echo "== BLAS threads: each rank its share of the CPUs it may run on; a user's count is honoured"

@@ -10,7 +10,8 @@
 //   oom    throw std::bad_alloc (what a failed allocation raises)
 //   hang   print a line, then sleep forever (the watchdog and the launcher end the job)
 //   kill   print a line, then raise SIGKILL (the process dies without a word of its own)
-// Points: forward, backward, p2p-wait, collective, optimizer, checkpoint-write, eval.
+// Points: forward, backward, p2p-wait, collective, optimizer, checkpoint-write, eval,
+// blas-check (the child that checks an OpenBLAS kernel, pipetrain/backend/blas_kernel.hpp).
 //
 // Configure with -DPIPETRAIN_FAULT_INJECTION=OFF to compile the seam out: `point` is
 // then an empty inline function and the variable is ignored.
