@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
     if (rank == 0)
       fmt::print("runtime.pack_weights = {}: the single rank {}{}\n", pack_weights,
                  single.trainer.packs_weights() ? "packs" : "does not pack",
-                 single.trainer.pack_reason().empty() ? "" : " (" + single.trainer.pack_reason() + ")");
+                 single.trainer.dense_products().why.empty() ? "" : " (" + single.trainer.dense_products().why + ")");
     bench::single_rank_mean(median(mine), rank);
     for (size_t k = 0; k < pipes.size(); ++k) {
       if (rank == 0)

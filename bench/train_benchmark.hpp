@@ -215,9 +215,7 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::vector<KernelRate> kernels = len > 0 ? every_kernel(self, tokens_mb) : std::vector<KernelRate>{};
   fmt::print("backend: {}\nBLAS kernel: {}, threads {}\n", backend->name(), blas_kernel_summary(), threads);
-  if (!trainer.pack_reason().empty())
-    fmt::print("runtime.pack_weights = \"auto\": {} ({})\n", trainer.packs_weights() ? "packed" : "not packed",
-               trainer.pack_reason());
+  if (!trainer.dense_products().why.empty()) fmt::print("dense products: {}\n", trainer.dense_products().why);
   fmt::print("model: {} {} layers, d_model {}, {:.2f}M params; {} tokens/microbatch x {} microbatches\n",
              arch == "llama" ? fmt::format("Llama ({} key/value heads, SwiGLU {}, untied)", cfg.model.kv_heads(),
                                            cfg.model.ffn())

@@ -102,12 +102,15 @@ struct RunResult {
   double lr_sum = 0;                      // sum of the learning rates of the steps run
 };
 
-// source: the samples (empty: `pattern`'s).
-inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend, BatchSource source = {}) {
+// source: the samples (empty: `pattern`'s). paths: the dense products' paths to run
+// (Backend::set_dense_paths) in place of those the trainer resolved.
+inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend, BatchSource source = {},
+                     const DensePaths* paths = nullptr) {
   Grid grid(comm, cfg.parallel, cfg.source);
   const int T = cfg.train.seq_len;
   if (!source) source = [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); };
   Trainer trainer(cfg, grid, backend, std::move(source));
+  if (paths && !backend.set_dense_paths(*paths)) throw Error("the backend cannot run these dense products' paths");
   RunResult r;
   for (int s = 0; s < cfg.train.steps; ++s) {
     const StepMetrics m = trainer.train_step(s);

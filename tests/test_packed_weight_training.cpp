@@ -1,12 +1,15 @@
-// runtime.pack_weights on one rank, in a file of its own: on a build or CPU that cannot pack
-// weights every case skips, and CTest reports the entry skipped rather than passed.
+// runtime.pack_weights and runtime.dense_products on one rank, in a file of their own: on a
+// build or CPU that cannot pack weights or has no oneDNN every case skips, and CTest reports
+// the entry skipped rather than passed.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "model_fixtures.hpp"
+#include "run_compare.hpp"
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -63,6 +66,42 @@ TEST(PackedWeightTraining, CopiesAreWhatTheMemoryEstimateCounts) {
     const Backend::PackedWeights held = backend->packed_weights();
     EXPECT_EQ(static_cast<double>(held.elements), f32_products ? 2 * dense : 0.0) << precision;
     EXPECT_GE(held.bytes, 4 * static_cast<size_t>(held.elements)) << precision;  // padding only adds
+  }
+}
+
+// Every path the start-up choice can pick (plan/product_choice.hpp: a library per product,
+// packed or not) trains the single-rank reference (all three in the BLAS) within the grid
+// suite's fp32 bounds: they change only the order of the products' sums. A seeded mistake in
+// one path (oneDNN's weight gradient with beta 0, dropping what the earlier microbatch
+// accumulated) fails the comparison.
+TEST(DenseProductPaths, EachPathTheChoiceCanPickTrainsAsTheReference) {
+  auto backend = make_cpu_backend();
+  if (!backend->set_dense_paths(DensePaths{{ProductLibrary::Onednn, ProductLibrary::Onednn, ProductLibrary::Onednn},
+                                           {DenseShape{64, 64}}}))
+    GTEST_SKIP() << "this build or CPU has no oneDNN paths (sgemm and packed weights): only the BLAS runs";
+  backend->set_dense_paths({});
+  Config cfg = testing::tiny_training_config(2);
+  cfg.train.steps = 4;
+  cfg.runtime.pack_weights = Toggle::Off;
+  cfg.runtime.dense_products = "blas";
+  const testing::RunResult ref = testing::run(cfg, MPI_COMM_SELF, *backend);
+  std::vector<DenseShape> every_shape;
+  for (const DenseShapeCount& s : dense_weight_shapes(cfg.model, 1)) every_shape.push_back(s.shape);
+  for (int mask = 1; mask < 16; ++mask) {  // bits 0-2: that product in oneDNN; bit 3: packed
+    DensePaths p;
+    for (int k = 0; k < 3; ++k) p.library[k] = (mask >> k) & 1 ? ProductLibrary::Onednn : ProductLibrary::Blas;
+    if (mask & 8) p.packed = every_shape;
+    SCOPED_TRACE(::testing::Message() << "forward " << library_name(p.library[0]) << ", input gradient "
+                                      << library_name(p.library[1]) << ", weight gradient "
+                                      << library_name(p.library[2]) << (p.packed.empty() ? "" : ", packed"));
+    const long onednn_before = onednn_sgemm_products_run(), packed_before = packed_dense_products_run();
+    testing::expect_same_run(testing::run(cfg, MPI_COMM_SELF, *backend, {}, &p), ref, cfg);
+    const bool plain_onednn = p.library[2] == ProductLibrary::Onednn ||
+                              (p.packed.empty() && (p.library[0] == ProductLibrary::Onednn ||
+                                                    p.library[1] == ProductLibrary::Onednn));
+    EXPECT_EQ(onednn_sgemm_products_run() > onednn_before, plain_onednn);
+    EXPECT_EQ(packed_dense_products_run() > packed_before, !p.packed.empty());
+    backend->set_dense_paths({});
   }
 }
 

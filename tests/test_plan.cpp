@@ -15,6 +15,7 @@
 #include "pipetrain/plan/cluster.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/plan/planner.hpp"
+#include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "plan_fixtures.hpp"
@@ -40,7 +41,7 @@ TEST(ClusterFile, ShippedExamplesLoad) {
 TEST(ClusterFile, RoundTripsThroughToml) {
   ClusterSpec c = parse_cluster(kCluster, "a.toml");
   c.intra_node.allreduce_bandwidth = 80e9;
-  c.device.measured["fp32"] = UnitRates{{128, 512}, {50e9, 80e9}, {60e9, 90e9}, 20e9};
+  c.device.measured["fp32"] = UnitRates{{128, 512}, {50e9, 80e9}, {60e9, 90e9}, 20e9, {}, {}};
   const ClusterSpec d = parse_cluster(cluster_to_toml(c), "b.toml");
   EXPECT_EQ(d.nodes, 2);
   EXPECT_EQ(d.devices_per_node, 4);
@@ -52,6 +53,18 @@ TEST(ClusterFile, RoundTripsThroughToml) {
   EXPECT_NEAR(d.inter_node.latency, 5e-6, 1e-12);
   ASSERT_EQ(d.device.measured.at("fp32").tokens.size(), 2u);
   EXPECT_NEAR(d.device.measured.at("fp32").head_flops[1], 90e9, 1e3);
+  EXPECT_FALSE(d.device.measured.at("fp32").has_packed());
+  // The packed rates and the reorders, where calibration measured them.
+  UnitRates& r = c.device.measured["fp32"];
+  r.block_flops_packed = {70e9, 95e9}, r.head_flops_packed = {75e9, 99e9};
+  r.block_reorder_s = 2.5e-3, r.head_reorder_s = 0.02;
+  const UnitRates e = parse_cluster(cluster_to_toml(c), "c.toml").device.measured.at("fp32");
+  ASSERT_TRUE(e.has_packed());
+  EXPECT_NEAR(e.block_at(512, true), 95e9, 1e3);
+  EXPECT_NEAR(e.block_at(512, false), 80e9, 1e3);
+  EXPECT_NEAR(e.head_at(128, true), 75e9, 1e3);
+  EXPECT_NEAR(e.block_reorder_s, 2.5e-3, 1e-12);
+  EXPECT_NEAR(e.head_reorder_s, 0.02, 1e-12);
 }
 
 TEST(ClusterFile, EveryMissingKeyIsNamed) {
@@ -101,7 +114,7 @@ TEST(ClusterFile, BadValuesAndTyposAreErrors) {
 }
 
 TEST(ClusterFile, MeasuredRatesInterpolateInLogTokens) {
-  const UnitRates r{{100, 400}, {10, 30}, {1, 3}, 0};
+  const UnitRates r{{100, 400}, {10, 30}, {1, 3}, 0, {}, {}};
   EXPECT_DOUBLE_EQ(r.block_at(50), 10);    // below: the first
   EXPECT_DOUBLE_EQ(r.block_at(1000), 30);  // above: the last
   EXPECT_NEAR(r.block_at(200), 20, 1e-12);  // log(200) is halfway between log(100) and log(400)
@@ -213,7 +226,7 @@ TEST(CostModel, ActionTimesByHand) {
   EXPECT_DOUBLE_EQ(sel.I, t2.I + w2.attention_flops / rate);
   // measured rates replace peak x efficiency and include the elementwise work
   ClusterSpec cal = c;
-  cal.device.measured["bf16"] = UnitRates{{1024}, {20e12}, {40e12}, 100e9};
+  cal.device.measured["bf16"] = UnitRates{{1024}, {20e12}, {40e12}, 100e9, {}, {}};
   EXPECT_DOUBLE_EQ(unit_times(cal, m, UnitKind::Block, 1, B, T, "bf16", Recompute::None).W, w.w_flops / 20e12);
   EXPECT_DOUBLE_EQ(unit_times(cal, m, UnitKind::Head, 1, B, T, "bf16", Recompute::None).F,
                    unit_work(m, UnitKind::Head, 1, B, T, 2).f_flops / 40e12);
@@ -392,6 +405,83 @@ TEST(Planner, AutoPackingCountsCopiesWhereTheRunWouldPack) {
   EXPECT_DOUBLE_EQ(predict(cfg, cpu(tight), l).memory.packed_copies, 0.0);
   l.microbatch_size *= 2, l.microbatches = 1;  // 1024 rows
   EXPECT_DOUBLE_EQ(predict(cfg, cpu(16), l).memory.packed_copies, 0.0);
+}
+
+// The choice from timed products: a library per product only past the 10% margin, the
+// user's library over any timing, per-shape packing where m uses pay the reorders (the
+// count and the slice's scale weighing the libraries, not the packing rule), nothing
+// packed for inference, and no oneDNN where a shape has no oneDNN time.
+TEST(ProductChoice, EachProductAndShapeByItsTimes) {
+  auto use = [](DenseShape s, int count, double scale, std::array<double, 3> blas, std::array<double, 3> onednn,
+                std::array<double, 2> packed, double reorder) {
+    DenseShapeUse u;
+    u.shape = s, u.count = count, u.scale = scale;
+    u.times.shape = timed_shape(s);
+    u.times.blas = blas, u.times.onednn = onednn, u.times.packed = packed, u.times.reorder = reorder;
+    return u;
+  };
+  const std::vector<DenseShapeUse> shapes = {
+      // forward: oneDNN 0.8 of the BLAS's time (past the margin); dx: 0.95 (within it); dW: slower.
+      use({768, 768}, 12, 1, {1.0, 1.0, 1.0}, {0.8, 0.95, 1.2}, {0.5, 0.6}, 1.2),
+      // packing saves (0.8 + 1.0) - (0.4 + 0.6) = 0.8 a use here against a reorder of 2: pays from 3 uses.
+      use({50304, 768}, 1, 12.28, {1.0, 1.0, 1.0}, {0.8, 0.95, 1.2}, {0.4, 0.6}, 2.0),
+  };
+  const DenseChoice c = choose_dense_paths(shapes, std::nullopt, Toggle::Auto, 2);
+  EXPECT_EQ(c.paths.library[kForward], ProductLibrary::Onednn);
+  EXPECT_EQ(c.paths.library[kInputGradient], ProductLibrary::Blas);
+  EXPECT_EQ(c.paths.library[kWeightGradient], ProductLibrary::Blas);
+  // 768x768 saves (0.8 + 1.0) - (0.5 + 0.6) = 0.7 a use: 2 uses pay its 1.2, not the head's 2.
+  EXPECT_EQ(c.paths.packed, (std::vector<DenseShape>{{768, 768}})) << c.why;
+  EXPECT_NE(c.why.find("forward oneDNN (1.25x the BLAS's speed)"), std::string::npos) << c.why;
+  EXPECT_EQ(choose_dense_paths(shapes, std::nullopt, Toggle::Auto, 3).paths.packed.size(), 2u);
+  EXPECT_TRUE(choose_dense_paths(shapes, std::nullopt, Toggle::Auto, 0).paths.packed.empty());  // inference
+  EXPECT_TRUE(choose_dense_paths(shapes, std::nullopt, Toggle::Off, 100).paths.packed.empty());
+  const DenseChoice forced = choose_dense_paths(shapes, ProductLibrary::Onednn, Toggle::Off, 2);
+  EXPECT_EQ(forced.paths.library, (std::array<ProductLibrary, 3>{ProductLibrary::Onednn, ProductLibrary::Onednn,
+                                                                  ProductLibrary::Onednn}));
+  std::vector<DenseShapeUse> no_onednn = shapes;
+  no_onednn[1].times.onednn = {-1, -1, -1};
+  EXPECT_EQ(choose_dense_paths(no_onednn, std::nullopt, Toggle::Off, 2).paths.library[kForward], ProductLibrary::Blas);
+  // A saving within 5% of the plain products is noise: not packed, however many uses.
+  std::vector<DenseShapeUse> marginal = {use({768, 768}, 1, 1, {1, 1, 1}, {2, 2, 2}, {0.97, 0.99}, 0)};
+  EXPECT_TRUE(choose_dense_paths(marginal, std::nullopt, Toggle::Auto, 1000).paths.packed.empty());
+}
+
+// With a calibrated cluster file the planner packs a layout by the trainer's timed rule
+// (plan/product_choice's packing_pays): where m microbatches' saving pays the reorders,
+// and then prices the units at the packed rates and adds the reorders once a step.
+TEST(Planner, CalibratedPackingPaysWhereTheMicrobatchesPayTheReorders) {
+  Config cfg = tiny_config(8);
+  cfg.model.d_model = kPackModelMin, cfg.model.n_head = 8;
+  cfg.runtime.pack_weights = Toggle::Auto;
+  cfg.train.seq_len = 128;
+  ClusterSpec c = node_of(1, 64);
+  c.device.kind = "cpu";
+  c.device.peak_flops["fp32"] = 100e9;
+  UnitRates& r = c.device.measured["fp32"];
+  r = UnitRates{{1024}, {50e9}, {50e9}, 10e9, {100e9}, {100e9}};  // packed: twice the rate
+  Layout l;
+  l.microbatch_size = 8, l.precision = "fp32";  // 1024 tokens a microbatch
+  const UnitWork w = unit_work(cfg.model, UnitKind::Block, 1, 8, 128);
+  const double block = (w.f_flops + w.i_flops + w.w_flops) / 50e9;  // plain; packed saves half of it
+  r.block_reorder_s = 3 * block / 2 * 0.99;                          // paid back by 3 microbatches, not 2
+  r.head_reorder_s = 0;
+  auto packed_copies = [&](int m) {
+    l.microbatches = m;
+    return predict(cfg, c, l).memory.packed_copies;
+  };
+  EXPECT_EQ(packed_copies(2), 0.0);
+  EXPECT_GT(packed_copies(3), 0.0);
+  EXPECT_TRUE(packing_pays(block / 2, block, r.block_reorder_s, 3));
+  EXPECT_FALSE(packing_pays(block / 2, block, r.block_reorder_s, 2));
+  // Priced as run: at m = 3 the blocks at the packed rate, plus their reorders once.
+  l.microbatches = 3;
+  const double packed_step = predict(cfg, c, l).compute_s;
+  cfg.runtime.pack_weights = Toggle::Off;
+  const double plain_step = predict(cfg, c, l).compute_s;
+  const UnitWork hw = unit_work(cfg.model, UnitKind::Head, 1, 8, 128);
+  const double head = (hw.f_flops + hw.i_flops + hw.w_flops) / 50e9;
+  EXPECT_NEAR(plain_step - packed_step, 4 * (3 * block / 2 - r.block_reorder_s) + 3 * head / 2, 1e-9 * plain_step);
 }
 
 TEST(Planner, BranchAndBoundRanksAsTheExhaustiveSearch) {

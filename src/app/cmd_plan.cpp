@@ -118,10 +118,6 @@ int run_plan(const PlanCliOptions& o) {
     if (o.output.empty()) fail("plan --calibrate: say where to write the cluster file (-o CLUSTER.toml)");
     auto backend = cfg.runtime.device == "cpu" ? make_cpu_backend() : nullptr;
     if (!backend) fail("plan --calibrate measures CPU nodes (runtime.device = \"cpu\")");
-    // The layers measured as the run will multiply (calibrate_cluster applies it again for
-    // each microbatch size it measures, where "auto" may choose otherwise).
-    apply_pack_weights(cfg, *backend, std::max(1, cfg.train.global_batch / std::max(1, cfg.train.microbatches)) *
-                                          cfg.train.seq_len);
     if (rank == 0) fmt::print("pipetrain plan --calibrate: measuring ({})\n", backend->name());
     const ClusterSpec c = calibrate_cluster(cfg, *backend, MPI_COMM_WORLD, [](const std::string& s) {
       fmt::print("{}\n", s);

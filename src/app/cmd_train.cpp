@@ -310,13 +310,11 @@ nlohmann::json metrics_row(const StepRecord& r, const std::optional<Prediction>&
   return row;
 }
 
-// The backend's part of the header: its name, what runtime.pack_weights = "auto" chose,
-// and how transfers and dp reductions run.
+// The backend's part of the header: its name, what runtime.dense_products and
+// runtime.pack_weights chose and why, and how transfers and dp reductions run.
 std::string backend_summary(const Config& cfg, const Trainer& trainer, const Backend& backend) {
   std::string s = backend.name();
-  if (!trainer.pack_reason().empty())
-    s += fmt::format(" (runtime.pack_weights = \"auto\": {}, {})", trainer.packs_weights() ? "packed" : "not packed",
-                     trainer.pack_reason());
+  if (!trainer.dense_products().why.empty()) s += fmt::format(" (dense products: {})", trainer.dense_products().why);
   if (cfg.runtime.device != "cpu")
     s += " (transfers: " + trainer.comms_summary() + ")";
   else if (trainer.progress_thread())

@@ -105,6 +105,7 @@ inline constexpr std::array kKeys{
     PT_KEY(runtime, timeout_s),
     PT_KEY(runtime, on_nonfinite),
     PT_KEY(runtime, pack_weights),
+    PT_KEY(runtime, dense_products),
     PT_KEY(comm, p2p),
     PT_KEY(comm, progress_us),
 };

@@ -225,6 +225,10 @@ void check_runtime(const Checker& c, const Config& cfg) {
           "comm.p2p = \"nccl\" needs runtime.device = \"cuda\" (CPU runs move host memory with MPI)");
   c.check(cfg.runtime.timeout_s >= 0,
           fmt::format("runtime.timeout_s ({}) must be >= 0 (0 = no watchdog)", cfg.runtime.timeout_s));
+  c.check(cfg.runtime.dense_products == "auto" || cfg.runtime.dense_products == "blas" ||
+              cfg.runtime.dense_products == "onednn",
+          fmt::format("runtime.dense_products: unknown library {} (expected \"auto\", \"blas\" or \"onednn\")",
+                      quote(cfg.runtime.dense_products)));
   c.check(cfg.runtime.on_nonfinite == "stop" || cfg.runtime.on_nonfinite == "skip",
           fmt::format("runtime.on_nonfinite: unknown action {} (expected \"stop\" or \"skip\")",
                       quote(cfg.runtime.on_nonfinite)));

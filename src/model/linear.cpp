@@ -77,7 +77,7 @@ void linear_backward_weight(const MicrobatchContext& ctx, const Tensor& dy, cons
     be.gemm_bf16(true, false, out, in, N, 1.0f, dy.bf16_data(), out, x.bf16_data(), in, 1.0f, w.grad.f32(), in);
   } else {
     const Tensor dyf = working_f32(ctx, dy), xf = working_f32(ctx, x);
-    be.gemm(true, false, out, in, N, 1.0f, dyf.f32(), out, xf.f32(), in, 1.0f, w.grad.f32(), in);
+    be.dense_backward_weight(N, out, in, dyf.f32(), xf.f32(), w.grad.f32());
   }
   if (b) be.bias_backward(b->grad.f32(), working_f32(ctx, dy).f32(), N, out);
 }

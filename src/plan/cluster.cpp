@@ -62,6 +62,7 @@ class Table {
     if (!v) fail("{}: {} must be a string", source_, name(key));
     return *v;
   }
+  bool has(const std::string& key) const { return t_ && t_->get(key); }
   // A non-empty array of positive numbers (n entries when n > 0), each times `scale`.
   std::vector<double> numbers(const std::string& key, size_t n = 0, double scale = 1) {
     known_.insert(key);
@@ -127,8 +128,12 @@ double interpolate(const std::vector<double>& x, const std::vector<double>& y, d
 
 }  // namespace
 
-double UnitRates::block_at(double n) const { return interpolate(tokens, block_flops, n); }
-double UnitRates::head_at(double n) const { return interpolate(tokens, head_flops, n); }
+double UnitRates::block_at(double n, bool packed) const {
+  return interpolate(tokens, packed && has_packed() ? block_flops_packed : block_flops, n);
+}
+double UnitRates::head_at(double n, bool packed) const {
+  return interpolate(tokens, packed && has_packed() ? head_flops_packed : head_flops, n);
+}
 
 ClusterSpec parse_cluster(const std::string& text, const std::string& source) {
   toml::table root;
@@ -182,6 +187,12 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source) {
       for (size_t k = 1; k < u.tokens.size(); ++k)
         if (!(u.tokens[k] > u.tokens[k - 1])) fail("{}: {} must increase", source, r.name("tokens"));
       u.embedding_bytes_per_s = r.positive("embedding_gbs") * 1e9;
+      if (r.has("block_gflops_packed")) {  // all four, or none
+        u.block_flops_packed = r.numbers("block_gflops_packed", u.tokens.size(), 1e9);
+        u.head_flops_packed = r.numbers("head_gflops_packed", u.tokens.size(), 1e9);
+        u.block_reorder_s = r.number("block_reorder_ms") * 1e-3;
+        u.head_reorder_s = r.number("head_reorder_ms") * 1e-3;
+      }
       r.no_other_keys();
       if (!c.device.peak_flops.count(prec))
         fail("{}: [measured.{}] needs device.peak_tflops.{}", source, prec, prec);
@@ -222,10 +233,16 @@ std::string cluster_to_toml(const ClusterSpec& c) {
     for (double x : v) s.push_back(fmt::format("{:.6g}", x / scale));
     return fmt::format("[{}]", fmt::join(s, ", "));
   };
-  for (const auto& [p, u] : d.measured)
+  for (const auto& [p, u] : d.measured) {
     out += fmt::format("\n[measured.{}]\ntokens = {}\nblock_gflops = {}\nhead_gflops = {}\nembedding_gbs = {:.6g}\n", p,
                        list(u.tokens, 1), list(u.block_flops, 1e9), list(u.head_flops, 1e9),
                        u.embedding_bytes_per_s / 1e9);
+    if (u.has_packed())
+      out += fmt::format("block_gflops_packed = {}\nhead_gflops_packed = {}\nblock_reorder_ms = {:.6g}\n"
+                         "head_reorder_ms = {:.6g}\n",
+                         list(u.block_flops_packed, 1e9), list(u.head_flops_packed, 1e9), u.block_reorder_s * 1e3,
+                         u.head_reorder_s * 1e3);
+  }
   return out;
 }
 

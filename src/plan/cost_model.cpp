@@ -190,15 +190,20 @@ PackChoice choose_pack_weights(const PackInputs& in) {
                                                      : fmt::format("{:.0f} MiB", b / 1048576.0); };
   if (!in.can_pack) return {false, "the backend multiplies by the weights in place"};
   if (!in.f32_products) return {false, "bf16 products read the bf16 weights"};
-  if (in.d_model < kPackModelMin)
+  if (in.measured_pays) {
+    if (!*in.measured_pays) return {false, "timed not to pay here"};
+  } else if (in.d_model < kPackModelMin) {
     return {false, fmt::format("d_model {} < {}: not measured to pay", in.d_model, kPackModelMin)};
-  if (in.rows > kPackRowsMax)
+  } else if (in.rows > kPackRowsMax) {
     return {false, fmt::format("{}-row microbatches: sgemm's repacking weighs little above {}", in.rows, kPackRowsMax)};
-  if (in.microbatches < 2) return {false, "fewer than 2 microbatches a step: the reorders would not pay back"};
+  } else if (in.microbatches < 2) {
+    return {false, "fewer than 2 microbatches a step: the reorders would not pay back"};
+  }
   if (in.memory_per_rank > 0 && in.copies_bytes > 0.25 * in.memory_per_rank)
     return {false, fmt::format("the copies ({}) would take over a quarter of the rank's {}", gib(in.copies_bytes),
                                gib(in.memory_per_rank))};
-  std::string why = fmt::format("{}-row microbatches; copies {}", in.rows, gib(in.copies_bytes));
+  std::string why = in.measured_pays ? fmt::format("timed to pay; copies {}", gib(in.copies_bytes))
+                                     : fmt::format("{}-row microbatches; copies {}", in.rows, gib(in.copies_bytes));
   if (in.memory_per_rank > 0)
     why += fmt::format(", {:.1f}% of the rank's {}", 100 * in.copies_bytes / in.memory_per_rank, gib(in.memory_per_rank));
   return {true, why};
@@ -235,20 +240,20 @@ namespace {
 // The FLOP rate of a block part's products on `tokens` rows at full width: measured where
 // the cluster file has rates for the precision (they include the elementwise work), else the
 // peak times the file's efficiency.
-double block_rate(const DeviceSpec& d, const std::string& precision, double tokens) {
+double block_rate(const DeviceSpec& d, const std::string& precision, double tokens, bool packed) {
   if (const auto measured = d.measured.find(precision); measured != d.measured.end())
-    return measured->second.block_at(tokens);
+    return measured->second.block_at(tokens, packed);
   const auto peak = d.peak_flops.find(precision);
   return peak == d.peak_flops.end() ? 0 : peak->second * d.gemm_efficiency;
 }
 }  // namespace
 
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode, int block, int context) {
+                       const std::string& precision, Recompute mode, int block, int context, bool packed) {
   const bool experts = block >= 0 && model.moe(block);
   if (kind == UnitKind::Block && experts) {  // each half at its own rate
-    const ActionTimes a = unit_times(c, model, UnitKind::Attention, tp, B, T, precision, mode, -1, context),
-                      m = unit_times(c, model, UnitKind::Mlp, tp, B, T, precision, mode, block);
+    const ActionTimes a = unit_times(c, model, UnitKind::Attention, tp, B, T, precision, mode, -1, context, packed),
+                      m = unit_times(c, model, UnitKind::Mlp, tp, B, T, precision, mode, block, 0, packed);
     return {a.F + m.F, a.I + m.I, a.W + m.W, a.tp_comm + m.tp_comm};
   }
   const UnitWork w = unit_work(model, kind, tp, B, T, precision == "bf16" ? 2 : 4, block, context);
@@ -262,8 +267,9 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
     // A tp shard's products are 1/tp as wide: about the work of N/tp tokens at full width;
     // an expert's, of its share of the routed rows.
     const double tokens = static_cast<double>(B) * T / tp * (experts ? double(model.top_k) / model.n_experts : 1.0);
-    if (is_block_part(kind)) rate = block_rate(d, precision, tokens), bytes_counted = false;
-    if (kind == UnitKind::Head) rate = measured->second.head_at(tokens), bytes_counted = false;
+    // (A mixture's experts multiply in place: never packed.)
+    if (is_block_part(kind)) rate = block_rate(d, precision, tokens, packed && !experts), bytes_counted = false;
+    if (kind == UnitKind::Head) rate = measured->second.head_at(tokens, packed), bytes_counted = false;
     if (kind == UnitKind::Embedding) byte_rate = measured->second.embedding_bytes_per_s;
   }
   const double flops_total = w.f_flops + w.i_flops + w.w_flops;
@@ -310,7 +316,7 @@ ActionTimes ring_seconds(const ClusterSpec& c, const ModelConfig& model, int tp,
   const double keys_values = 4.0 * 2.0 * B * rows * model.kv_heads() * (model.d_model / model.n_head) / tp;
   const double step = p2p_seconds(keys_values, group_link(c, tp, cp));
   // One step's block: a cp-th of the rank's attention products (its share of the window).
-  const double rate = block_rate(c.device, precision, static_cast<double>(B) * rows / tp);
+  const double rate = block_rate(c.device, precision, static_cast<double>(B) * rows / tp, false);
   const UnitWork w = unit_work(model, UnitKind::Attention, tp, B, rows, 4, -1, context);
   const double block_f = rate > 0 ? w.attention_flops / cp / rate : 0, block_i = 2.5 * block_f;
   ActionTimes t;

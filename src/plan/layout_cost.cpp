@@ -7,6 +7,7 @@
 
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 
 namespace pipetrain {
@@ -16,9 +17,27 @@ namespace {
 // A rank's tokens of each sequence (a cp-th under context parallelism).
 int rank_tokens(const Context& cx, const Layout& l) { return cx.cfg.train.seq_len / l.cp; }
 
+// runtime.pack_weights = "auto" where the cluster file has rates with and without packing:
+// plan/product_choice's rule (what the trainer weighs per weight shape at start-up) on one
+// block's products per microbatch, saved against its reorders, m uses a step. Nothing
+// where the file has no such rates (choose_pack_weights' fixed rule then decides).
+std::optional<bool> packing_timed_to_pay(const Context& cx, const Layout& l) {
+  const ClusterSpec& c = cx.cluster;
+  const auto rates = c.device.measured.find(l.precision);
+  if (cx.cfg.runtime.pack_weights != Toggle::Auto || rates == c.device.measured.end() || !rates->second.has_packed())
+    return std::nullopt;
+  const UnitWork w = unit_work(cx.cfg.model, UnitKind::Block, l.tp, l.microbatch_size, rank_tokens(cx, l));
+  const double flops = w.f_flops + w.i_flops + w.w_flops,
+               tokens = static_cast<double>(l.microbatch_size) * rank_tokens(cx, l) / l.tp;
+  const double plain = flops / rates->second.block_at(tokens, false),
+               packed = flops / rates->second.block_at(tokens, true);
+  return packing_pays(plain - packed, plain, rates->second.block_reorder_s / l.tp, l.microbatches);
+}
+
 // runtime.pack_weights: true and false as set; "auto" packs every rank or none, by the
 // rank with the most copies (as the Trainer decides), on CPUs only.
-bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, const std::vector<StageUnits>& units) {
+bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, const std::vector<StageUnits>& units,
+                     std::optional<bool> timed) {
   const ModelConfig& model = cx.cfg.model;
   const ClusterSpec& c = cx.cluster;
   const int R = s.num_ranks, tp = l.tp;
@@ -37,6 +56,7 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
     in.microbatches = l.microbatches;
     in.copies_bytes = 8.0 * *std::max_element(dense_on.begin(), dense_on.end());
     in.memory_per_rank = c.device.memory_bytes;
+    in.measured_pays = timed;
     pack = choose_pack_weights(in).on;
   }
   return pack;
@@ -49,6 +69,7 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
 struct Holdings {
   double params = 0, widened = 0, dense = 0, largest_stash = 0;
   double experts = 0;  // of params, the routed experts' (expert-parallel under ep > 1)
+  double blocks = 0;   // the blocks on the rank (a half-block counts a half)
   bool embedding = false, head = false, block = false;
 };
 Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule& s,
@@ -74,6 +95,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule
       h.embedding = h.embedding || p.kind == UnitKind::Embedding;
       h.head = h.head || p.kind == UnitKind::Head;
       h.block = h.block || is_block_part(p.kind);
+      h.blocks += p.kind == UnitKind::Block ? 1.0 : is_block_part(p.kind) ? 0.5 : 0.0;
     }
   }
   h.dense = rank_dense_weight_params(model, pieces, l.tp, vp ? l.pp * l.tp : 0);
@@ -153,7 +175,7 @@ double exposed_exchange(double exchange, double paired, const ActionTimes& t) {
 // split the blocks, their ends keeping positions and the final norm (as the Trainer splits).
 std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedule& sched, Costed& out,
                                      std::vector<double>& stage_tp, std::vector<double>& stage_ep,
-                                     std::vector<double>& stage_cp) {
+                                     std::vector<double>& stage_cp, bool packed) {
   const ModelConfig& model = cx.cfg.model;
   const int S = sched.num_stages, T = rank_tokens(cx, l), context = cx.cfg.train.seq_len;
   std::map<UnitKind, ActionTimes> times, moe_times;
@@ -161,8 +183,10 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
   for (int b = 0; b < model.n_layer && first_moe < 0; ++b)
     if (model.moe(b)) first_moe = b;
   for (UnitKind k : {UnitKind::Embedding, UnitKind::Block, UnitKind::Attention, UnitKind::Mlp, UnitKind::Head}) {
-    times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, -1, context);
-    moe_times[k] = unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, first_moe);
+    times[k] =
+        unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, -1, context, packed);
+    moe_times[k] =
+        unit_times(cx.cluster, model, k, l.tp, l.microbatch_size, T, l.precision, l.recompute, first_moe, 0, packed);
   }
   const ActionTimes ring = ring_seconds(cx.cluster, model, l.tp, l.cp, l.microbatch_size, context, l.precision);
   const double exchange = expert_exchange_seconds(cx.cluster, model, l.tp, l.ep, l.microbatch_size, T);
@@ -203,6 +227,19 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
   return units;
 }
 
+// The stages priced as the run will multiply: packed where "auto" would pack (its memory
+// test needs the split: priced again in the rare case it undoes the packing). Whether the
+// run packs.
+bool price_as_run(const Context& cx, Layout& l, const Schedule& s, Costed& out, std::vector<double>& stage_tp,
+                  std::vector<double>& stage_ep, std::vector<double>& stage_cp, std::vector<StageUnits>& units) {
+  const std::optional<bool> timed = packing_timed_to_pay(cx, l);
+  const bool priced_packed = cx.cfg.runtime.pack_weights == Toggle::On || timed.value_or(false);
+  units = price_stages(cx, l, s, out, stage_tp, stage_ep, stage_cp, priced_packed);
+  const bool pack = planned_packing(cx, l, s, units, timed);
+  if (pack != priced_packed) units = price_stages(cx, l, s, out, stage_tp, stage_ep, stage_cp, pack);
+  return pack;
+}
+
 }  // namespace
 
 // Costs everything but the timeline. `built` is the layout's schedule.
@@ -215,7 +252,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const bool vp = l.vocab_parallel;
   Costed out;
   std::vector<double> stage_tp, stage_ep, stage_cp;
-  const std::vector<StageUnits> units = price_stages(cx, l, s, out, stage_tp, stage_ep, stage_cp);
+  std::vector<StageUnits> units;
+  const bool pack = price_as_run(cx, l, s, out, stage_tp, stage_ep, stage_cp, units);
   const bool bf16 = l.precision == "bf16", native_bf16 = multiplies_bf16(c.device);
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
@@ -232,7 +270,6 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const Recompute mode = l.recompute;
   const double world_latency =
       allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
-  const bool pack = planned_packing(cx, l, s, units);
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.ep_comm = out.cp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
@@ -248,6 +285,11 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
       out.cp_comm[r] += m * stage_cp[static_cast<size_t>(st)];
     }
     for (double v : out.costs.vocab) out.busy[r] += m * v;
+    // A step's reorders of the packed copies (once per step, after the update).
+    if (const auto rates = c.device.measured.find(l.precision); pack && rates != c.device.measured.end())
+      out.busy[r] += (h.blocks * rates->second.block_reorder_s +
+                      (vp ? rates->second.head_reorder_s / l.pp : h.head ? rates->second.head_reorder_s : 0.0)) /
+                     tp;
     // A tied table on two ranks is updated on the head's only; the embedding's rank skips it.
     const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),

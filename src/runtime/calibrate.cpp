@@ -13,6 +13,7 @@
 #include "pipetrain/core/tensor.hpp"
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/runtime/product_timing.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/topology/node_memory.hpp"
 
@@ -118,6 +119,67 @@ double allreduce_bandwidth(MPI_Comm comm, double latency) {
   return 2.0 * (n - 1) / n * bytes / std::max(best - 2.0 * (n - 1) * latency, 1e-9);
 }
 
+// Each kind of layer at the config's microbatch and at a quarter, half, twice and four
+// times its tokens (the planner also tries microbatches larger than the config's).
+UnitRates measure_unit_rates(const Config& cfg, Backend& backend, MPI_Comm world, bool bf16,
+                             const std::function<void(const std::string&)>& say) {
+  const int B = std::max(1, cfg.train.global_batch / std::max(1, cfg.train.microbatches)), T = cfg.train.seq_len;
+  auto flops = [&](UnitKind k, int b) {
+    const UnitWork w = unit_work(cfg.model, k, 1, b, T);
+    return w.f_flops + w.i_flops + w.w_flops;
+  };
+  // The products run in the libraries the run would choose (runtime.dense_products, timed
+  // at each size); the layers are timed with every dense weight in place and, where the
+  // node can keep them packed, packed, with the reorders a step then pays: the planner
+  // weighs the two for each layout by the rule the trainer applies (plan/product_choice).
+  Config in_place = cfg;
+  in_place.runtime.pack_weights = Toggle::Off;
+  const bool may_pack = cfg.runtime.pack_weights != Toggle::Off;
+  UnitRates r;
+  for (const int b : {B / 4, B / 2, B, 2 * B, 4 * B}) {
+    if (b < 1 || (!r.tokens.empty() && b * T <= r.tokens.back())) continue;
+    const DenseChoice plain = apply_dense_paths(in_place, backend, 1, b * T, 0, world, "");
+    const MeasuredUnits u = time_units_here(cfg.model, backend, b, T, bf16 ? DType::BF16 : DType::F32);
+    r.tokens.push_back(static_cast<double>(b) * T);
+    r.block_flops.push_back(mean_over(world, flops(UnitKind::Block, b) / u.block.total()));
+    r.head_flops.push_back(mean_over(world, flops(UnitKind::Head, b) / u.head.total()));
+    if (b == B)
+      r.embedding_bytes_per_s =
+          mean_over(world, unit_work(cfg.model, UnitKind::Embedding, 1, b, T).bytes / u.embedding.total());
+    say(fmt::format("  microbatch {} x {}: block {:.1f} GFLOP/s ({:.1f} ms), head {:.1f} GFLOP/s ({:.1f} ms), "
+                    "embedding {:.2f} ms",
+                    b, T, r.block_flops.back() / 1e9, 1e3 * u.block.total(), r.head_flops.back() / 1e9,
+                    1e3 * u.head.total(), 1e3 * u.embedding.total()));
+    const bool packs = may_pack && !plain.from.empty() && plain.from.front().times.reorder >= 0 &&
+                       (r.tokens.size() == 1 || r.has_packed());  // at every size, or at none
+    if (packs) {
+      DensePaths packed = plain.paths;
+      for (const DenseShapeUse& x : plain.from) packed.packed.push_back(x.shape);
+      backend.set_dense_paths(packed);
+      const MeasuredUnits p = time_units_here(cfg.model, backend, b, T, bf16 ? DType::BF16 : DType::F32);
+      r.block_flops_packed.push_back(mean_over(world, flops(UnitKind::Block, b) / p.block.total()));
+      r.head_flops_packed.push_back(mean_over(world, flops(UnitKind::Head, b) / p.head.total()));
+      if (b == B) {  // the reorders of one block's weights and of the head's, per step
+        const DenseShape head{cfg.model.padded_vocab(), cfg.model.d_model};
+        double all = 0;
+        for (const DenseShapeUse& x : plain.from) {
+          all += x.count * x.scale * x.times.reorder;
+          if (x.shape == head) r.head_reorder_s = x.scale * x.times.reorder;
+        }
+        r.block_reorder_s = std::max(0.0, all - r.head_reorder_s) / cfg.model.n_layer;
+      }
+      say(fmt::format("  microbatch {} x {}, weights packed: block {:.1f} GFLOP/s, head {:.1f} GFLOP/s", b, T,
+                      r.block_flops_packed.back() / 1e9, r.head_flops_packed.back() / 1e9));
+    } else if (r.has_packed()) {  // timed at one size and not another: none kept
+      r.block_flops_packed.clear(), r.head_flops_packed.clear();
+    }
+  }
+  say(r.has_packed() ? fmt::format("  reorders of packed weights: {:.2f} ms a block, {:.2f} ms the head, per step",
+                                   1e3 * r.block_reorder_s, 1e3 * r.head_reorder_s)
+                     : std::string("  weights not packed here (runtime.pack_weights, or nothing timed to pack)"));
+  return r;
+}
+
 }  // namespace
 
 ClusterSpec calibrate_cluster(const Config& cfg, Backend& backend, MPI_Comm world,
@@ -159,30 +221,7 @@ ClusterSpec calibrate_cluster(const Config& cfg, Backend& backend, MPI_Comm worl
   d.memory_bandwidth = mean_over(world, adamw_bandwidth(backend, *pool, int64_t{8} << 20));
   say(fmt::format("  AdamW: {:.1f} GB/s per rank", d.memory_bandwidth / 1e9));
 
-  // Each kind of layer at the config's microbatch and at a quarter, half, twice and four
-  // times its tokens (the planner also tries microbatches larger than the config's).
-  const int B = std::max(1, cfg.train.global_batch / std::max(1, cfg.train.microbatches)), T = cfg.train.seq_len;
-  auto flops = [&](UnitKind k, int b) {
-    const UnitWork w = unit_work(cfg.model, k, 1, b, T);
-    return w.f_flops + w.i_flops + w.w_flops;
-  };
-  UnitRates r;
-  for (const int b : {B / 4, B / 2, B, 2 * B, 4 * B}) {
-    if (b < 1 || (!r.tokens.empty() && b * T <= r.tokens.back())) continue;
-    apply_pack_weights(cfg, backend, b * T);  // "auto" packs at some sizes, not at others
-    const MeasuredUnits u = time_units_here(cfg.model, backend, b, T, bf16 ? DType::BF16 : DType::F32);
-    r.tokens.push_back(static_cast<double>(b) * T);
-    r.block_flops.push_back(mean_over(world, flops(UnitKind::Block, b) / u.block.total()));
-    r.head_flops.push_back(mean_over(world, flops(UnitKind::Head, b) / u.head.total()));
-    if (b == B)
-      r.embedding_bytes_per_s =
-          mean_over(world, unit_work(cfg.model, UnitKind::Embedding, 1, b, T).bytes / u.embedding.total());
-    say(fmt::format("  microbatch {} x {}: block {:.1f} GFLOP/s ({:.1f} ms), head {:.1f} GFLOP/s ({:.1f} ms), "
-                    "embedding {:.2f} ms",
-                    b, T, r.block_flops.back() / 1e9, 1e3 * u.block.total(), r.head_flops.back() / 1e9,
-                    1e3 * u.head.total(), 1e3 * u.embedding.total()));
-  }
-  d.measured[prec] = r;
+  d.measured[prec] = measure_unit_rates(cfg, backend, world, bf16, say);
 
   if (local > 1) {
     c.intra_node = ping_pong(world, 0, 1);  // ranks 0 and 1 share node 0 (ranks fill nodes in order)

@@ -18,6 +18,7 @@
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
+#include "pipetrain/runtime/product_timing.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
@@ -112,61 +113,31 @@ Program program_from_config(const Config& cfg, const Schedule& s, const std::str
   return p;
 }
 
-namespace {
 
-// runtime.pack_weights = "auto"'s inputs but the copies and the memory; leaves the backend
-// packing where it can.
-PackInputs auto_pack_inputs(const Config& cfg, Backend& backend, int rows, int microbatches) {
-  PackInputs in;
-  in.can_pack = backend.set_pack_weights(true);
-  in.f32_products = !(cfg.train.precision == "bf16" && backend.bf16_products_native());
-  in.d_model = cfg.model.d_model;
-  in.rows = rows;
-  in.microbatches = microbatches;
-  return in;
-}
-
-}  // namespace
-
-bool apply_pack_weights(const Config& cfg, Backend& backend, int rows) {
-  const Toggle want = cfg.runtime.pack_weights;
-  if (want == Toggle::Off) {
-    backend.set_pack_weights(false);
-    return false;
-  }
-  if (want == Toggle::On) {
-    if (!backend.set_pack_weights(true))
-      fail(
-          "runtime.pack_weights = true: the {} backend cannot keep weights in its product library's layout (on the "
-          "CPU that needs pipetrain built with oneDNN, and oneDNN's optimized f32 matmul on this CPU)",
-          cfg.runtime.device);
-    return true;
-  }
-  const bool on = choose_pack_weights(auto_pack_inputs(cfg, backend, rows, cfg.train.microbatches)).on;
-  backend.set_pack_weights(on);
-  return on;
-}
-
-// "auto" with this rank's copies weighed against its memory; every rank of the job packs,
-// or none does (one rule for the whole run, as the header says).
-PackChoice Trainer::resolve_pack_weights(const Config& cfg) {
-  if (cfg.runtime.pack_weights != Toggle::Auto) return {cfg.runtime.pack_weights == Toggle::On, ""};
-  // Inference has no updates to amortise the reorders over.
-  PackInputs in = auto_pack_inputs(cfg, backend_, mb_size_ * local_seq_len(),
-                                   use_ == TrainerUse::Train ? cfg.train.microbatches : 0);
+// runtime.pack_weights = "auto"'s memory test, for this rank's copies once the split is
+// known: every rank of the job keeps its packed shapes, or none does (one rule for the
+// whole run, as the header says).
+void Trainer::check_packed_copies_fit(const Config& cfg) {
+  if (cfg.runtime.pack_weights != Toggle::Auto) return;
   std::vector<StagePiece> pieces;
   for (size_t s = 0; s < units_.size(); ++s)
     if (schedule_.stage_to_rank[s] == grid_.coords().pp)
       for (const StagePiece& p : stage_pieces(cfg.model, units_[s])) pieces.push_back(p);
+  PackInputs in;
+  in.can_pack = !dense_.paths.packed.empty();
+  in.measured_pays = true;  // (choose_pack_weights' memory test alone: the timed rule has chosen)
   in.copies_bytes =
       8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.tp(), vocab_parallel_ ? grid_.pp() * grid_.tp() : 0);
   in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
-  PackChoice c = choose_pack_weights(in);
-  double off = c.on ? 0.0 : 1.0;
+  const PackChoice c = choose_pack_weights(in);
+  double off = in.can_pack && !c.on ? 1.0 : 0.0;
   grid_.world().allreduce_max(&off, 1);
-  if (off > 0 && c.on) c = {false, "another rank's copies would not fit in its memory"};
-  backend_.set_pack_weights(c.on);
-  return c;
+  if (off > 0 && !dense_.paths.packed.empty()) {
+    dense_.paths.packed.clear();
+    dense_.why += c.on ? "; not packed after all: another rank's copies would not fit in its memory"
+                       : "; not packed after all: " + c.why;
+    backend_.set_dense_paths(dense_.paths);
+  }
 }
 
 double Trainer::peak_memory_bytes() const {
@@ -294,9 +265,14 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (const std::string e = batch_split_problem(cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
       !e.empty())
     fail("{}", e);
-  // runtime.pack_weights: the units are measured as the run will multiply ("auto" weighs
-  // the copies once the split is known, below).
-  apply_pack_weights(cfg, backend, mb_size_ * (cfg.train.seq_len / grid.cp()));
+  // runtime.dense_products and runtime.pack_weights, before the units are measured, so
+  // they are measured as the run will multiply ("auto" weighs the copies once the split
+  // is known, below).
+  const bool training = use == TrainerUse::Train;
+  dense_ = apply_dense_paths(cfg, backend, grid.tp(), mb_size_ * (cfg.train.seq_len / grid.cp()),
+                             training ? cfg.train.microbatches : 0, grid.world().comm(),
+                             training ? product_times_cache(cfg) : "");
+  pack_all_ = cfg.runtime.pack_weights == Toggle::On;
   std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
   schedule_ = schedule_from_config(cfg, &comms_csv);
   const int S = schedule_.num_stages;
@@ -310,11 +286,10 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   if (cfg.model.n_experts > 0 && use == TrainerUse::Train) moe_stats_ = std::make_unique<MoeStepStats>(cfg.model);
   if (vocab_parallel_) unit_costs_ = unit_costs_.vocabulary_parallel();
   units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
-  pack_ = resolve_pack_weights(cfg);
+  check_packed_copies_fit(cfg);
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
   const bool zero1 = cfg.parallel.zero1 && grid.dp_comm().size() > 1;
-  const bool training = use == TrainerUse::Train;
   if (!training && grid.world_size() > 1)
     fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
   // The tied table on two ranks is updated on the last stage only (see optimizer_step):

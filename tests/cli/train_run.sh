@@ -30,26 +30,35 @@ assert last < first - 2.0, f"loss did not fall enough: {first} -> {last}"
 print(f"loss {first:.3f} -> {last:.3f}")
 PY
 
-# runtime.pack_weights = "auto" (the default) says in the header what it chose and why: a
-# d_model 512 model at 128-token microbatches, two a step, packs where the build and CPU
-# can (the backend line then names the packed products); set false, no choice is reported.
+# runtime.dense_products and runtime.pack_weights = "auto" (the defaults) say in the header
+# what they chose and why: a d_model 512 model is timed at start-up (the times kept in the
+# checkpoint directory, read back by the next run, which then chooses alike); the backend
+# line names packed products exactly when the choice packed some; set false, nothing is
+# packed; below d_model 512 nothing is timed.
 auto_run() {
   timeout 300 "$PIPETRAIN" train "$SRC/inputs/austen-char.toml" \
     --set data.train="$tmp/corpus.h5" --set train.steps=1 --set model.n_layer=1 --set model.n_head=8 \
     --set model.d_model=512 --set train.seq_len=64 --set model.max_seq_len=64 --set train.global_batch=4 \
-    --set train.microbatches=2 "$@"
+    --set train.microbatches=2 --set checkpoint.dir="$tmp/ck" "$@"
 }
 auto_run >"$tmp/auto.txt"
-if grep -q 'runtime.pack_weights = "auto": packed, 128-row microbatches; copies' "$tmp/auto.txt"; then
+grep -q "(dense products: .*(times timed here in " "$tmp/auto.txt" || { echo "FAIL: no timed choice: $(cat "$tmp/auto.txt")"; exit 1; }
+[ -s "$tmp/ck/dense_product_times.json" ] || { echo "FAIL: the times were not kept"; exit 1; }
+choice() { grep -o '(dense products: .*(times' "$1"; }
+if choice "$tmp/auto.txt" | grep -q "; packed "; then
   grep -q 'dense products by weights packed for' "$tmp/auto.txt"
-else
-  grep -q 'runtime.pack_weights = "auto": not packed, the backend multiplies by the weights in place' "$tmp/auto.txt"
-  if grep -q 'dense products by weights packed for' "$tmp/auto.txt"; then echo "FAIL: auto chose not to pack, yet packed"; exit 1; fi
+elif grep -q 'dense products by weights packed for' "$tmp/auto.txt"; then
+  echo "FAIL: auto chose not to pack, yet packed"; exit 1
 fi
+auto_run >"$tmp/again.txt"
+grep -q "(times from $tmp/ck/dense_product_times.json)" "$tmp/again.txt" || { echo "FAIL: the kept times were not read: $(cat "$tmp/again.txt")"; exit 1; }
+[ "$(choice "$tmp/auto.txt")" = "$(choice "$tmp/again.txt")" ] || { echo "FAIL: the restarted run chose otherwise"; exit 1; }
 auto_run --set runtime.pack_weights=false >"$tmp/off.txt"
-if grep -q 'runtime.pack_weights = "auto"' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still reports auto"; exit 1; fi
 if grep -q 'dense products by weights packed for' "$tmp/off.txt"; then echo "FAIL: pack_weights=false still packed"; exit 1; fi
-grep -m1 'runtime.pack_weights' "$tmp/auto.txt"
+if choice "$tmp/off.txt" | grep -q "; packed "; then echo "FAIL: pack_weights=false reports packing"; exit 1; fi
+auto_run --set model.d_model=256 >"$tmp/small.txt"
+grep -q "(dense products: BLAS: d_model 256 < 512, too small to time" "$tmp/small.txt"
+choice "$tmp/auto.txt"
 
 # Mixture of experts (inputs/moe-demo.toml, smaller): the header names the experts, the loss
 # falls, and each step's metrics carry the auxiliary losses and one load per MoE block

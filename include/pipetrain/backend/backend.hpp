@@ -9,12 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/backend/gemm_problem.hpp"
+#include "pipetrain/core/dense_products.hpp"
 #include "pipetrain/backend/moe_routing.hpp"
 #include "pipetrain/core/device_allocator.hpp"
 #include "pipetrain/core/documents.hpp"
@@ -78,6 +80,21 @@ class Backend : public DeviceAllocator {
   }
   virtual void dense_backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) {
     gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  }
+  // The weight gradient dW += dy^T x (dy: rows x out, x: rows x in, dW: out x in).
+  virtual void dense_backward_weight(int rows, int out, int in, const float* dy, const float* x, float* dw) {
+    gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  }
+  // Which library runs each of the three fp32 products and which weight shapes are kept
+  // packed (core/dense_products.hpp; the trainer applies plan/product_choice's choice).
+  // False where this backend cannot run them so (a GPU: one library; a CPU built without
+  // oneDNN). Replaces what set_pack_weights set.
+  virtual bool set_dense_paths(const DensePaths& paths) { return paths == DensePaths{}; }
+  // One weight shape's products at `rows` rows on each path this backend has, timed here;
+  // nothing where it has only one (a GPU).
+  virtual std::optional<DenseProductTimes> time_dense_products(DenseShape shape, int rows) {
+    (void)shape, (void)rows;
+    return std::nullopt;
   }
   // Begins (true) or ends (false) a span in which no weight changes: an executor run (the
   // optimizer updates between runs). Outside a span the products read W as it stands.
@@ -410,6 +427,8 @@ std::string blas_kernel_name();
 // Products a CPU backend ran in this process by a weight kept in oneDNN's layout
 // (runtime.pack_weights): how a test or benchmark sees that packing took place.
 long packed_dense_products_run();
+// Products a CPU backend ran in this process through oneDNN's sgemm (runtime.dense_products).
+long onednn_sgemm_products_run();
 // Restricts BLAS (and oneDNN, when built in) to `n` threads (no-op where the BLAS cannot be told).
 void set_blas_threads(int n);
 

@@ -165,6 +165,10 @@ struct RuntimeConfig {
   // costs two more copies of the weights (Backend::set_pack_weights). Auto: where it was
   // measured to pay and the copies fit (plan/cost_model's choose_pack_weights).
   Toggle pack_weights = Toggle::Auto;
+  // The library of the dense layers' fp32 products: "blas", "onednn" (its sgemm), or
+  // "auto": each product where it was timed faster on this node
+  // (runtime/product_timing.hpp, plan/product_choice.hpp).
+  std::string dense_products = "auto";
 };
 
 // How device tensors move between ranks on GPUs (the CPU always uses MPI).

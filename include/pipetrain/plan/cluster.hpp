@@ -14,11 +14,18 @@ namespace pipetrain {
 // `tokens[k]` tokens (products run faster on bigger operands; between two sizes the rate
 // is interpolated in log(tokens), outside them the nearest is used), and the embedding's
 // rate in bytes/s over the bytes its lookup and scatter move.
+// Where the node can keep weights packed for its products (runtime.pack_weights), the
+// same rates with every dense weight packed, and the reorders a step pays for that: per
+// block and for the head, in seconds at full width (plan/product_choice.hpp's rule weighs
+// them for each layout, as the trainer does for its run).
 struct UnitRates {
   std::vector<double> tokens, block_flops, head_flops;
   double embedding_bytes_per_s = 0;
-  double block_at(double n) const;
-  double head_at(double n) const;
+  std::vector<double> block_flops_packed, head_flops_packed;  // empty: not measured
+  double block_reorder_s = 0, head_reorder_s = 0;
+  double block_at(double n, bool packed = false) const;
+  double head_at(double n, bool packed = false) const;
+  bool has_packed() const { return !block_flops_packed.empty(); }
 };
 
 struct DeviceSpec {

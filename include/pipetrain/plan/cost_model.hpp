@@ -7,6 +7,7 @@
 // allreduce_seconds, allgather_seconds, p2p_seconds, expert_exchange_seconds, group_link, ring_seconds,
 // adamw_seconds, gradient_passes_seconds, MemoryInputs, RankMemory, rank_memory.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,12 +70,15 @@ double rank_dense_weight_params(const ModelConfig& model, const std::vector<Stag
 // that widen their operands run at the f32 rate).
 bool multiplies_bf16(const DeviceSpec& device);
 
-// runtime.pack_weights = "auto": whether a run keeps its weights packed. It packs only where
-// that was measured to pay (bench/RESULTS.md, `bench_gemm_libs` and `bench_train_gpt2` on two
-// CPUs at d_model 768): microbatches of at most kPackRowsMax rows (forward and dx products
-// then take 0.72-0.93 of sgemm's time, which repacks the weight on every call), at least two
-// microbatches a step (the reorders after each update pay back from 1.1-1.9), matrices of
-// d_model >= kPackModelMin, and copies within a quarter of the rank's memory.
+// runtime.pack_weights = "auto": whether a run keeps its weights packed, and the copies fit
+// within a quarter of the rank's memory. Where the products were timed on the node
+// (`measured_pays`: plan/product_choice.hpp's rule, which the trainer applies at start-up
+// and the planner with a calibrated cluster file), that decides; elsewhere (a cluster file
+// without packed rates) a fixed rule from bench/RESULTS.md (`bench_gemm_libs` and
+// `bench_train_gpt2` on two CPUs at d_model 768): microbatches of at most kPackRowsMax rows
+// (forward and dx products then take 0.72-0.93 of sgemm's time, which repacks the weight on
+// every call), at least two microbatches a step (the reorders after each update pay back
+// from 1.1-1.9), matrices of d_model >= kPackModelMin (below it nothing is timed either).
 inline constexpr int kPackRowsMax = 512;
 inline constexpr int kPackModelMin = 512;
 struct PackInputs {
@@ -85,6 +89,7 @@ struct PackInputs {
   int microbatches = 0;         // per step, through each stage
   double copies_bytes = 0;      // this rank's two f32 copies: 8 bytes per dense_weight_params element
   double memory_per_rank = 0;   // bytes one rank may count on (the node's, shared); 0 = unknown
+  std::optional<bool> measured_pays;  // the timed rule's answer, where the products were timed
 };
 struct PackChoice {
   bool on = false;
@@ -110,9 +115,11 @@ struct ActionTimes {
   double tp_comm = 0;  // of F + I
 };
 // `block` and `context` as for unit_work (a mixture of experts' products are per expert:
-// measured rates are taken at an expert's rows).
+// measured rates are taken at an expert's rows). `packed`: the dense weights kept packed
+// (measured rates with packing, where the cluster file has them).
 ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind kind, int tp, int B, int T,
-                       const std::string& precision, Recompute mode, int block = -1, int context = 0);
+                       const std::string& precision, Recompute mode, int block = -1, int context = 0,
+                       bool packed = false);
 
 // Context parallelism's ring in one attention layer for one microbatch of B sequences of
 // `context` tokens over cp ranks (spaced tp apart): what its transfers add to the forward (F)

@@ -18,6 +18,7 @@
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/model/vocab_slice.hpp"
 #include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
@@ -95,13 +96,6 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullpt
 Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
                             bool in_order, bool vocab_parallel);
 
-// Sets runtime.pack_weights on `backend` for products of `rows`-row microbatches (a
-// Trainer does; so does the planner's calibration, which measures the layers as a run
-// would) and returns whether it packs: true packs (an error where the backend cannot),
-// false does not, "auto" packs where choose_pack_weights says it pays, its memory test
-// left to the caller (the Trainer weighs this rank's copies once the split is known).
-bool apply_pack_weights(const Config& cfg, Backend& backend, int rows);
-
 // What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
 // weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
 // moments, no random initialisation — generating with a model takes its weights' memory,
@@ -142,11 +136,12 @@ class Trainer {
     return it == recompute_.end() ? Recompute::None : it->second;
   }
   const ExecutorStats& last_stats() const { return last_stats_; }
-  // runtime.pack_weights as this run resolved it: whether the dense products multiply by
-  // packed copies, and, where "auto" decided, why (for the run header).
-  bool packs_weights() const { return pack_.on; }
+  // runtime.dense_products and runtime.pack_weights as this run resolved them: whether
+  // the dense products multiply by packed copies, the paths, and, where "auto" decided,
+  // why (for the run header).
+  bool packs_weights() const { return pack_all_ || !dense_.paths.packed.empty(); }
+  const DenseChoice& dense_products() const { return dense_; }
   bool vocab_parallel() const { return vocab_parallel_; }  // parallel.vocab_parallel, resolved
-  const std::string& pack_reason() const { return pack_.why; }
   const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
@@ -207,7 +202,7 @@ class Trainer {
   Program train_program_;  // the schedule lowered and validated at construction
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
-  PackChoice resolve_pack_weights(const Config& cfg);
+  void check_packed_copies_fit(const Config& cfg);
   std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
   std::map<int, Recompute> recompute_;  // each stage's train.recompute
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
@@ -239,7 +234,8 @@ class Trainer {
   int64_t model_params_ = 0;
   std::vector<StageUnits> units_;
   UnitCosts unit_costs_;
-  PackChoice pack_;  // runtime.pack_weights, resolved
+  DenseChoice dense_;  // runtime.dense_products and runtime.pack_weights, resolved
+  bool pack_all_ = false;  // runtime.pack_weights = true
   bool vocab_parallel_ = false;              // parallel.vocab_parallel, resolved
   std::unique_ptr<MoeStepStats> moe_stats_;  // the step's routing (mixture-of-experts models)
   std::unique_ptr<VocabSlice> vocab_slice_;  // this rank's rows of the vocabulary, then

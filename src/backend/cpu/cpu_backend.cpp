@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +34,17 @@ class CpuBackend final : public Backend {
                                                                    : std::string("sgemm on widened operands");
     return std::string("cpu (Kokkos ") + HostSpace::name() + ", BLAS " + blas_kernel_summary() + ", " +
            blas_threads_summary() + "; bf16 products: " + bf16 +
-           (packed_ ? "; dense products by weights packed for " + onednn_description() : std::string()) + ")";
+           dense_paths_summary() + ")";
+  }
+
+  // The dense layers' products where they do not all run in the BLAS.
+  std::string dense_paths_summary() const {
+    std::string s;
+    for (const DenseProduct p : {kForward, kInputGradient, kWeightGradient})
+      if (library_[p] == ProductLibrary::Onednn) s += std::string(s.empty() ? "" : ", ") + product_name(p);
+    if (!s.empty()) s = "; dense " + s + " products by oneDNN's sgemm";
+    if (packed_) s += "; dense products by weights packed for " + onednn_description();
+    return s;
   }
 
   void* allocate(size_t bytes) override { return memory_.allocate(bytes); }
@@ -54,11 +65,26 @@ class CpuBackend final : public Backend {
   void dense_forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
                      const float* residual) override {
     if (!packed_ || !packed_->forward(rows, out, in, x, w, y, bias, residual))
-      Backend::dense_forward(rows, out, in, x, w, y, bias, residual);
+      cpu::gemm_bias(false, true, rows, out, in, x, in, w, in, y, out, bias, residual, library_[kForward]);
   }
   void dense_backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx) override {
     if (!packed_ || !packed_->backward_input(rows, out, in, dy, w, dx))
-      Backend::dense_backward_input(rows, out, in, dy, w, dx);
+      cpu::gemm_in(library_[kInputGradient], false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  }
+  void dense_backward_weight(int rows, int out, int in, const float* dy, const float* x, float* dw) override {
+    cpu::gemm_in(library_[kWeightGradient], true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  }
+  bool set_dense_paths(const DensePaths& paths) override {
+    const bool onednn = std::any_of(paths.library.begin(), paths.library.end(),
+                                    [](ProductLibrary l) { return l == ProductLibrary::Onednn; });
+    if (onednn && !cpu::onednn_built_in()) return false;
+    if (!set_pack_weights(!paths.packed.empty())) return false;
+    if (packed_) packed_->only(paths.packed);
+    library_ = paths.library;
+    return true;
+  }
+  std::optional<DenseProductTimes> time_dense_products(DenseShape shape, int rows) override {
+    return cpu::time_dense_products(shape, rows);
   }
   void hold_weights(bool held) override {
     if (packed_) packed_->hold(held);
@@ -66,6 +92,7 @@ class CpuBackend final : public Backend {
   bool set_pack_weights(bool on) override {
     if (on && !packed_) packed_ = PackedDense::make();
     if (!on) packed_.reset();
+    if (packed_) packed_->only({});
     return on == (packed_ != nullptr);
   }
   int refresh_packed_weights_until(const std::function<bool()>& arrived) override {
@@ -355,6 +382,7 @@ class CpuBackend final : public Backend {
   Bf16Products bf16_path_;
   std::vector<float> gemm_scratch_;  // gemm_bf16's widened operands
   std::unique_ptr<PackedDense> packed_;  // runtime.pack_weights: the held weights' copies
+  std::array<ProductLibrary, 3> library_{ProductLibrary::Blas, ProductLibrary::Blas, ProductLibrary::Blas};
 };
 
 }  // namespace

@@ -129,12 +129,23 @@ void fill(float* x, float value, size_t n);
 // ---- matrix products (CBLAS sgemm, row-major) ----
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+// The same product through oneDNN's sgemm (gemm_onednn.cpp); false when oneDNN is not built in.
+bool gemm_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc);
+// gemm in `library` (core/dense_products.hpp): oneDNN where asked for and built in, else the BLAS.
+void gemm_in(ProductLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+             int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// The products of one dense weight shape at `rows` rows on each path this build has
+// (dense_timing.cpp): the BLAS, oneDNN's sgemm and oneDNN by a packed weight, and the
+// reorder that packs it.
+DenseProductTimes time_dense_products(DenseShape shape, int rows);
 // Starts C (M x N, leading dimension ldc; the residual's too) at bias + residual, for a
 // product accumulated into it (either may be null, not both).
 void start_rows(float* C, int M, int N, int ldc, const float* bias, const float* residual);
 // C = op(A) op(B) + bias + residual, as Backend::gemm_bias states it.
 void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
-               float* C, int ldc, const float* bias, const float* residual);
+               float* C, int ldc, const float* bias, const float* residual,
+               ProductLibrary library = ProductLibrary::Blas);
 // bf16 operands through oneDNN (path kOnednn, where it has the shape), else widened into
 // `scratch` (reused between calls) and gemm; the epilogue as Backend::gemm_bf16 states it.
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
@@ -164,6 +175,8 @@ class PackedDense {
   bool forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
                const float* residual);
   bool backward_input(int rows, int out, int in, const float* dy, const float* w, float* dx);
+  // Packs only weights of these shapes (the others' products return false); empty: all.
+  void only(std::vector<DenseShape> shapes);
   // The copies kept now: elements (one count per copy) and bytes in oneDNN's layout.
   std::pair<int64_t, size_t> held_copies() const;
   // Backend::refresh_packed_weights_until and forget_packed_weights.

@@ -8,6 +8,7 @@
 // and OpenBLAS is the faster there at every shape measured.
 #include "cpu_kernels.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #ifdef PIPETRAIN_HAVE_ONEDNN
@@ -69,6 +70,8 @@ class PackedDense::Impl {
   // The entry for `k`, or nullptr when oneDNN has only its reference implementation for
   // this product (slower than sgemm) or none.
   Entry* get(const Key& k) {
+    if (!only_.empty() && std::find(only_.begin(), only_.end(), DenseShape{k.out, k.in}) == only_.end())
+      return nullptr;  // a shape the run's choice leaves to the plain product
     auto it = entries_.find(k);
     if (it == entries_.end()) it = entries_.emplace(k, make(k)).first;
     return it->second ? &*it->second : nullptr;
@@ -112,6 +115,8 @@ class PackedDense::Impl {
     }
     return n;
   }
+
+  void only(std::vector<DenseShape> shapes) { only_ = std::move(shapes); }
 
   void forget() {
     entries_.clear();
@@ -166,6 +171,7 @@ class PackedDense::Impl {
   std::unordered_map<Key, std::optional<Entry>, KeyHash> entries_;  // node-based: an Entry stays put
   std::vector<Entry*> order_, last_order_;  // refreshed in this hold, in the last one
   size_t next_ = 0;                         // the first of last_order_ not looked at in this hold
+  std::vector<DenseShape> only_;            // the shapes packed (empty: all)
   uint64_t hold_ = 0;
   bool held_ = false;
 };
@@ -187,6 +193,7 @@ std::unique_ptr<PackedDense> PackedDense::make() {
 void PackedDense::hold(bool held) { impl_->hold(held); }
 int PackedDense::refresh_until(const std::function<bool()>& arrived) { return impl_->refresh_until(arrived); }
 void PackedDense::forget() { impl_->forget(); }
+void PackedDense::only(std::vector<DenseShape> shapes) { impl_->only(std::move(shapes)); }
 std::pair<int64_t, size_t> PackedDense::held_copies() const { return impl_->copies(); }
 
 bool PackedDense::forward(int rows, int out, int in, const float* x, const float* w, float* y, const float* bias,
@@ -217,6 +224,7 @@ std::unique_ptr<PackedDense> PackedDense::make() { return nullptr; }
 void PackedDense::hold(bool) {}
 int PackedDense::refresh_until(const std::function<bool()>&) { return 0; }
 void PackedDense::forget() {}
+void PackedDense::only(std::vector<DenseShape>) {}
 std::pair<int64_t, size_t> PackedDense::held_copies() const { return {0, 0}; }
 bool PackedDense::forward(int, int, int, const float*, const float*, float*, const float*, const float*) {
   return false;

@@ -44,13 +44,13 @@ void start_rows(float* C, int M, int N, int ldc, const float* bias, const float*
 // a bias or residual added afterwards is one more pass over C each: C is instead started
 // at bias + residual (one pass, written once) and the product accumulated into it.
 void gemm_bias(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
-               float* C, int ldc, const float* bias, const float* residual) {
+               float* C, int ldc, const float* bias, const float* residual, ProductLibrary library) {
   if (!bias && !residual) {
-    gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    gemm_in(library, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
   start_rows(C, M, N, ldc, bias, residual);
-  gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+  gemm_in(library, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
