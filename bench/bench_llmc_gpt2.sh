@@ -46,11 +46,10 @@ OPENBLAS_NUM_THREADS=1 "$pipetrain" train "$here/inputs/gpt2-124m.toml" --set da
 "$pipetrain" ckpt export-llmc "$(ls "$work"/ckpt/*.h5 | tail -n 1)" -o "$work/gpt2_124M.bin" >/dev/null
 cd "$work"
 OMP_NUM_THREADS=1 ./train_gpt2 | tee run.log | grep -E "^step|num_parameters" || true
-awk -v tokens=$((B * T)) '/^step [0-9]+: train loss/ {
-    for (i = 1; i <= NF; i++) if ($i == "(took") ms[n++] = $(i + 1)
-  } END {
-    if (n < 2) { print "llm.c ran no timed step"; exit 1 }
-    m = 0; for (i = 1; i < n; i++) v[m++] = ms[i]
-    asort(v); med = (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
-    printf "llm.c: median step %.1f ms, %.1f tokens/s (%d x %d tokens, one thread)\n", med, tokens / med * 1000, tokens / '"$T"', '"$T"'
-  }' run.log
+# The median of the timed steps (llm.c prints "step N: train loss L (took MS ms)").
+ms=$(sed -n 's/^step \([0-9]*\): train loss .* (took \([0-9.]*\) ms)$/\1 \2/p' run.log | awk '$1 > 0 {print $2}' | sort -n)
+n=$(echo "$ms" | grep -c . || true)
+[ "$n" -ge 1 ] || { echo "llm.c ran no timed step" >&2; exit 1; }
+median=$(echo "$ms" | awk -v n="$n" 'NR == int((n + 1) / 2) {a = $1} NR == int(n / 2) + 1 {b = $1} END {print (a + b) / 2}')
+awk -v ms="$median" -v B="$B" -v T="$T" -v n="$n" 'BEGIN {
+  printf "llm.c: median of %d steps %.1f ms, %.1f tokens/s (%d x %d tokens, one thread)\n", n, ms, B * T / ms * 1000, B, T }'

@@ -11,7 +11,7 @@
 //
 //   build/bin/bench_train_{gpt2,llama} [--layers 12] [--seq-len 256] [--mb-size 4]
 //       [--microbatches 1] [--steps 5] [--threads 1] [--recompute none|selective|full]
-//       [--precision fp32|bf16] [--pack-weights[=auto|true|false]]
+//       [--precision fp32|bf16] [--pack-weights[=auto|true|false]] [--dense-products auto|blas|onednn]
 // Under bf16 it also sets the model against the bf16 product rate of the path in use
 // (PIPETRAIN_BF16_GEMM=sgemm or onednn, run in turn, compares the two).
 #pragma once
@@ -184,6 +184,9 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   app.add_option("--precision", precision, "train.precision: fp32 or bf16");
   std::string pack_weights;
   bench::add_pack_weights(app, pack_weights, "weights in oneDNN's layout during each step");
+  std::string dense_products = "auto";
+  app.add_option("--dense-products", dense_products,
+                 "runtime.dense_products: auto (timed at start-up, not kept), blas or onednn");
   if (auto rc = bench::parse_args(app, argc, argv)) return *rc;
   set_blas_threads(threads);
 
@@ -203,6 +206,8 @@ inline int train_benchmark(int argc, char** argv, const std::string& arch) {
   cfg.train.recompute = recompute;
   cfg.train.precision = precision;
   cfg.runtime.pack_weights = bench::pack_toggle(pack_weights);
+  cfg.runtime.dense_products = dense_products;
+  cfg.checkpoint.dir = "";  // the paths timed afresh each run, nothing written
   auto backend = make_cpu_backend();
   Grid grid(MPI_COMM_SELF, cfg.parallel);
   Trainer trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, seq_len));

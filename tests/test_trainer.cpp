@@ -130,6 +130,46 @@ TEST(Trainer, DenseProductsResolveForTheRunFromItsTimes) {
   std::filesystem::remove_all(dir);
 }
 
+// Weights whose timed slices coincide (GPT-2's 2304-, 3072- and 50304-row weights are all
+// timed as 2048 x 768) are timed once and kept once; read back, each weight gets its slice's
+// times and its own scale. A cache missing a shape is timed afresh and rewritten.
+TEST(ProductTiming, SharedSlicesAreTimedOnceAndReadBack) {
+  auto backend = make_cpu_backend();
+  ModelConfig model;
+  model.n_layer = 2, model.n_head = 12, model.d_model = 768;
+  const int rows = 16;
+  std::vector<DenseProductTimes> kept;
+  for (const DenseShape s : {DenseShape{2048, 768}, DenseShape{768, 768}, DenseShape{768, 3072}}) {
+    DenseProductTimes t;
+    t.shape = s, t.rows = rows;
+    t.blas = {1e-3 * s.in, 2e-3, 3e-3};
+    t.onednn = {4e-3, 5e-3, 6e-3};
+    kept.push_back(t);
+  }
+  const std::string cache =
+      (std::filesystem::temp_directory_path() / fmt::format("pt_times_{}.json", ::getpid())).string();
+  save_product_times(cache, rows, kept);
+  std::string source;
+  const std::vector<DenseShapeUse> uses = dense_product_times(model, 1, *backend, rows, MPI_COMM_SELF, cache, &source);
+  EXPECT_EQ(source, "from " + cache);
+  ASSERT_EQ(uses.size(), 5u);  // qkv, proj, fc, fc proj, head
+  for (const DenseShapeUse& u : uses) {
+    EXPECT_EQ(u.times.shape, timed_shape(u.shape));
+    EXPECT_DOUBLE_EQ(u.times.blas[0], 1e-3 * u.shape.in);
+    EXPECT_DOUBLE_EQ(u.scale, static_cast<double>(u.shape.out) / u.times.shape.out);
+  }
+  EXPECT_EQ(uses.back().shape, (DenseShape{model.padded_vocab(), 768}));
+  EXPECT_EQ(uses.back().count, 1);
+  EXPECT_EQ(uses.front().count, 2);
+  kept.pop_back();  // 768 x 3072 no longer kept: all timed again, here
+  save_product_times(cache, rows, kept);
+  dense_product_times(model, 1, *backend, rows, MPI_COMM_SELF, cache, &source);
+  EXPECT_EQ(source.rfind("timed here in ", 0), 0u) << source;
+  EXPECT_EQ(dense_product_times(model, 1, *backend, rows, MPI_COMM_SELF, cache, &source).size(), 5u);
+  EXPECT_EQ(source, "from " + cache);
+  std::filesystem::remove(cache);
+}
+
 TEST(Trainer, FirstLossEqualsEvaluationBeforeUpdate) {
   auto backend = make_cpu_backend();
   Config cfg = tiny_config(2);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -58,8 +59,11 @@ std::vector<DenseProductTimes> read_cache(const std::string& path, const std::st
     std::vector<DenseProductTimes> out;
     for (const DenseShape& s : shapes) {
       for (const auto& e : j.at("shapes"))
-        if (from_json(e).shape == s) out.push_back(from_json(e));
-      if (out.empty() || !(out.back().shape == s)) return {};
+        if (from_json(e).shape == s) {
+          out.push_back(from_json(e));
+          break;
+        }
+      if (out.size() != static_cast<size_t>(&s - shapes.data()) + 1) return {};  // not kept
     }
     return out;
   } catch (const std::exception&) {
@@ -95,6 +99,7 @@ void save_product_times(const std::string& path, int rows, const std::vector<Den
 }
 
 std::string product_times_cache(const Config& cfg) {
+  if (cfg.checkpoint.dir.empty()) return "";
   return (std::filesystem::path(cfg.checkpoint.dir) / "dense_product_times.json").string();
 }
 
@@ -104,8 +109,9 @@ std::vector<DenseShapeUse> dense_product_times(const ModelConfig& model, int tp,
   MPI_Comm_rank(world, &rank);
   const int timed_rows = std::min(rows, kTimedRowsMax);
   const std::vector<DenseShapeCount> shapes = dense_weight_shapes(model, tp);
-  std::vector<DenseShape> timed;
-  for (const DenseShapeCount& s : shapes) timed.push_back(timed_shape(s.shape));
+  std::vector<DenseShape> timed;  // each shape timed once (several weights may share a timed slice)
+  for (const DenseShapeCount& s : shapes)
+    if (std::find(timed.begin(), timed.end(), timed_shape(s.shape)) == timed.end()) timed.push_back(timed_shape(s.shape));
   std::vector<double> values(timed.size() * kValuesPerShape, -1.0);
   std::string said;
   int ok = 1;
@@ -140,11 +146,12 @@ std::vector<DenseShapeUse> dense_product_times(const ModelConfig& model, int tp,
   MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, 0, world);
   std::vector<DenseShapeUse> out;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const double* v = values.data() + i * kValuesPerShape;
+    const size_t k = static_cast<size_t>(std::find(timed.begin(), timed.end(), timed_shape(shapes[i].shape)) - timed.begin());
+    const double* v = values.data() + k * kValuesPerShape;
     DenseShapeUse u;
     u.shape = shapes[i].shape;
     u.count = shapes[i].count;
-    u.times.shape = timed[i];
+    u.times.shape = timed[k];
     u.times.rows = timed_rows;
     u.times.blas = {v[0], v[1], v[2]};
     u.times.onednn = {v[3], v[4], v[5]};
@@ -153,7 +160,7 @@ std::vector<DenseShapeUse> dense_product_times(const ModelConfig& model, int tp,
     // A slice's products and reorders grow with its rows to the whole weight's. (Past
     // kTimedRowsMax rows the products' saving from packing, which is mostly the repacking
     // of W per call, is taken as timed: not scaled with the rows.)
-    u.scale = static_cast<double>(shapes[i].shape.out) / timed[i].out;
+    u.scale = static_cast<double>(shapes[i].shape.out) / timed[k].out;
     out.push_back(u);
   }
   if (source) *source = rank == 0 ? said : "rank 0's";

@@ -30,9 +30,9 @@ struct DenseShapeCount {
 // blocks' (attention; MLP where it is not a mixture of experts) and the output layer's.
 std::vector<DenseShapeCount> dense_weight_shapes(const ModelConfig& model, int tp);
 
-// The shape a weight is timed at: the output layer's rows capped at kTimedOutMax (a slice
-// of it: the time scales with its rows).
-inline constexpr int kTimedOutMax = 4096;
+// The shape a weight is timed at: its rows (outputs) capped at kTimedOutMax (a slice of it,
+// such as the output layer's: the time scales with its rows).
+inline constexpr int kTimedOutMax = 2048;
 DenseShape timed_shape(DenseShape s);
 
 // A shape's times, how many of the model's weights have it, and the factor from the timed

@@ -18,9 +18,9 @@ namespace pipetrain {
 
 // Microbatches of more rows are timed at this many (the products' time grows with the
 // rows alike on every path; the choice is made on the rate).
-inline constexpr int kTimedRowsMax = 512;
+inline constexpr int kTimedRowsMax = 256;
 
-// Where a run keeps its times: beside its checkpoints.
+// Where a run keeps its times: beside its checkpoints ("" where checkpoint.dir is empty: not kept).
 std::string product_times_cache(const Config& cfg);
 
 // Writes `times` (timed at `rows` rows on this node, as kept) to the cache file `path`.
