@@ -43,7 +43,8 @@ OPENBLAS_NUM_THREADS=1 "$pipetrain" train "$here/inputs/gpt2-124m.toml" --set da
   --set train.seq_len="$T" --set train.global_batch="$B" --set train.microbatches=1 \
   --set train.steps=1 --set parallel.dp=1 --set parallel.pp=1 --set checkpoint.dir="$work/ckpt" \
   --set checkpoint.every=1 --set log.progress=false >/dev/null
-"$pipetrain" ckpt export-llmc "$(ls "$work"/ckpt/*.h5 | tail -n 1)" -o "$work/gpt2_124M.bin" >/dev/null
+checkpoints=("$work"/ckpt/*.h5)
+"$pipetrain" ckpt export-llmc "${checkpoints[-1]}" -o "$work/gpt2_124M.bin" >/dev/null
 cd "$work"
 OMP_NUM_THREADS=1 ./train_gpt2 | tee run.log | grep -E "^step|num_parameters" || true
 # The median of the timed steps (llm.c prints "step N: train loss L (took MS ms)").
