@@ -1,6 +1,6 @@
 // The dense products' paths of a run (plan/product_choice.hpp) from times measured on this
-// node: the model's weight shapes timed once by world rank 0 while the others wait (a few
-// hundred milliseconds at GPT-2 124M's), or read back from a cache file that holds them for
+// node: the model's weight shapes timed once by world rank 0 while the others wait (under
+// a second on one core at GPT-2 124M's), or read back from a cache file that holds them for
 // the same CPU, BLAS kernel, thread count and microbatch rows, so a restarted run takes the
 // same paths (and the same bits). Every rank gets rank 0's times, so every rank chooses
 // alike.
