@@ -9,6 +9,7 @@
 #endif
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 
 namespace pipetrain {
 
@@ -32,6 +33,12 @@ void apply_blas_threads(int cpus, int sharers) {
     const char* v = std::getenv(var);
     if (v && *v) {
       how() = fmt::format("({})", var);
+#ifdef PIPETRAIN_HAVE_OPENBLAS
+      // oneDNN (OpenMP) takes the BLAS's count too, unless OMP_NUM_THREADS set its own:
+      // products timed against each other run on as many threads.
+      const char* omp = std::getenv("OMP_NUM_THREADS");
+      if (!omp || !*omp) set_onednn_threads(openblas_get_num_threads());
+#endif
       return;
     }
   }
