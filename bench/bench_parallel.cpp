@@ -61,8 +61,8 @@ struct Run {
   // This step's time (the slowest rank's, as the trainer reports it; a trainer on
   // MPI_COMM_SELF reports its own, so the slowest is taken over the world here).
   double step(int s) {
-    grid.dp_comm().reset_comm_seconds();
-    grid.tp_comm().reset_comm_seconds();
+    grid.comm("dp-cp").reset_comm_seconds();
+    grid.comm("tp").reset_comm_seconds();
     const double faults_before = bench::minor_faults();
     StepMetrics m = trainer.train_step(s);
     faults.push_back(bench::minor_faults() - faults_before);
@@ -70,8 +70,8 @@ struct Run {
     step_s.push_back(m.step_time_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
-    dp_s.push_back(grid.dp_comm().comm_seconds());
-    tp_s.push_back(grid.tp_comm().comm_seconds());
+    dp_s.push_back(grid.comm("dp-cp").comm_seconds());
+    tp_s.push_back(grid.comm("tp").comm_seconds());
     exposed_s.push_back(trainer.last_stats().exchange_wait_s);
     exposed_in_pairs_s.push_back(trainer.last_stats().pair_exchange_wait_s);
     max_load.push_back(m.moe_max_load.empty() ? 0.0 : *std::max_element(m.moe_max_load.begin(), m.moe_max_load.end()));

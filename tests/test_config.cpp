@@ -166,7 +166,7 @@ file = "run.log"
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
-  c.parallel = {2, 1, 1, 3, {1, 1, 1}, true, {0, 2}, 7.5, Toggle::Auto, 1};
+  c.parallel = {{2, 1, 1}, 3, {1, 1, 1}, true, {0, 2}, 7.5, Toggle::Auto};
   c.train.recompute = "selective";
   c.schedule = {"interleaved-1f1b", "path with \"quotes\" and \\ back\tslash.csv", "0,1,1,0"};
   c.train.steps = 0;

@@ -153,7 +153,7 @@ TEST_F(LlmcCheckpointTest, ImportKeepsEveryValueAndExportIsByteIdentical) {
   const CheckpointMeta meta = read_checkpoint_meta(h5);
   EXPECT_EQ(meta.step, 0);
   EXPECT_EQ(meta.tokens_seen, 0);
-  EXPECT_EQ(meta.dp * meta.pp * meta.tp, 1);
+  EXPECT_EQ(meta.grid.ranks(), 1);
   const Config cfg = parse_config(meta.config_toml, h5);
   EXPECT_EQ(cfg.model.arch, "gpt2");
   EXPECT_EQ(cfg.model.n_layer, kL);

@@ -49,7 +49,7 @@ Config resolve(const CheckOptions& o, const std::optional<ClusterSpec>& cluster,
   if (!o.plan.empty() && o.plan != "auto") fail("--plan: the only plan is 'auto' (got '{}')", o.plan);
   if (o.plan != "auto") {
     Config cfg = load_config(o.config, o.overrides);
-    const int grid = static_cast<int>(grid_ranks(cfg.parallel));
+    const int grid = static_cast<int>(cfg.parallel.ranks());
     if (ranks == 0) ranks = grid;
     if (ranks != grid)
       fail(
@@ -130,10 +130,9 @@ int run_check(const CheckOptions& o) {
              cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches), cfg.train.microbatches,
              cfg.train.seq_len, cfg.train.precision);
   fmt::print("{}\n",
-             grid_line({cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, sched.name, sched.num_stages,
-                        sched.num_microbatches, sim.bubble_fraction, predicted ? predicted->memory.total() : 0.0,
-                        vocab.on ? cfg.parallel.pp * cfg.parallel.tp : 0, cfg.model.padded_vocab(), vocab.reason,
-                        sequence_parallel_on(cfg), cfg.parallel.cp}));
+             grid_line({cfg.parallel, sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction,
+                        predicted ? predicted->memory.total() : 0.0, vocab.on ? cfg.parallel.vocab_slices() : 0,
+                        cfg.model.padded_vocab(), vocab.reason, sequence_parallel_on(cfg)}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

@@ -46,7 +46,7 @@ void inspect(const std::string& path) {
   fmt::print("{}: pipetrain checkpoint, format version {}\n", path, meta.format_version);
   fmt::print("step {}, tokens seen {}, samples seen {}, seed {}\n", meta.step, meta.tokens_seen,
              meta.samples_seen, meta.seed);
-  fmt::print("grid dp {} x pp {} x tp {}, zero1 {}; schedule {}\n", meta.dp, meta.pp, meta.tp,
+  fmt::print("grid {}, zero1 {}; schedule {}\n", meta.grid.text(),
              meta.zero1 ? "on" : "off", meta.schedule.empty() ? "(none)" : meta.schedule);
   try {
     print_model(parse_config(meta.config_toml, path).model);

@@ -190,17 +190,17 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   in.params = static_cast<double>(trainer.params().numel());
   in.not_updated = static_cast<double>(trainer.params().not_updated());
   in.experts = static_cast<double>(trainer.params().numel() - trainer.params().expert_begin());
-  in.dp = grid.dp_comm().size();  // the ranks ZeRO-1 shares the moments over: dp x cp
-  in.ep = grid.ep();
+  in.dp = grid.comm("dp-cp").size();  // the ranks ZeRO-1 shares the moments over: dp x cp
+  in.ep = grid.shape().ep;
   in.zero1 = cfg.parallel.zero1;
   in.bf16 = bf16;
   in.widened = static_cast<double>(trainer.params().widened_numel());
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   // Context parallelism's ring keeps each query's log-sum-exp and output, of T / cp tokens.
-  const AttentionKeeps keeps = grid.cp() > 1
+  const AttentionKeeps keeps = grid.shape().cp > 1
                                    ? AttentionKeeps::kLogSumExp
                                    : attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
-  const int T = cfg.train.seq_len / grid.cp();
+  const int T = cfg.train.seq_len / grid.shape().cp;
   const bool vocab = trainer.vocab_parallel();
   std::vector<StagePiece> rank_pieces;
   for (int st = 0; st < sched.num_stages; ++st)
@@ -208,25 +208,25 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
       const auto& u = units[static_cast<size_t>(st)];
       const Recompute mode = trainer.recompute_of(st);
       in.largest_stash =
-          std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.tp(), trainer.microbatch_size(), T,
+          std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.shape().tp, trainer.microbatch_size(), T,
                                                  storage, mode, keeps, vocab, sequence_parallel_on(cfg)));
       const auto pieces = stage_pieces(cfg.model, u);
       rank_pieces.insert(rank_pieces.end(), pieces.begin(), pieces.end());
       if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
             return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
           }))
-        in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.tp(), trainer.microbatch_size(), T,
+        in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.shape().tp, trainer.microbatch_size(), T,
                                                               storage, mode, keeps, sequence_parallel_on(cfg)));
     }
-  in.packed = rank_dense_weight_params(cfg.model, rank_pieces, grid.tp(), vocab ? grid.pp() * grid.tp() : 0);
+  in.packed = rank_dense_weight_params(cfg.model, rank_pieces, grid.shape().tp, vocab ? grid.shape().pp * grid.shape().tp : 0);
   in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
   if (vocab)
     add_vocab_memory(trainer.program(), grid.coords().pp,
                      simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(grid.coords().pp)],
-                     cfg.model, grid.pp() * grid.tp(), trainer.microbatch_size(), T, storage, in);  // a rank's tokens
-  if (grid.pp() > 1) {
+                     cfg.model, grid.shape().pp * grid.shape().tp, trainer.microbatch_size(), T, storage, in);  // a rank's tokens
+  if (grid.shape().pp > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * T * cfg.model.d_model *
-                          static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.tp() : 1);
+                          static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.shape().tp : 1);
     in.receive_buffers = 4;
   }
   in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
@@ -340,7 +340,7 @@ nlohmann::json run_info(const Config& cfg, const Grid& grid, const Trainer& trai
                         const std::optional<Prediction>& predicted) {
   nlohmann::json info = {
       {"config", cfg.source},
-      {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}, {"cp", grid.cp()}}},
+      {"grid", {{"dp", grid.shape().dp}, {"pp", grid.shape().pp}, {"tp", grid.shape().tp}, {"cp", grid.shape().cp}}},
       {"world_size", grid.world_size()},
       {"schedule", trainer.schedule().name},
       {"num_stages", trainer.schedule().num_stages},
@@ -399,9 +399,9 @@ int run_train(const TrainOptions& opt) {
       cfg.train.microbatches, cfg.train.seq_len, backend_summary(cfg, trainer, *backend), cfg.train.precision));
   log_blend(log, cfg, data);
   log.line(
-      grid_line({grid.dp(), grid.pp(), grid.tp(), sched.name, sched.num_stages, sched.num_microbatches,
-                 sim.bubble_fraction, est, trainer.vocab_parallel() ? grid.pp() * grid.tp() : 0,
-                 cfg.model.padded_vocab(), choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg), grid.cp()}));
+      grid_line({grid.shape(), sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction, est,
+                 trainer.vocab_parallel() ? grid.shape().vocab_slices() : 0, cfg.model.padded_vocab(),
+                 choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg)}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   if (cfg.model.router_force_balance)

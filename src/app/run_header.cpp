@@ -47,10 +47,9 @@ std::string grid_line(const GridSummary& g) {
                             : why.empty()      ? ""
                                                : "; vocabulary parallel off" + why;
   return fmt::format(
-      "  grid dp {} x pp {}{} x tp {} ({} ranks){}; schedule {}: {} stages, {} microbatches, simulated "
+      "  grid {} ({} ranks){}; schedule {}: {} stages, {} microbatches, simulated "
       "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",
-      g.dp, g.pp, g.cp > 1 ? fmt::format(" x cp {}", g.cp) : "", g.tp, g.dp * g.pp * g.cp * g.tp,
-      g.sequence_parallel ? ", sequence parallel" : "", g.schedule, g.stages, g.microbatches, percent(g.bubble),
+      g.grid.text(), g.grid.ranks(), g.sequence_parallel ? ", sequence parallel" : "", g.schedule, g.stages, g.microbatches, percent(g.bubble),
       g.memory_bytes / 1048576.0, vocab);
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace pipetrain {
 
@@ -54,7 +55,19 @@ std::string context_parallel_problem(const Config& cfg) {
   return "";
 }
 
-int64_t grid_ranks(const ParallelConfig& p) { return int64_t{p.dp} * p.pp * std::max(p.cp, 1) * p.tp; }
+std::string grid_shape_problem(const GridShape& g, int64_t ranks) {
+  for (const auto& [name, n] : {std::pair{"dp", g.dp}, {"pp", g.pp}, {"cp", g.cp}, {"tp", g.tp}, {"ep", g.ep}})
+    if (n < 1) return fmt::format("parallel.{} ({}) must be >= 1", name, n);
+  if (g.dp % g.ep)
+    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over dp ranks", g.ep,
+                       g.dp);
+  if (g.ranks() != ranks)
+    return fmt::format(
+        "parallel.dp * parallel.pp * parallel.cp * parallel.tp = {} * {} * {} * {} = {} does not match the {} MPI "
+        "ranks of this job",
+        g.dp, g.pp, g.cp, g.tp, g.ranks(), ranks);
+  return "";
+}
 
 std::string stage_split_problem(const ModelConfig& m, int64_t stages) {
   if (stages <= m.n_layer) return "";

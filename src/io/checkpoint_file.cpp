@@ -63,6 +63,19 @@ T read_attr(hid_t obj, const char* name, hid_t type, const std::string& file) {
   return v;
 }
 
+// The grid's attributes: every dimension of GridShape. Files written before cp and ep were
+// recorded lack those two (optional: read as 1).
+struct GridAttribute {
+  const char* name;
+  int GridShape::*dim;
+  bool required;
+};
+constexpr GridAttribute kGridAttributes[] = {{"grid_dp", &GridShape::dp, true},
+                                             {"grid_pp", &GridShape::pp, true},
+                                             {"grid_tp", &GridShape::tp, true},
+                                             {"grid_cp", &GridShape::cp, false},
+                                             {"grid_ep", &GridShape::ep, false}};
+
 std::string read_string_attr(hid_t obj, const char* name, const std::string& file) {
   auto s = h5io::read_string_attr(obj, name, file);
   if (!s) fail("{}: not a pipetrain checkpoint (no attribute {})", file, name);
@@ -200,10 +213,7 @@ void write_file(const std::string& tmp, const std::string& path, MPI_Comm comm, 
   write_attr(root, "tokens_seen", H5T_NATIVE_INT64, meta.tokens_seen);
   write_attr(root, "samples_seen", H5T_NATIVE_INT64, meta.samples_seen);
   write_attr(root, "seed", H5T_NATIVE_UINT64, meta.seed);
-  const int grid[3] = {meta.dp, meta.pp, meta.tp};
-  write_attr(root, "grid_dp", H5T_NATIVE_INT, grid[0]);
-  write_attr(root, "grid_pp", H5T_NATIVE_INT, grid[1]);
-  write_attr(root, "grid_tp", H5T_NATIVE_INT, grid[2]);
+  for (const auto& a : kGridAttributes) write_attr(root, a.name, H5T_NATIVE_INT, meta.grid.*a.dim);
   write_attr(root, "zero1", H5T_NATIVE_INT, static_cast<int>(meta.zero1));
   write_string_attr(root, "schedule", meta.schedule);
   if (!meta.tokenizer.empty()) write_string_attr(root, "tokenizer", meta.tokenizer);
@@ -294,16 +304,17 @@ CheckpointMeta read_meta(const std::string& path) {
   m.tokens_seen = read_attr<int64_t>(file.get(), "tokens_seen", H5T_NATIVE_INT64, path);
   m.samples_seen = read_attr<int64_t>(file.get(), "samples_seen", H5T_NATIVE_INT64, path);
   m.seed = read_attr<uint64_t>(file.get(), "seed", H5T_NATIVE_UINT64, path);
-  m.dp = read_attr<int>(file.get(), "grid_dp", H5T_NATIVE_INT, path);
-  m.pp = read_attr<int>(file.get(), "grid_pp", H5T_NATIVE_INT, path);
-  m.tp = read_attr<int>(file.get(), "grid_tp", H5T_NATIVE_INT, path);
+  for (const auto& a : kGridAttributes)
+    if (a.required || H5Aexists(file.get(), a.name) > 0) m.grid.*a.dim = read_attr<int>(file.get(), a.name, H5T_NATIVE_INT, path);
   m.zero1 = read_attr<int>(file.get(), "zero1", H5T_NATIVE_INT, path) != 0;
   m.schedule = read_string_attr(file.get(), "schedule", path);
   m.config_toml = read_string_attr(file.get(), "config", path);
   if (H5Aexists(file.get(), "tokenizer") > 0) m.tokenizer = read_string_attr(file.get(), "tokenizer", path);
-  if (m.step < 0 || m.tokens_seen < 0 || m.samples_seen < 0 || m.dp < 1 || m.pp < 1 || m.tp < 1)
-    fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {} x {} x {})", path, m.step, m.samples_seen,
-         m.tokens_seen, m.dp, m.pp, m.tp);
+  const GridShape& g = m.grid;
+  if (m.step < 0 || m.tokens_seen < 0 || m.samples_seen < 0 || g.dp < 1 || g.pp < 1 || g.tp < 1 || g.cp < 1 ||
+      g.ep < 1 || g.dp % g.ep)
+    fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {})", path, m.step, m.samples_seen,
+         m.tokens_seen, g.text());
   return m;
 }
 }  // namespace

@@ -201,14 +201,13 @@ std::string describe(const Layout& l) {
 
 Layout layout_of(const Config& cfg) {
   Layout l;
-  l.dp = cfg.parallel.dp, l.pp = cfg.parallel.pp, l.tp = cfg.parallel.tp, l.cp = cfg.parallel.cp,
+  static_cast<GridShape&>(l) = cfg.parallel;
   l.virtual_stages = cfg.parallel.virtual_stages;
   l.schedule = cfg.schedule.name;
   l.microbatches = cfg.train.microbatches;
   l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
   l.recompute = parse_recompute(cfg.train.recompute);
-  l.zero1 = cfg.parallel.zero1 && cfg.parallel.dp * cfg.parallel.cp > 1;
-  l.ep = cfg.parallel.ep;
+  l.zero1 = cfg.parallel.zero1 && cfg.parallel.replicas() > 1;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
   l.sequence_parallel = sequence_parallel_on(cfg);

@@ -127,7 +127,7 @@ void Trainer::check_packed_copies_fit(const Config& cfg) {
   in.can_pack = !dense_.paths.packed.empty();
   in.measured_pays = true;  // (choose_pack_weights' memory test alone: the timed rule has chosen)
   in.copies_bytes =
-      8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.tp(), vocab_parallel_ ? grid_.pp() * grid_.tp() : 0);
+      8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.shape().tp, vocab_parallel_ ? grid_.shape().pp * grid_.shape().tp : 0);
   in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
   const PackChoice c = choose_pack_weights(in);
   double off = in.can_pack && !c.on ? 1.0 : 0.0;
@@ -154,29 +154,29 @@ void Trainer::configure_executor(const Config& cfg, int me) {
   if (vocab_parallel_) {
     VocabRun v;
     v.slice = vocab_slice_.get();
-    v.group = &grid_.replica_comm();
-    v.first_root = schedule_.stage_to_rank.front() * grid_.tp();
-    v.last_root = schedule_.stage_to_rank.back() * grid_.tp();
+    v.group = &grid_.comm("pp-tp");
+    v.first_root = schedule_.stage_to_rank.front() * grid_.shape().tp;
+    v.last_root = schedule_.stage_to_rank.back() * grid_.shape().tp;
     v.holds_first = me == schedule_.stage_to_rank.front();
     v.holds_last = me == schedule_.stage_to_rank.back();
-    v.sums_to_all = grid_.tp() > 1;
+    v.sums_to_all = grid_.shape().tp > 1;
     executor_->set_vocab(v);
   }
-  if (grid_.ep() > 1) executor_->set_experts(comms_->ep(), comms_->ep_backward(), comms_->ep_in_order());
+  if (grid_.shape().ep > 1) executor_->set_experts(comms_->ep(), comms_->ep_backward(), comms_->ep_in_order());
   executor_->set_overlap(cfg.schedule.overlap);
-  if (grid_.ep() > 1 && cfg.schedule.overlap) executor_->set_progress(mpi_progress());
+  if (grid_.shape().ep > 1 && cfg.schedule.overlap) executor_->set_progress(mpi_progress());
   executor_->set_packed_documents(source_.is_packed());
   if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
   executor_->set_sequence_parallel(sequence_parallel_on(cfg));
   if (const std::string e = context_parallel_problem(cfg); !e.empty()) fail("{}", e);
-  if (grid_.cp() > 1) executor_->set_context_parallel(comms_->cp(), cfg.train.seq_len);
+  if (grid_.shape().cp > 1) executor_->set_context_parallel(comms_->cp(), cfg.train.seq_len);
 }
 
 // This rank's stages of the schedule, each holding its units' layers.
 std::map<int, ModelStage*> Trainer::build_stages() {
   const int me = grid_.coords().pp;
-  const TensorParallel tp{grid_.coords().tp, grid_.tp()};
-  const ExpertParallel ep{grid_.coords().dp % grid_.ep(), grid_.ep()};
+  const TensorParallel tp{grid_.coords().tp, grid_.shape().tp};
+  const ExpertParallel ep{grid_.coords().ep, grid_.shape().ep};
   std::map<int, ModelStage*> mine;
   for (int s = 0; s < schedule_.num_stages; ++s) {
     if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
@@ -187,7 +187,7 @@ std::map<int, ModelStage*> Trainer::build_stages() {
   // Every rank of the replica: its slice of the vocabulary, by its place in the replica.
   if (vocab_parallel_)
     vocab_slice_ = std::make_unique<VocabSlice>(
-        cfg_.model, params_, TensorParallel{me * grid_.tp() + grid_.coords().tp, grid_.pp() * grid_.tp()});
+        cfg_.model, params_, TensorParallel{me * grid_.shape().tp + grid_.coords().tp, grid_.shape().pp * grid_.shape().tp});
   return mine;
 }
 
@@ -206,20 +206,18 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
   if (zero1) {  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
     const int64_t experts = params_.numel() - params_.expert_begin();
     // Shared out over the ranks holding the same parameters: dp x cp (experts: cp = 1).
-    const int64_t n = params_.expert_begin() / grid_.dp_comm().size(), e = experts / (grid_.dp() / grid_.ep());
-    const int64_t d = grid_.dp_comm().rank();
+    const int64_t n = params_.expert_begin() / grid_.shape().replicas(), e = experts / grid_.shape().expert_dp();
+    const int64_t d = grid_.comm("dp-cp").rank(), edp = grid_.coords().edp;
     owned_.push_back({n * d, n * (d + 1), 0});
-    if (e > 0)
-      owned_.push_back(
-          {params_.expert_begin() + e * (d / grid_.ep()), params_.expert_begin() + e * (d / grid_.ep() + 1), n});
+    if (e > 0) owned_.push_back({params_.expert_begin() + e * edp, params_.expert_begin() + e * (edp + 1), n});
     for (Tensor* t : {&m_shard_, &v_shard_}) {
       *t = Tensor::empty(*pool_, {n + e});
       backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n + e));
     }
   }
-  if (grid_.dp_comm().size() > 1) {
+  if (grid_.comm("dp-cp").size() > 1) {
     DataParallelReducer::Options o;
-    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * local_seq_len();
+    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.shape().dp) * local_seq_len();
     o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
     o.progress = mpi_progress();
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
@@ -237,7 +235,7 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
   // claim on them.
   if (pair) {
     const bool wte_alone = !reducer_ || zero1;
-    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.dp()) * local_seq_len();
+    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.shape().dp) * local_seq_len();
     tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
                                                    !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
   }
@@ -248,8 +246,8 @@ int64_t Trainer::count_model_params() {
   double local = 0;
   // (An expert-parallel parameter: its ep ranks hold a part each, of the same size.)
   for (const auto& p : params_.params())
-    if (counts_in_norm(p) && p.trained) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.ep() : 1);
-  grid_.replica_comm().allreduce_sum(&local, 1);
+    if (counts_in_norm(p) && p.trained) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.shape().ep : 1);
+  grid_.comm("pp-tp").allreduce_sum(&local, 1);
   return static_cast<int64_t>(local);
 }
 
@@ -269,7 +267,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // they are measured as the run will multiply ("auto" weighs the copies once the split
   // is known, below).
   const bool training = use == TrainerUse::Train;
-  dense_ = apply_dense_paths(cfg, backend, grid.tp(), mb_size_ * (cfg.train.seq_len / grid.cp()),
+  dense_ = apply_dense_paths(cfg, backend, grid.shape().tp, mb_size_ * (cfg.train.seq_len / grid.shape().cp),
                              training ? cfg.train.microbatches : 0, grid.world().comm(),
                              training ? product_times_cache(cfg) : "");
   pack_all_ = cfg.runtime.pack_weights == Toggle::On;
@@ -278,7 +276,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const int S = schedule_.num_stages;
   // parallel.layers_per_stage = "auto": balance the stages by the units' measured costs.
   if (cfg.parallel.layers_per_stage.empty() && S > 1)
-    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len / grid.cp(),
+    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len / grid.shape().cp,
                                      cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);  // a rank's tokens
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
@@ -289,7 +287,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   check_packed_copies_fit(cfg);
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
-  const bool zero1 = cfg.parallel.zero1 && grid.dp_comm().size() > 1;
+  const bool zero1 = cfg.parallel.zero1 && grid.comm("dp-cp").size() > 1;
   if (!training && grid.world_size() > 1)
     fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
   // The tied table on two ranks is updated on the last stage only (see optimizer_step):
@@ -304,8 +302,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   params_.allocate(*pool_, backend_,
                    {.moments = training && !zero1,
                     .grads = training,
-                    .align = 16 * grid.dp_comm().size(),
-                    .expert_align = 16 * (grid.dp() / grid.ep())});
+                    .align = 16 * grid.comm("dp-cp").size(),
+                    .expert_align = 16 * grid.shape().expert_dp()});
   if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
   const bool bf16 = cfg.train.precision == "bf16";
   if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
@@ -328,9 +326,9 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
   train_program_ =
-      program_from_config(cfg, schedule_, comms_csv, grid.pp_comm().tag_ub(), comms_->pp_in_order(), vocab_parallel_);
+      program_from_config(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(), vocab_parallel_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
-    eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.dp() / mb_size_);
+    eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / mb_size_);
   build_gradient_exchanges(mine, zero1);
   model_params_ = count_model_params();
 }
@@ -467,7 +465,7 @@ StepMetrics Trainer::train_step(int step) {
   if (tied_) tied_->begin_step();
   const int64_t step_tokens = tokens_per_step();
   const int64_t step_first = static_cast<int64_t>(step) * cfg_.train.global_batch;
-  const int64_t first = step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.dp());
+  const int64_t first = step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.shape().dp);
   // The loss is the mean over the step's targets that count (all of them unless packed).
   const int64_t step_targets = source_.is_packed() ? source_.targets(step_first, cfg_.train.global_batch) : step_tokens;
   const MicrobatchLoader load = loader(source_, first);
@@ -512,17 +510,17 @@ StepMetrics Trainer::train_step(int step) {
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
                     local_expert_grad_squares(), local_grad_squares()};
-  if (zero1() || grid_.dp_comm().size() == 1) {
+  if (zero1() || grid_.comm("dp-cp").size() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
     grid_.world().allreduce_sum(sums, 3);
-    grid_.replica_comm().allreduce_sum(&sums[3], 1);
+    grid_.comm("pp-tp").allreduce_sum(&sums[3], 1);
   }
   out.loss = sums[0] / static_cast<double>(step_targets);
   out.bubble_fraction = sums[1] / grid_.world_size();
   out.peak_stashed = last_stats_.peak_stashed;
   out.pp_bytes_sent = last_stats_.bytes_sent;
-  out.grad_norm = std::sqrt(sums[3] + sums[2] / (grid_.dp() / grid_.ep()));
+  out.grad_norm = std::sqrt(sums[3] + sums[2] / grid_.shape().expert_dp());
   if (moe_stats_) expert_metrics(out);
   out.phases.norm_s = since();
   out.lr = learning_rate(cfg_.train, step);
@@ -561,7 +559,7 @@ std::vector<float> Trainer::reduced_gradients() {
 
 const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
-    const int tag_ub = grid_.pp_comm().tag_ub();
+    const int tag_ub = grid_.comm("pp").tag_ub();
     const bool in_order = comms_->pp_in_order();
     const Schedule forward = forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches);
     eval_program_ = vocab_parallel_ ? lower_vocab_parallel(forward, {kRecvLookahead, tag_ub},

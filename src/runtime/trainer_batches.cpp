@@ -10,7 +10,7 @@
 namespace pipetrain {
 
 MicrobatchLoader Trainer::loader(const BatchSource& source, int64_t first) const {
-  const int cp = grid_.cp();
+  const int cp = grid_.shape().cp;
   if (cp == 1)
     return [&source, first, B = mb_size_](int m, int32_t* in, int32_t* tgt, int32_t* pos) {
       source.load(first + static_cast<int64_t>(m) * B, B, in, tgt, pos);
@@ -39,7 +39,7 @@ MicrobatchLoader Trainer::loader(const BatchSource& source, int64_t first) const
 
 double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
   fault::point("eval");
-  const int dp = grid_.dp();
+  const int dp = grid_.shape().dp;
   const int per_replica = count / dp / mb_size_;  // whole microbatches per replica
   if (per_replica == 0) fail("evaluation needs at least {} samples, got {}", dp * mb_size_, count);
   const int64_t mine = first + static_cast<int64_t>(grid_.coords().dp) * per_replica * mb_size_;

@@ -76,7 +76,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
           t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
           // The first replica writes (of dp x cp: context-parallel ranks hold the same values);
           // an expert-parallel part, the first rank holding it.
-          const int writer = p->expert_parallel ? grid_.coords().dp / grid_.ep() : grid_.dp_comm().rank();
+          const int writer = p->expert_parallel ? grid_.coords().edp : grid_.comm("dp-cp").rank();
           t.write = writer == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
         } else {
           // ZeRO-1: this rank holds the moments of its owned ranges only, and writes /
@@ -106,9 +106,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.tokens_seen = meta.samples_seen * cfg_.train.seq_len;
   meta.seed = cfg_.train.seed;
   meta.config_toml = to_toml(cfg_);
-  meta.dp = grid_.dp();
-  meta.pp = grid_.pp();
-  meta.tp = grid_.tp();
+  meta.grid = grid_.shape();
   meta.zero1 = zero1();
   meta.schedule = schedule_.name;
   meta.tokenizer = tokenizer_;

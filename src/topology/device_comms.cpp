@@ -70,14 +70,14 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
                          int tied_last) {
   std::unique_ptr<MpiCommunicator> pair = grid.pair_comm(tied_first, tied_last, "tied-embedding");
   if (device.device().kind == DeviceKind::Host) {
-    tp_ = &grid.tp_comm();
-    dp_ = &grid.dp_comm();
-    pp_ = &grid.pp_comm();
-    cp_ = &grid.cp_comm();
-    if (grid.ep() > 1) {
-      ep_ = &grid.ep_comm();
-      ep_backward_ = &grid.ep_backward_comm();
-      expert_dp_ = &grid.expert_dp_comm();
+    tp_ = &grid.comm("tp");
+    dp_ = &grid.comm("dp-cp");
+    pp_ = &grid.comm("pp");
+    cp_ = &grid.comm("cp");
+    if (grid.shape().ep > 1) {
+      ep_ = &grid.comm("ep");
+      ep_backward_ = &grid.comm("ep", 1);
+      expert_dp_ = &grid.comm("edp");
     }
     tied_mpi_ = std::move(pair);
     tied_ = tied_mpi_.get();
@@ -104,21 +104,21 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
     }
     return own.get();
   };
-  tp_ = make(grid.tp_comm(), true, false, "tensor parallelism", own_tp_);
+  tp_ = make(grid.comm("tp"), true, false, "tensor parallelism", own_tp_);
   // Ranks sharing a GPU (a test's replicas, or context parallelism's ring on one GPU) sum
   // their gradients over host-staged MPI; NCCL needs one GPU per rank.
-  dp_ = make(grid.dp_comm(), !shared_gpu(grid.dp_comm(), device), false, "data parallelism", own_dp_);
-  pp_ = make(grid.pp_comm(), p2p_nccl, true, "the pipeline", own_pp_);
-  pp_nccl_ = p2p_nccl && grid.pp_comm().size() > 1;
+  dp_ = make(grid.comm("dp-cp"), !shared_gpu(grid.comm("dp-cp"), device), false, "data parallelism", own_dp_);
+  pp_ = make(grid.comm("pp"), p2p_nccl, true, "the pipeline", own_pp_);
+  pp_nccl_ = p2p_nccl && grid.comm("pp").size() > 1;
   // The ring's sends and receives are posted together on every rank, in either order: MPI's
   // nonblocking pairs take that; NCCL's would need them grouped.
-  if (grid.cp_comm().size() > 1) cp_ = make(grid.cp_comm(), false, false, "context parallelism", own_cp_);
-  if (grid.ep() > 1) {  // the experts' ranks, as dp's: NCCL unless two of them share a GPU
-    const bool nccl = !shared_gpu(grid.ep_comm(), device);
-    ep_ = make(grid.ep_comm(), nccl, false, "expert parallelism", own_ep_);
-    ep_backward_ = make(grid.ep_backward_comm(), nccl, false, "expert parallelism", own_ep_backward_);
+  if (grid.comm("cp").size() > 1) cp_ = make(grid.comm("cp"), false, false, "context parallelism", own_cp_);
+  if (grid.shape().ep > 1) {  // the experts' ranks, as dp's: NCCL unless two of them share a GPU
+    const bool nccl = !shared_gpu(grid.comm("ep"), device);
+    ep_ = make(grid.comm("ep"), nccl, false, "expert parallelism", own_ep_);
+    ep_backward_ = make(grid.comm("ep", 1), nccl, false, "expert parallelism", own_ep_backward_);
     ep_nccl_ = nccl;
-    expert_dp_ = make(grid.expert_dp_comm(), !shared_gpu(grid.expert_dp_comm(), device), false,
+    expert_dp_ = make(grid.comm("edp"), !shared_gpu(grid.comm("edp"), device), false,
                       "the experts' data parallelism", own_expert_dp_);
   }
   if (pair) {

@@ -46,7 +46,7 @@ info=$(pt ckpt inspect "$tmp/model.h5")
 echo "$info"
 expect_contains "$info" "format version 1" "inspect"
 expect_contains "$info" "step 0, tokens seen 0, samples seen 0" "inspect"
-expect_contains "$info" "grid dp 1 x pp 1 x tp 1, zero1 off" "inspect"
+expect_contains "$info" "grid dp 1 x pp 1 x cp 1 x tp 1, ep 1, zero1 off" "inspect"
 expect_contains "$info" "n_layer 2, n_head 2, d_model 8, vocab_size 50 (padded 128), max_seq_len 16" "inspect"
 expect_contains "$info" "datasets: 28" "inspect"  # wte, wpe, 2 x 12 per block, lnf.w, lnf.b
 [[ "$info" =~ params/wte\ +128x8 ]] || die "inspect: params/wte 128x8 missing"

@@ -253,7 +253,7 @@ TEST(TiedEmbedding, OnlyTheUpdatedCopyHoldsMoments) {
   int bad = 0;
   if (pp == 0) {
     bad += !wte || wte->m.defined() || wte->v.defined() || t.params().not_updated() != wte->numel();
-  } else if (pp == grid.pp() - 1) {
+  } else if (pp == grid.shape().pp - 1) {
     bad += !wte || !wte->m.defined() || !wte->v.defined() || t.params().not_updated() != 0;
   } else {
     bad += wte != nullptr || t.params().not_updated() != 0;

@@ -125,7 +125,7 @@ TEST_F(StagedFixture, TensorsOfAnotherDeviceAreRefused) {
 // values, the all-to-all included. Without ep there are no expert groups.
 TEST_F(StagedFixture, ExpertGroupsOfRanksSharingAGpuAreHostStaged) {
   if (comm.size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks for ep = 2";
-  ParallelConfig p;
+  GridShape p;
   p.dp = comm.size(), p.ep = 2;
   Grid grid(MPI_COMM_WORLD, p);
   DeviceComms comms(grid, gpu, "mpi", 0, 0);

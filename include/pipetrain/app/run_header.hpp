@@ -17,10 +17,10 @@ std::string human(double x);
 // "pipetrain train CONFIG: GPT-2 12 layers, 12 heads, d_model 768, 124.44M parameters"
 std::string model_line(const Config& cfg, int64_t params);
 
-// "  grid dp 1 x pp 2 x tp 1 (2 ranks); schedule 1f1b: 2 stages, 8 microbatches, simulated
-// bubble 11.1% (F=1, B=2); memory estimate 512 MiB per rank (largest)"
+// "  grid dp 1 x pp 2 x cp 1 x tp 1, ep 1 (2 ranks); schedule 1f1b: 2 stages, 8 microbatches,
+// simulated bubble 11.1% (F=1, B=2); memory estimate 512 MiB per rank (largest)"
 struct GridSummary {
-  int dp = 1, pp = 1, tp = 1;
+  GridShape grid;
   std::string schedule;
   int stages = 1, microbatches = 1;
   double bubble = 0;        // simulated, F=1, B=2
@@ -29,7 +29,6 @@ struct GridSummary {
   int padded_vocab = 0;
   std::string vocab_reason;  // why on or off (plan/vocab_choice.hpp); "" = off as set
   bool sequence_parallel = false;  // parallel.sequence_parallel in effect (tp > 1)
-  int cp = 1;                      // parallel.cp
 };
 std::string grid_line(const GridSummary& g);
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/core/grid_shape.hpp"
+
 namespace pipetrain {
 
 // A key that is on, off, or decided by pipetrain for the run at hand (TOML: true, false
@@ -69,8 +71,8 @@ struct ModelConfig {
   }
 };
 
-struct ParallelConfig {
-  int dp = 1, pp = 1, tp = 1;
+// The grid (core/grid_shape.hpp) and how the model and its work are laid over it.
+struct ParallelConfig : GridShape {
   int virtual_stages = 1;               // stages per pipeline rank
   std::vector<double> layers_per_stage;  // blocks per stage (x.5: a half block); empty = "auto" (balanced by cost)
   bool zero1 = false;                   // shard AdamW moments over the dp replicas
@@ -80,19 +82,12 @@ struct ParallelConfig {
   // the embedding and the output layer (schedule/vocab_pieces.hpp); "auto" turns it on
   // where the output layer outweighs a stage's share of the model (plan/vocab_choice.hpp).
   Toggle vocab_parallel = Toggle::Auto;
-  // Expert parallelism: each MoE layer's experts are split over `ep` consecutive dp ranks
-  // of a stage (ep divides dp and model.n_experts); tokens reach their experts by all-to-all.
-  int ep = 1;
   // Sequence parallelism (Megatron's): with tp > 1 the activations between the tensor-
   // parallel products are split by rows (tokens) over the tp ranks: norms and residuals run
   // on a rank's rows, all-gathers feed the column-parallel products and reduce-scatters
   // leave the row-parallel ones. "auto": on wherever tp > 1 divides a rank's tokens
   // (sequence_parallel_on).
   Toggle sequence_parallel = Toggle::Auto;
-  // Context parallelism: each sequence cut into 2 cp chunks over cp ranks (rank i holds
-  // chunks i and 2cp-1-i), attention as a ring (model/ring_attention.hpp); the grid is
-  // dp x pp x cp x tp and gradients are summed over dp x cp.
-  int cp = 1;
 };
 
 struct ScheduleConfig {

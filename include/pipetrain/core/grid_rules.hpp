@@ -30,8 +30,9 @@ std::string sequence_parallel_problem(const Config& cfg);
 // parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism
 // does not run with yet (mixtures of experts).
 std::string context_parallel_problem(const Config& cfg);
-// The ranks a config's grid needs: dp x pp x cp x tp.
-int64_t grid_ranks(const ParallelConfig& p);
+// The shape itself on a job of `ranks` ranks: every dimension at least 1, ep dividing dp,
+// dp x pp x cp x tp equal to the ranks.
+std::string grid_shape_problem(const GridShape& g, int64_t ranks);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/core/grid_shape.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/shard.hpp"
 
@@ -34,7 +35,7 @@ struct CheckpointMeta {
   int64_t samples_seen = 0; // position in the data stream (global sample index)
   uint64_t seed = 0;        // initialisation and shuffling seed (the only randomness)
   std::string config_toml;  // the full config of the run
-  int dp = 1, pp = 1, tp = 1;
+  GridShape grid;           // the run's grid (cp and ep absent in older files: 1)
   bool zero1 = false;
   std::string schedule;
   std::string tokenizer;  // the training data's tokenizer ("" when unknown; optional attribute)

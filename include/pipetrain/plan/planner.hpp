@@ -40,10 +40,10 @@ struct PlanOptions {
 // hide their transfers between nodes; leaving them out keeps the search as it was for them.
 inline constexpr int kMinRingChunk = 4096;
 
-struct Layout {
-  int dp = 1, pp = 1, tp = 1, virtual_stages = 1;
-  int cp = 1;  // parallel.cp: each sequence over cp ranks, attention a ring (dense models)
-  int ep = 1;  // parallel.ep: the routed experts split over ep dp ranks (enumerated where the model has experts)
+// A candidate run: its grid (ep enumerated where the model has experts, cp where
+// sequences are long) and the choices laid over it.
+struct Layout : GridShape {
+  int virtual_stages = 1;
   std::string schedule = "1f1b";
   int microbatches = 1;      // per replica
   int microbatch_size = 1;   // sequences

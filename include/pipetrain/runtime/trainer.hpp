@@ -221,7 +221,7 @@ class Trainer {
   Tensor m_shard_, v_shard_;
   bool zero1() const { return !owned_.empty(); }
   // Tokens of each sequence on this rank: seq_len / parallel.cp (context parallelism).
-  int local_seq_len() const { return cfg_.train.seq_len / grid_.cp(); }
+  int local_seq_len() const { return cfg_.train.seq_len / grid_.shape().cp; }
   // Microbatch m's samples from `source`, this rank's chunks of each under context parallelism.
   MicrobatchLoader loader(const BatchSource& source, int64_t first) const;
   // Calls f(param, lo, hi, range) for the part [lo, hi) of each parameter in each owned range.
