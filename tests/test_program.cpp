@@ -6,15 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "pipetrain/schedule/vocab_pieces.hpp"
 #include "schedule_sweep.hpp"
 
 namespace pipetrain {
@@ -348,6 +351,50 @@ std::string in_order_problem(const Program& p) {
 // in groups between its computes): every built-in, lowered with receives at their use
 // and then posted earlier where a peer's send waits, runs; posted ahead blindly,
 // receives block the sends the peer waits for.
+std::string problem_of(const std::function<void()>& build) {
+  try {
+    build();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The program builder composes the passes in one order: each recipe gives the program its
+// passes give by hand, proven, and a recipe no pass can take is refused naming why.
+TEST(ProgramBuilder, EachRecipeIsItsPassesInOrder) {
+  const Schedule s = make_schedule("interleaved-1f1b", ScheduleParams{2, 2, 4});
+  ProgramRecipe plain;
+  plain.tag_ub = 32767;
+  EXPECT_EQ(build_program(s, plain).per_rank, lower(s, {kRecvLookahead, 32767}).per_rank);
+  ProgramRecipe in_order = plain;
+  in_order.in_order = true;
+  const Program posted = build_program(s, in_order);
+  EXPECT_EQ(recv_lookahead(in_order), 1);
+  EXPECT_EQ(posted.per_rank, post_for_in_order(lower(s, {1, 32767})).per_rank);
+  EXPECT_EQ(in_order_problem(posted), "(valid)");
+  ProgramRecipe vocab = plain;
+  vocab.vocab_parallel = true;
+  vocab.vocab_costs.vocab = {1e-3, 1.5, 1.5, 1e-3};
+  EXPECT_EQ(build_program(s, vocab).per_rank, lower_vocab_parallel(s, {4, 32767}, vocab.vocab_costs).per_rank);
+  ProgramRecipe file = plain;  // a compute+comms file runs as written
+  file.comms_csv = to_comms_csv(lower(s));
+  file.file = "given.csv";
+  EXPECT_EQ(build_program(s, file).per_rank, lower(s).per_rank);
+
+  ProgramRecipe both = file;
+  both.vocab_parallel = true;
+  EXPECT_HAS(problem_of([&] { build_program(s, both); }), "given.csv: a compute+comms file has no vocabulary slices");
+  vocab.in_order = true;
+  EXPECT_HAS(problem_of([&] { build_program(s, vocab); }), "in-order transfers) cannot run its collectives");
+  // A file runs as written: receives it posts ahead of a peer's send are refused under
+  // in-order transfers, not moved (1f1b with receives 4 ahead deadlocks there).
+  const Schedule one_f_one_b = make_schedule("1f1b", {2, 1, 4});
+  file.comms_csv = to_comms_csv(lower(one_f_one_b, {4, 32767}));
+  file.in_order = true;
+  EXPECT_HAS(problem_of([&] { build_program(one_f_one_b, file); }), "deadlock with in-order transfers");
+}
+
 TEST(InOrderTransfers, EveryBuiltinRunsOncePostedForInOrderTransfers) {
   const int checked = testing::for_each_builtin(
       [](const Schedule& s, int p, int m) {

@@ -110,7 +110,7 @@ int run_check(const CheckOptions& o) {
   const Schedule sched = schedule_from_config(cfg, &comms_csv);
   const bool in_order = cfg.runtime.device == "cuda" && cfg.comm.p2p != "mpi";  // NCCL posts in order
   const VocabChoice vocab = choose_vocab_parallel(cfg);
-  const Program program = program_from_config(cfg, sched, comms_csv, kMinTagUb, in_order, vocab.on);
+  const Program program = build_program(sched, program_recipe(cfg, sched, comms_csv, kMinTagUb, in_order, vocab.on));
   const SimResult sim = simulate(sched, Costs{});
   const std::string data =
       o.no_data ? std::string("not checked (--no-data)") : check_data(cfg);

@@ -24,6 +24,7 @@
 #include "pipetrain/app/svg_plot.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/csv.hpp"
+#include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/render.hpp"
@@ -155,11 +156,17 @@ int run(const ScheduleOptions& o) {
     costs.vocab = parse_vocab_costs(o.vocab_costs);
   }
   // The program the executor would run: the file's own for a compute+comms file.
-  const Program program = o.vocab_parallel ? lower_vocab_parallel(s, {4, kTagUb}, costs, transfer)
-                          : is_comms_csv(text)
-                              ? program_from_csv(text, o.file, o.placement.empty() ? "loop" : o.placement, kTagUb)
-                              : lower(s, {4, kTagUb});
-  validate_program(program, kTagUb);
+  ProgramRecipe recipe;
+  recipe.tag_ub = kTagUb;
+  recipe.vocab_parallel = o.vocab_parallel;
+  recipe.vocab_costs = costs;
+  recipe.transfer = transfer;
+  if (is_comms_csv(text)) {
+    recipe.comms_csv = text;
+    recipe.file = o.file;
+  }
+  if (!o.placement.empty()) recipe.placement = o.placement;
+  const Program program = build_program(s, recipe);
   // With vocabulary parallelism the schedule is its program (the slices are not actions).
   const SimResult r = o.vocab_parallel ? simulate_program(program, costs, transfer) : simulate(s, costs);
   // The lowered program with transfer costs: where its receives are posted shows here.

@@ -227,7 +227,7 @@ double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Ba
   if (grid.shape().pp > 1) {
     in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * T * cfg.model.d_model *
                           static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.shape().tp : 1);
-    in.receive_buffers = 4;
+    in.receive_buffers = recv_lookahead(trainer.program_recipe());
   }
   in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
   // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).

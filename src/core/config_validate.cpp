@@ -64,32 +64,6 @@ void check_experts(const Checker& c, const ModelConfig& m) {
           fmt::format("model.capacity_factor ({}) must be >= 0 (0: dropless)", m.capacity_factor));
 }
 
-// Expert parallelism's split: whole experts on each of ep consecutive dp ranks.
-void check_expert_parallel(const Checker& c, const Config& cfg) {
-  const auto& p = cfg.parallel;
-  c.at_least("parallel.ep", p.ep, 1);
-  if (p.ep <= 1) return;
-  c.check(cfg.model.n_experts > 0, fmt::format("parallel.ep ({}): the model has no experts to split "
-                                               "(model.n_experts = 0)",
-                                               p.ep));
-  c.check(p.dp % p.ep == 0, fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over "
-                                        "a stage's data-parallel ranks",
-                                        p.ep, p.dp));
-  if (cfg.model.n_experts > 0)
-    c.check(cfg.model.n_experts % p.ep == 0, fmt::format("parallel.ep ({}) must divide model.n_experts ({}): each "
-                                                         "rank holds whole experts",
-                                                         p.ep, cfg.model.n_experts));
-}
-
-// How the experts split over tp.
-void check_experts_run(const Checker& c, const Config& cfg) {
-  check_expert_parallel(c, cfg);
-  if (cfg.model.n_experts == 0) return;
-  c.check(cfg.model.expert_ffn() % cfg.parallel.tp == 0,
-          fmt::format("parallel.tp ({}) must divide the experts' width (model.expert_ffn_hidden: {})", cfg.parallel.tp,
-                      cfg.model.expert_ffn()));
-}
-
 void check_model(const Checker& c, const ModelConfig& m) {
   c.check(m.arch == "gpt2" || m.arch == "llama",
           fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
@@ -120,15 +94,9 @@ void check_model(const Checker& c, const ModelConfig& m) {
 void check_parallel(const Checker& c, const Config& cfg) {
   const auto& m = cfg.model;
   const auto& p = cfg.parallel;
-  c.at_least("parallel.dp", p.dp, 1);
-  c.at_least("parallel.pp", p.pp, 1);
-  c.at_least("parallel.tp", p.tp, 1);
   c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
   c.check(p.dp_bucket_mb > 0, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
-  c.rule(tp_split_problem(m, p.tp));
-  c.rule(sequence_parallel_problem(cfg));
-  c.rule(context_parallel_problem(cfg));
-  if (p.vocab_parallel == Toggle::On) c.rule(vocab_parallel_problem(cfg));
+  c.rule(grid_problem(cfg));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {
     c.check(static_cast<int64_t>(p.layers_per_stage.size()) == stages,
@@ -150,8 +118,6 @@ void check_parallel(const Checker& c, const Config& cfg) {
     }
     c.check(sum == m.n_layer,
             fmt::format("parallel.layers_per_stage sums to {}, expected model.n_layer = {}", sum, m.n_layer));
-  } else {
-    c.rule(stage_split_problem(m, stages));
   }
   for (size_t i = 0; i < p.recompute_stages.size(); ++i)
     c.check(p.recompute_stages[i] >= 0 && p.recompute_stages[i] < stages,
@@ -243,7 +209,6 @@ void validate_config(const Config& cfg) {
   check_model(c, cfg.model);
   check_parallel(c, cfg);
   check_train(c, cfg);
-  check_experts_run(c, cfg);
   check_data(c, cfg);
   check_runtime(c, cfg);
 }

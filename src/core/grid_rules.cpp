@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace pipetrain {
@@ -24,34 +25,71 @@ std::string tp_split_problem(const ModelConfig& m, int tp) {
 }
 
 namespace {
-bool tp_divides_the_tokens(const Config& cfg) {
-  return (cfg.train.seq_len / std::max(cfg.parallel.cp, 1)) % cfg.parallel.tp == 0;
-}
+bool tp_divides_the_tokens(const GridShape& g, int seq_len) { return (seq_len / std::max(g.cp, 1)) % g.tp == 0; }
 }  // namespace
 
+bool sequence_parallel_on(Toggle sp, const GridShape& g, int seq_len) {
+  if (g.tp <= 1 || sp == Toggle::Off) return false;
+  return sp == Toggle::On || tp_divides_the_tokens(g, seq_len);  // "auto": wherever it can
+}
+
 bool sequence_parallel_on(const Config& cfg) {
-  const Toggle sp = cfg.parallel.sequence_parallel;
-  if (cfg.parallel.tp <= 1 || sp == Toggle::Off) return false;
-  return sp == Toggle::On || tp_divides_the_tokens(cfg);  // "auto": wherever it can
+  return sequence_parallel_on(cfg.parallel.sequence_parallel, cfg.parallel, cfg.train.seq_len);
 }
 
 std::string sequence_parallel_problem(const Config& cfg) {
   const int cp = std::max(cfg.parallel.cp, 1);
-  if (!sequence_parallel_on(cfg) || tp_divides_the_tokens(cfg)) return "";
+  if (!sequence_parallel_on(cfg) || tp_divides_the_tokens(cfg.parallel, cfg.train.seq_len)) return "";
   return fmt::format(
       "parallel.tp ({}) must divide train.seq_len / parallel.cp ({}) under sequence parallelism (each rank holds an "
       "equal share of the tokens; set parallel.sequence_parallel = false to keep every token on every tp rank)",
       cfg.parallel.tp, cfg.train.seq_len / cp);
 }
 
-std::string context_parallel_problem(const Config& cfg) {
-  const int cp = cfg.parallel.cp;
+std::string context_parallel_problem(const ModelConfig& m, int seq_len, int cp) {
   if (cp < 1) return fmt::format("parallel.cp ({}) must be >= 1", cp);
   if (cp == 1) return "";
-  if (cfg.train.seq_len % (2 * cp) != 0)
-    return fmt::format("parallel.cp ({}): train.seq_len ({}) must cut into 2 x parallel.cp equal chunks", cp,
-                       cfg.train.seq_len);
-  if (cfg.model.n_experts > 0) return "parallel.cp > 1 with model.n_experts: not in this version";
+  if (seq_len % (2 * cp) != 0)
+    return fmt::format("parallel.cp ({}): train.seq_len ({}) must cut into 2 x parallel.cp equal chunks", cp, seq_len);
+  if (m.n_experts > 0) return "parallel.cp > 1 with model.n_experts: not in this version";
+  return "";
+}
+
+std::string context_parallel_problem(const Config& cfg) {
+  return context_parallel_problem(cfg.model, cfg.train.seq_len, cfg.parallel.cp);
+}
+
+std::string expert_parallel_problem(const ModelConfig& m, const GridShape& g) {
+  if (g.ep > 1 && m.n_experts == 0)
+    return fmt::format("parallel.ep ({}): the model has no experts to split (model.n_experts = 0)", g.ep);
+  if (g.ep < 1 || g.dp % g.ep)
+    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
+                       "data-parallel ranks",
+                       g.ep, g.dp);
+  if (m.n_experts == 0) return "";
+  if (m.n_experts % g.ep)
+    return fmt::format("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", g.ep,
+                       m.n_experts);
+  if (m.expert_ffn() % g.tp)
+    return fmt::format("parallel.tp ({}) must divide the experts' width (model.expert_ffn_hidden: {})", g.tp,
+                       m.expert_ffn());
+  return "";
+}
+
+std::string grid_problem(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const std::function<std::string()> rules[] = {
+      [&] { return grid_shape_problem(p); },
+      [&] { return tp_split_problem(cfg.model, p.tp); },
+      [&] { return sequence_parallel_problem(cfg); },
+      [&] { return context_parallel_problem(cfg); },
+      [&] { return expert_parallel_problem(cfg.model, p); },
+      [&] { return p.vocab_parallel == Toggle::On ? vocab_parallel_problem(cfg) : ""; },
+      [&] {
+        return p.layers_per_stage.empty() ? stage_split_problem(cfg.model, int64_t{p.pp} * p.virtual_stages) : "";
+      }};
+  for (const auto& rule : rules)  // in order: a later rule may divide by what an earlier one checks
+    if (std::string problem = rule(); !problem.empty()) return problem;
   return "";
 }
 
@@ -59,9 +97,10 @@ std::string grid_shape_problem(const GridShape& g, int64_t ranks) {
   for (const auto& [name, n] : {std::pair{"dp", g.dp}, {"pp", g.pp}, {"cp", g.cp}, {"tp", g.tp}, {"ep", g.ep}})
     if (n < 1) return fmt::format("parallel.{} ({}) must be >= 1", name, n);
   if (g.dp % g.ep)
-    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over dp ranks", g.ep,
-                       g.dp);
-  if (g.ranks() != ranks)
+    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
+                       "data-parallel ranks",
+                       g.ep, g.dp);
+  if (ranks >= 0 && g.ranks() != ranks)
     return fmt::format(
         "parallel.dp * parallel.pp * parallel.cp * parallel.tp = {} * {} * {} * {} = {} does not match the {} MPI "
         "ranks of this job",

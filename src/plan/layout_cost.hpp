@@ -1,6 +1,6 @@
 // The planner's costing of one layout up to (not including) its simulation: the stages'
 // split and costs, each pipeline rank's busy time, tail (dp, AdamW, tied pair) and memory.
-// Private to src/plan (planner.cpp ranks what this costs). Exports: kRecvLookahead, Built,
+// Private to src/plan (planner.cpp ranks what this costs). Exports: Built,
 // Context, Costed, cost_layout.
 #pragma once
 #include <memory>
@@ -11,11 +11,10 @@
 #include "pipetrain/plan/cost_model.hpp"
 #include "pipetrain/plan/planner.hpp"
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
-
-constexpr int kRecvLookahead = 4;  // the trainer's lowering (LowerOptions' default)
 
 // A schedule built once per (name, ranks, stages per rank, microbatches) and shared by
 // every layout that runs it.

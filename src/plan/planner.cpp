@@ -62,14 +62,12 @@ class ScheduleCache {
     return *b;
   }
   const Program& program(Built& b, bool vocab_parallel, const Costs& costs) {
-    const LowerOptions options{kRecvLookahead, INT_MAX};
-    if (vocab_parallel) {
-      if (!b.vocab_program)
-        b.vocab_program = std::make_unique<Program>(lower_vocab_parallel(b.schedule, options, costs));
-      return *b.vocab_program;
-    }
-    if (!b.program) b.program = std::make_unique<Program>(lower(b.schedule, options));
-    return *b.program;
+    ProgramRecipe recipe;
+    recipe.vocab_parallel = vocab_parallel;
+    recipe.vocab_costs = costs;
+    auto& built = vocab_parallel ? b.vocab_program : b.program;
+    if (!built) built = std::make_unique<Program>(build_program(b.schedule, recipe));
+    return *built;
   }
 
  private:
@@ -133,24 +131,25 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// parallel.ep for dp replicas: every divisor of dp that divides the experts; 1 without
-// experts.
-std::vector<int> ep_options(const ModelConfig& model, int dp) {
-  if (model.n_experts == 0) return {1};
+// parallel.ep for a grid: every divisor of its dp the expert rules allow (1 without
+// experts).
+std::vector<int> ep_options(const ModelConfig& model, GridShape grid) {
   std::vector<int> out;
-  for (int ep : divisors(dp))
-    if (model.n_experts % ep == 0) out.push_back(ep);
+  for (int ep : divisors(grid.dp)) {
+    grid.ep = ep;
+    if (expert_parallel_problem(model, grid).empty()) out.push_back(ep);
+  }
   return out;
 }
 
 // parallel.cp for a grid's dp x cp ranks (cp must divide them and leave dp dividing the
-// batch): 1, and where the model is dense (no experts) every cp whose 2 cp chunks cut the
-// sequence evenly and leave each rank kMinRingChunk tokens or more.
+// batch): 1, and every cp the context-parallel rules allow that leaves each rank
+// kMinRingChunk tokens or more.
 std::vector<int> cp_options(const Config& cfg, int ranks) {
   std::vector<int> out;
   const int T = cfg.train.seq_len;
   for (int cp : divisors(ranks))
-    if (cp == 1 || (cfg.model.n_experts == 0 && T % (2 * cp) == 0 && T / cp >= kMinRingChunk)) out.push_back(cp);
+    if (cp == 1 || (context_parallel_problem(cfg.model, T, cp).empty() && T / cp >= kMinRingChunk)) out.push_back(cp);
   return out;
 }
 
@@ -328,7 +327,7 @@ void add_grid(const Context& cx, const PlanOptions& o, const std::vector<std::st
               const std::vector<std::string>& schedules, const Layout& grid, ScheduleCache& cache, PlanResult& res,
               std::vector<Costed>& fits) {
   const Config& cfg = cx.cfg;
-  const int pp = grid.pp, tp = grid.tp, per_replica = res.global_batch / grid.dp;
+  const int pp = grid.pp, per_replica = res.global_batch / grid.dp;
   for (int m : divisors(per_replica))
     for (const auto& name : pp == 1 ? std::vector<std::string>{"1f1b"} : schedules)
       for (int v = 1; v <= (pp == 1 ? 1 : o.max_virtual_stages); v *= 2) {
@@ -336,12 +335,13 @@ void add_grid(const Context& cx, const PlanOptions& o, const std::vector<std::st
         if (pp > 1 && !allowed(o.only_virtual, v)) continue;
         Built& b = cache.get(name, pp, v, m);
         if (!b.ok) continue;
-        for (int ep : ep_options(cfg.model, grid.dp)) {
+        for (int ep : ep_options(cfg.model, grid)) {
           if (!allowed(o.only_ep, ep)) continue;
           Layout l = grid;
           l.ep = ep, l.virtual_stages = v, l.schedule = name;
-          l.sequence_parallel = tp > 1 && (cfg.train.seq_len / grid.cp) % tp == 0 &&
-                                cfg.parallel.sequence_parallel != Toggle::Off;  // off: only where set so
+          // "true" where tp does not divide a rank's tokens: the layout without it
+          l.sequence_parallel = sequence_parallel_on(Toggle::Auto, l, cfg.train.seq_len) &&
+                                cfg.parallel.sequence_parallel != Toggle::Off;
           l.microbatches = m, l.microbatch_size = per_replica / m;
           add_variants(cx, o, precisions, l, b, res, fits);
         }

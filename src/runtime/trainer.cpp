@@ -30,8 +30,6 @@
 namespace pipetrain {
 
 namespace {
-constexpr int kRecvLookahead = 4;  // compute actions ahead whose inputs are posted as receives
-
 // The costs the vocabulary slices are placed by: FLOPs in units of one block's forward on
 // one rank (a block's products 24 C^2 per token, a slice's logits 2 C V / slices), the
 // blocks spread evenly over the stages; backwards twice their forward.
@@ -87,30 +85,17 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   return s;
 }
 
-Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                            bool in_order, bool vocab_parallel) {
-  Program p;
-  if (vocab_parallel) {
-    if (!comms_csv.empty()) fail("{}: a compute+comms file has no vocabulary slices", cfg.schedule.file);
-    if (in_order)
-      fail("parallel.vocab_parallel = true: comm.p2p = \"nccl\" (in-order transfers) cannot run its collectives yet");
-    p = lower_vocab_parallel(s, {kRecvLookahead, tag_ub}, vocab_placement_costs(cfg, s.num_stages));
-    validate_program(p, tag_ub);
-    return p;
-  }
-  if (!comms_csv.empty()) {
-    p = program_from_csv(comms_csv, cfg.schedule.file, cfg.schedule.placement, tag_ub);  // runs exactly as written
-    validate_program(p, tag_ub);
-    if (in_order) validate_in_order(p);
-    return p;
-  }
-  p = lower(s, {in_order ? 1 : kRecvLookahead, tag_ub});
-  validate_program(p, tag_ub);
-  if (in_order) {
-    p = post_for_in_order(std::move(p));
-    validate_program(p, tag_ub);
-  }
-  return p;
+ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
+                             bool in_order, bool vocab_parallel) {
+  ProgramRecipe r;
+  r.tag_ub = tag_ub;
+  r.in_order = in_order;
+  r.vocab_parallel = vocab_parallel;
+  if (vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg, s.num_stages);
+  r.comms_csv = comms_csv;
+  r.file = cfg.schedule.file;
+  r.placement = cfg.schedule.placement;
+  return r;
 }
 
 
@@ -166,9 +151,8 @@ void Trainer::configure_executor(const Config& cfg, int me) {
   executor_->set_overlap(cfg.schedule.overlap);
   if (grid_.shape().ep > 1 && cfg.schedule.overlap) executor_->set_progress(mpi_progress());
   executor_->set_packed_documents(source_.is_packed());
-  if (const std::string e = sequence_parallel_problem(cfg); !e.empty()) fail("{}", e);
+  if (const std::string e = grid_problem(cfg); !e.empty()) fail("{}", e);  // a config built in code
   executor_->set_sequence_parallel(sequence_parallel_on(cfg));
-  if (const std::string e = context_parallel_problem(cfg); !e.empty()) fail("{}", e);
   if (grid_.shape().cp > 1) executor_->set_context_parallel(comms_->cp(), cfg.train.seq_len);
 }
 
@@ -325,8 +309,8 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   configure_executor(cfg, me);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  train_program_ =
-      program_from_config(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(), vocab_parallel_);
+  recipe_ = pipetrain::program_recipe(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(), vocab_parallel_);
+  train_program_ = build_program(schedule_, recipe_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / mb_size_);
   build_gradient_exchanges(mine, zero1);
@@ -559,17 +543,10 @@ std::vector<float> Trainer::reduced_gradients() {
 
 const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
-    const int tag_ub = grid_.comm("pp").tag_ub();
-    const bool in_order = comms_->pp_in_order();
-    const Schedule forward = forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches);
-    eval_program_ = vocab_parallel_ ? lower_vocab_parallel(forward, {kRecvLookahead, tag_ub},
-                                                           vocab_placement_costs(cfg_, schedule_.num_stages))
-                                    : lower(forward, {in_order ? 1 : kRecvLookahead, tag_ub});
-    validate_program(eval_program_, tag_ub);
-    if (in_order) {
-      eval_program_ = post_for_in_order(std::move(eval_program_));
-      validate_program(eval_program_, tag_ub);
-    }
+    ProgramRecipe forward = recipe_;
+    forward.comms_csv.clear();  // a file's program is the training step's
+    eval_program_ =
+        build_program(forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches), forward);
   }
   return eval_program_;
 }

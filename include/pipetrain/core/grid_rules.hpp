@@ -1,7 +1,8 @@
-// Which grids can split a model and its batch: each rule once, used by validate_config
-// (which names the file), the planner (which skips a candidate that breaks one) and the
-// layers and trainer that split (as a guard for configs built in code). Each returns ""
-// when the split works, else one line naming the keys.
+// Which grids can split a model and its batch: each rule once, here and nowhere else,
+// used by validate_config (which names the file), the Grid (the shape on the job's
+// ranks), the planner (which skips a candidate that breaks one) and the layers and
+// trainer that split (as a guard for configs built in code). Each returns "" when the
+// split works, else one line naming the keys. grid_problem holds them all.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,13 +27,23 @@ std::string vocab_parallel_problem(const Config& cfg);
 // ranks (true with tp > 1; "auto" where tp also divides train.seq_len / parallel.cp), and
 // the rule `true` needs: tp divides those tokens (each rank an equal share of the rows).
 bool sequence_parallel_on(const Config& cfg);
+bool sequence_parallel_on(Toggle sequence_parallel, const GridShape& g, int seq_len);
 std::string sequence_parallel_problem(const Config& cfg);
 // parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism
 // does not run with yet (mixtures of experts).
 std::string context_parallel_problem(const Config& cfg);
+std::string context_parallel_problem(const ModelConfig& m, int seq_len, int cp);
+// parallel.ep: experts to split, whole experts on each of ep consecutive dp ranks, and
+// (with any experts) their width split over tp.
+std::string expert_parallel_problem(const ModelConfig& m, const GridShape& g);
+// Every rule of a config's grid, the first that fails: the shape (each dimension >= 1, ep
+// dividing dp), tp's split of the model, sequence, context and expert parallelism, the
+// vocabulary slices (parallel.vocab_parallel = true) and, without parallel.layers_per_stage,
+// the stages. (The batch's split, batch_split_problem, is train.*'s rule.)
+std::string grid_problem(const Config& cfg);
 // The shape itself on a job of `ranks` ranks: every dimension at least 1, ep dividing dp,
-// dp x pp x cp x tp equal to the ranks.
-std::string grid_shape_problem(const GridShape& g, int64_t ranks);
+// dp x pp x cp x tp equal to the ranks (not checked for ranks < 0: a config alone).
+std::string grid_shape_problem(const GridShape& g, int64_t ranks = -1);
 // train.global_batch into dp replicas of `microbatches` equal microbatches.
 std::string batch_split_problem(int64_t global_batch, int dp, int microbatches);
 

@@ -23,6 +23,7 @@
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
+#include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/topology/device_comms.hpp"
 #include "pipetrain/topology/grid.hpp"
@@ -87,14 +88,12 @@ struct StepMetrics {
 // schedule.placement), for `pp` pipeline ranks; validated. When schedule.file is a
 // compute+comms file, its text goes to *comms_csv (the file is read once).
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullptr);
-// Its lowered program, validated with the MPI's tag bound: the schedule lowered, or the
-// compute+comms file's text (non-empty comms_csv) exactly as written.
-// `in_order`: the pipeline's transport matches messages in posting order (NCCL); the
-// program is then lowered with receives at their use, posted earlier where a peer's send
-// waits (post_for_in_order), and must pass validate_in_order. `vocab_parallel`: the
-// slices' program (choose_vocab_parallel's decision).
-Program program_from_config(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                            bool in_order, bool vocab_parallel);
+// How its program is built (schedule/program_builder.hpp): `comms_csv` a compute+comms
+// file's text (run exactly as written); `tag_ub` the pipeline communicator's tag bound;
+// `in_order` its transport matches messages in posting order (NCCL); `vocab_parallel` the
+// slices' program (choose_vocab_parallel's decision), placed by FLOP ratios.
+ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
+                             bool in_order, bool vocab_parallel);
 
 // What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
 // weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
@@ -113,6 +112,7 @@ class Trainer {
   ParameterStore& params() { return params_; }
   const Schedule& schedule() const { return schedule_; }
   const Program& program() const { return train_program_; }
+  const ProgramRecipe& program_recipe() const { return recipe_; }
   MemoryPool& pool() { return *pool_; }
   // This rank's most memory held so far: the pool's high-water mark and the packed weight
   // copies the backend keeps outside the pool (runtime.pack_weights).
@@ -200,6 +200,7 @@ class Trainer {
   std::map<int, std::unique_ptr<ModelStage>> stages_;
   std::unique_ptr<PipelineExecutor> executor_;
   Program train_program_;  // the schedule lowered and validated at construction
+  ProgramRecipe recipe_;   // how the step's program, and evaluation's, are built
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
   void check_packed_copies_fit(const Config& cfg);
