@@ -25,6 +25,7 @@
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/model/partition.hpp"
+#include "pipetrain/plan/memory_estimate.hpp"
 #include "pipetrain/plan/planner.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
@@ -175,66 +176,23 @@ std::string TrainData::summary(const Config& cfg) const {
                      cfg.data.pack_documents ? "packed sequences" : "windows", cfg.train.seq_len);
 }
 
-// Memory estimate of this rank (plan/cost_model's, as `pipetrain plan` prunes by):
-// parameters, gradients and AdamW moments (fewer with ZeRO-1, none for a tied table's copy
-// another rank updates; bf16's compute copy, and its widened f32 copy where kernels read
-// one), runtime.pack_weights' two copies of the matrices, the stashed activations the
-// schedule keeps alive at its peak, what recomputation rebuilds for one block at a time,
-// receive buffers and a dp bucket; vocabulary parallelism's share (plan/vocab_memory.hpp).
-// The largest over the ranks.
-double memory_estimate(const Config& cfg, Trainer& trainer, Grid& grid, const Backend& backend, const SimResult& sim) {
-  const Schedule& sched = trainer.schedule();
-  const bool bf16 = cfg.train.precision == "bf16";
-  const auto& units = trainer.stage_units();
-  MemoryInputs in;
-  in.params = static_cast<double>(trainer.params().numel());
-  in.not_updated = static_cast<double>(trainer.params().not_updated());
-  in.experts = static_cast<double>(trainer.params().numel() - trainer.params().expert_begin());
-  in.dp = grid.comm("dp-cp").size();  // the ranks ZeRO-1 shares the moments over: dp x cp
-  in.ep = grid.shape().ep;
-  in.zero1 = cfg.parallel.zero1;
-  in.bf16 = bf16;
-  in.widened = static_cast<double>(trainer.params().widened_numel());
-  const DType storage = bf16 ? DType::BF16 : DType::F32;
-  // Context parallelism's ring keeps each query's log-sum-exp and output, of T / cp tokens.
-  const AttentionKeeps keeps = grid.shape().cp > 1
-                                   ? AttentionKeeps::kLogSumExp
-                                   : attention_keeps(cfg.runtime.device, cfg.model.d_model / cfg.model.n_head);
-  const int T = cfg.train.seq_len / grid.shape().cp;
-  const bool vocab = trainer.vocab_parallel();
-  std::vector<StagePiece> rank_pieces;
-  for (int st = 0; st < sched.num_stages; ++st)
-    if (sched.stage_to_rank[static_cast<size_t>(st)] == grid.coords().pp) {
-      const auto& u = units[static_cast<size_t>(st)];
-      const Recompute mode = trainer.recompute_of(st);
-      in.largest_stash =
-          std::max(in.largest_stash, stash_bytes(cfg.model, u.first, u.last, grid.shape().tp, trainer.microbatch_size(), T,
-                                                 storage, mode, keeps, vocab, sequence_parallel_on(cfg)));
-      const auto pieces = stage_pieces(cfg.model, u);
-      rank_pieces.insert(rank_pieces.end(), pieces.begin(), pieces.end());
-      if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& p) {  // it holds a block (or half)
-            return p.kind != PieceKind::Embedding && p.kind != PieceKind::Head;
-          }))
-        in.recompute = std::max(in.recompute, recompute_bytes(cfg.model, grid.shape().tp, trainer.microbatch_size(), T,
-                                                              storage, mode, keeps, sequence_parallel_on(cfg)));
-    }
-  in.packed = rank_dense_weight_params(cfg.model, rank_pieces, grid.shape().tp, vocab ? grid.shape().pp * grid.shape().tp : 0);
-  in.peak_inflight = sim.peak_inflight[static_cast<size_t>(grid.coords().pp)];
-  if (vocab)
-    add_vocab_memory(trainer.program(), grid.coords().pp,
-                     simulate_program(trainer.program(), Costs{}).peak_inflight[static_cast<size_t>(grid.coords().pp)],
-                     cfg.model, grid.shape().pp * grid.shape().tp, trainer.microbatch_size(), T, storage, in);  // a rank's tokens
-  if (grid.shape().pp > 1) {
-    in.activation_bytes = static_cast<double>(trainer.microbatch_size()) * T * cfg.model.d_model *
-                          static_cast<double>(dtype_size(storage)) / (sequence_parallel_on(cfg) ? grid.shape().tp : 1);
-    in.receive_buffers = recv_lookahead(trainer.program_recipe());
-  }
-  in.dp_bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
-  // Packed copies of the matrices multiplied in f32 (native bf16 products read bf16 copies).
-  if (!trainer.packs_weights() || (bf16 && backend.bf16_products_native())) in.packed = 0;
-  double est = rank_memory(in).total();
-  grid.world().allreduce_max(&est, 1);
-  return est;
+// The memory estimate of the largest rank (plan/memory_estimate.hpp: the planner's and
+// `check`'s, for this run as placed: its split, recomputed stages, packing, receives posted
+// ahead and vocabulary slices).
+double memory_estimate(const Config& cfg, const Trainer& trainer, const Backend& backend) {
+  Layout layout = layout_of(cfg);
+  layout.vocab_parallel = trainer.vocab_parallel();
+  Placement p;
+  p.schedule = &trainer.schedule();
+  p.units = &trainer.stage_units();
+  for (int st = 0; st < trainer.schedule().num_stages; ++st) p.stage_recompute.push_back(trainer.recompute_of(st));
+  p.peaks = peak_stashes(trainer.schedule());
+  p.packed = trainer.packs_weights();
+  p.native_bf16 = backend.bf16_products_native();
+  p.device_kind = cfg.runtime.device;
+  p.recv_lookahead = recv_lookahead(trainer.program_recipe());
+  p.bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
+  return placed_memory(cfg, layout, p, layout.vocab_parallel ? &trainer.program() : nullptr).total();
 }
 
 // The split and each stage's share of the model's cost, and what the split costs the step
@@ -389,7 +347,7 @@ int run_train(const TrainOptions& opt) {
   const Schedule& sched = trainer.schedule();
   const SimResult sim = simulate(sched, Costs{});
   const double flops_per_token = model_flops_per_token(cfg.model, nparams, cfg.train.seq_len);
-  const double est = memory_estimate(cfg, trainer, grid, *backend, sim);
+  const double est = memory_estimate(cfg, trainer, *backend);
 
   log.line(model_line(cfg, nparams));
   log.line(fmt::format(

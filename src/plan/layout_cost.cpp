@@ -7,6 +7,7 @@
 
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/memory_estimate.hpp"
 #include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 
@@ -60,55 +61,6 @@ bool planned_packing(const Context& cx, const Layout& l, const Schedule& s, cons
     pack = choose_pack_weights(in).on;
   }
   return pack;
-}
-
-// What rank r holds of the model: its parameters (as stored, widened for products and
-// in dense products' weights), its largest stage stash, and which pieces it has. Under
-// vocabulary parallelism the embedding and head pieces keep their positions and final norm;
-// every rank holds its slice of the table(s) instead.
-struct Holdings {
-  double params = 0, widened = 0, dense = 0, largest_stash = 0;
-  double experts = 0;  // of params, the routed experts' (expert-parallel under ep > 1)
-  double blocks = 0;   // the blocks on the rank (a half-block counts a half)
-  bool embedding = false, head = false, block = false;
-};
-Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Schedule& s,
-                       const std::vector<StageUnits>& units, int r, int T, const AttentionKeeps& keeps,
-                       bool native_bf16) {
-  const DType storage = l.precision == "bf16" ? DType::BF16 : DType::F32;
-  Holdings h;
-  const bool vp = l.vocab_parallel;
-  std::vector<StagePiece> pieces;
-  for (int st = 0; st < s.num_stages; ++st) {
-    if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
-    const auto& u = units[static_cast<size_t>(st)];
-    h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
-                                                            l.recompute, keeps, vp, l.sequence_parallel));
-    for (const StagePiece& p : stage_pieces(model, u)) {
-      const bool table = p.kind == UnitKind::Embedding || p.kind == UnitKind::Head;
-      const double params =
-          vp && table ? unit_params(model, p.kind).replicated : unit_params(model, p.kind, p.block).on_rank(l.tp, l.ep);
-      h.widened += native_bf16 ? widened_params(model, p.kind, l.tp, true, p.block) : params;
-      pieces.push_back(p);
-      h.params += params;
-      if (!table) h.experts += unit_params(model, p.kind, p.block).experts / (l.ep * l.tp);
-      h.embedding = h.embedding || p.kind == UnitKind::Embedding;
-      h.head = h.head || p.kind == UnitKind::Head;
-      h.block = h.block || is_block_part(p.kind);
-      h.blocks += p.kind == UnitKind::Block ? 1.0 : is_block_part(p.kind) ? 0.5 : 0.0;
-    }
-  }
-  h.dense = rank_dense_weight_params(model, pieces, l.tp, vp ? l.pp * l.tp : 0);
-  if (vp) {  // the slice of one table (tied) or of two
-    const double slice = (model.tied() ? 1 : 2) * unit_params(model, UnitKind::Head).sharded / (l.pp * l.tp);
-    h.params += slice;
-    if (!native_bf16) h.widened += slice;
-  } else if (h.embedding && h.head && model.tied()) {  // one table serves both
-    const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
-    h.params -= table;
-    if (!native_bf16) h.widened -= table;
-  }
-  return h;
 }
 
 // One microbatch's backward on rank r, summed over its stages (what dp buckets hide behind).
@@ -200,8 +152,11 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
   }
   const UnitCosts unit_costs{total(UnitKind::Embedding), total(UnitKind::Block), total(UnitKind::Head),
                              total(UnitKind::Attention) / total(UnitKind::Block)};
-  const std::vector<StageUnits> units =
-      partition_gpt2(model, S, {}, vp ? unit_costs.vocabulary_parallel() : unit_costs);
+  // The config's own split where it gives one for these stages (check and train's
+  // header price the run's layout), else the balanced one.
+  const auto& given = cx.cfg.parallel.layers_per_stage;
+  const std::vector<StageUnits> units = partition_gpt2(model, S, static_cast<int>(given.size()) == S ? given : std::vector<double>{},
+                                                       vp ? unit_costs.vocabulary_parallel() : unit_costs);
   l.blocks_per_stage = blocks_per_stage(model, units);
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);
@@ -263,19 +218,22 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) +
                              (l.sequence_parallel ? 0.0 : allgather_seconds(act, tp, group_link(c, 1, tp)))
                        : 0;
-  // The ring keeps each query's log-sum-exp and output, as the trainer's estimate counts.
-  const AttentionKeeps keeps =
-      l.cp > 1 ? AttentionKeeps::kLogSumExp : attention_keeps(c.device.kind, model.d_model / model.n_head);
+  Placement placement;  // the memory estimate's facts (memory_estimate.hpp), as the run will place it
+  placement.schedule = &s;
+  placement.units = &units;
+  placement.peaks = built.peaks;
+  placement.packed = pack;
+  placement.native_bf16 = native_bf16;
+  placement.device_kind = c.device.kind;
+  placement.bucket_bytes = cx.bucket_bytes;
   const UnitParams up_head = unit_params(model, UnitKind::Head);
-  const Recompute mode = l.recompute;
   const double world_latency =
       allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);
   out.busy.assign(static_cast<size_t>(R), 0.0);
   out.tp_comm = out.ep_comm = out.cp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
-    const Holdings h = rank_holdings(model, l, s, units, r, T, keeps, native_bf16);
-    const double params = h.params, widened = h.widened, dense = h.dense, largest = h.largest_stash;
-    const bool embedding = h.embedding, block = h.block;
+    const Holdings h = rank_holdings(model, l, placement, r, T);
+    const double params = h.params;
     for (int st = 0; st < S; ++st) {
       if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
       const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
@@ -294,7 +252,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
-    const double updated = params - (tied_pair && embedding ? up_head.sharded / tp : 0.0);
+    const double updated = params - (tied_pair && h.embedding ? up_head.sharded / tp : 0.0);
     const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =
         adamw_seconds(l.zero1 && l.dp * l.cp > 1 ? zero1_share(updated, experts, l.dp * l.cp, l.ep) : updated,
@@ -304,25 +262,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     // the updated table back to the embedding's rank.
     const double tied = tied_pair ? p2p_seconds(4.0 * up_head.sharded / tp, pp_link) : 0;
     out.other[r] = tied + world_latency;
-    MemoryInputs in;
-    in.params = params;
-    in.not_updated = tied_pair && embedding ? up_head.sharded / tp : 0.0;  // the embedding's copy of the table
-    in.experts = experts;
-    in.dp = l.dp * l.cp;  // the ranks holding the same parameters (ZeRO-1 shares their moments)
-    in.ep = l.ep;
-    in.zero1 = l.zero1;
-    in.bf16 = bf16;
-    in.widened = widened;
-    in.largest_stash = largest;
-    // Overlapped pairs with free turns keep their B's weight gradients queued past the B, and
-    // with them one more microbatch's stash (executor_impl.hpp).
-    const bool carried = l.ep > 1 && tp == 1 && !vp && paired_share(cx, s, r) > 0;
-    in.peak_inflight = built.peaks[static_cast<size_t>(r)] + (carried ? 1 : 0);
-    in.recompute = block ? recompute_bytes(model, tp, B, T, storage, mode, keeps, l.sequence_parallel) : 0.0;
-    in.activation_bytes = R > 1 ? (l.sequence_parallel ? act / tp : act) : 0.0;
-    in.receive_buffers = R > 1 ? kRecvLookahead : 0;
-    in.dp_bucket_bytes = l.dp * l.cp > 1 ? cx.bucket_bytes : 0.0;
-    in.packed = pack && !(bf16 && native_bf16) ? dense : 0.0;  // f32 products only
+    MemoryInputs in = memory_inputs(cx.cfg, l, placement, h, r);
     if (vp) add_vocab_memory_bound(h.head, m, model, l.pp * tp, B, T, storage, in);
     out.inputs.push_back(in);
     const RankMemory mem = rank_memory(in);

@@ -3,6 +3,7 @@
 // Private to src/plan (planner.cpp ranks what this costs). Exports: Built,
 // Context, Costed, cost_layout.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct Built {
   Schedule schedule;
   std::vector<int> peaks;
   std::unique_ptr<Program> program;        // lowered on first simulation
-  std::unique_ptr<Program> vocab_program;  // with vocabulary slices, placed by the first costs simulated
+  // With vocabulary slices, by tp: placed as the trainer places them (vocab_placement_costs),
+  // which depends on the slices (pp x tp) and the model, not on the cluster.
+  std::map<int, std::unique_ptr<Program>> vocab_programs;
 };
 
 // One layout costed up to (not including) its simulation.

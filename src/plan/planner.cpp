@@ -61,11 +61,13 @@ class ScheduleCache {
     }
     return *b;
   }
-  const Program& program(Built& b, bool vocab_parallel, const Costs& costs) {
+  // The program a layout runs: the trainer's (program_builder.hpp), the slices placed by
+  // its rule.
+  const Program& program(Built& b, const ModelConfig& model, const Layout& l) {
     ProgramRecipe recipe;
-    recipe.vocab_parallel = vocab_parallel;
-    recipe.vocab_costs = costs;
-    auto& built = vocab_parallel ? b.vocab_program : b.program;
+    recipe.vocab_parallel = l.vocab_parallel;
+    if (l.vocab_parallel) recipe.vocab_costs = vocab_placement_costs(model, l, b.schedule.num_stages);
+    auto& built = l.vocab_parallel ? b.vocab_programs[l.tp] : b.program;
     if (!built) built = std::make_unique<Program>(build_program(b.schedule, recipe));
     return *built;
   }
@@ -76,7 +78,7 @@ class ScheduleCache {
 
 Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   const bool vp = k.layout.vocab_parallel;
-  const Program& prog = cache.program(*k.built, vp, k.costs);
+  const Program& prog = cache.program(*k.built, cx.cfg.model, k.layout);
   const SimResult sim = simulate_program(prog, k.costs, TransferCosts{0, 0, k.transfer});
   std::vector<double> end(static_cast<size_t>(prog.num_ranks), 0.0);
   for (const SimEvent& e : sim.events)

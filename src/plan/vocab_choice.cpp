@@ -41,4 +41,19 @@ VocabChoice choose_vocab_parallel(const Config& cfg) {
   return choose_vocab_parallel(cfg, p.pp * p.virtual_stages, static_cast<int>(cfg.train.global_batch / per_step));
 }
 
+Costs vocab_placement_costs(const ModelConfig& m, const GridShape& g, int stages) {
+  const double slices = static_cast<double>(g.vocab_slices());
+  const double block = 24.0 * m.d_model * m.d_model / g.tp;
+  Costs c;
+  c.F = c.I = c.W = std::max(1e-3, static_cast<double>(m.n_layer) / stages);
+  c.B = 2 * c.F;
+  // One product of the slice: OF runs two (the logits, their softmax partials' product with
+  // the table), OB one (the weight gradient) — which, its inner dimension the microbatch's
+  // tokens and its output the slice's whole gradient, ran as long as OF's two on GPT-2 124M
+  // (bench/RESULTS.md): the slices are placed as equals.
+  const double product = 2.0 * m.d_model * m.padded_vocab() / slices / block;
+  c.vocab = {1e-3, 1.5 * product, 1.5 * product, 1e-3};
+  return c;
+}
+
 }  // namespace pipetrain

@@ -29,28 +29,6 @@
 
 namespace pipetrain {
 
-namespace {
-// The costs the vocabulary slices are placed by: FLOPs in units of one block's forward on
-// one rank (a block's products 24 C^2 per token, a slice's logits 2 C V / slices), the
-// blocks spread evenly over the stages; backwards twice their forward.
-Costs vocab_placement_costs(const Config& cfg, int stages) {
-  const ModelConfig& m = cfg.model;
-  const double slices = static_cast<double>(cfg.parallel.pp) * cfg.parallel.tp;
-  const double block = 24.0 * m.d_model * m.d_model / cfg.parallel.tp;
-  Costs c;
-  c.F = c.I = c.W = std::max(1e-3, static_cast<double>(m.n_layer) / stages);
-  c.B = 2 * c.F;
-  // One product of the slice: OF runs two (the logits, their softmax partials' product with
-  // the table), OB one (the weight gradient) — which, its inner dimension the microbatch's
-  // tokens and its output the slice's whole gradient, ran as long as OF's two on GPT-2 124M
-  // (bench/RESULTS.md): the slices are placed as equals.
-  const double product = 2.0 * m.d_model * m.padded_vocab() / slices / block;
-  c.vocab = {1e-3, 1.5 * product, 1.5 * product, 1e-3};
-  return c;
-}
-
-}  // namespace
-
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   const auto& p = cfg.parallel;
   Schedule s;
@@ -91,7 +69,7 @@ ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::st
   r.tag_ub = tag_ub;
   r.in_order = in_order;
   r.vocab_parallel = vocab_parallel;
-  if (vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg, s.num_stages);
+  if (vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg.model, cfg.parallel, s.num_stages);
   r.comms_csv = comms_csv;
   r.file = cfg.schedule.file;
   r.placement = cfg.schedule.placement;

@@ -1,0 +1,132 @@
+#include "pipetrain/plan/memory_estimate.hpp"
+
+#include <algorithm>
+
+#include "pipetrain/core/dtype.hpp"
+#include "pipetrain/plan/vocab_memory.hpp"
+#include "pipetrain/schedule/simulate.hpp"
+
+namespace pipetrain {
+
+namespace {
+DType storage_of(const Layout& l) { return l.precision == "bf16" ? DType::BF16 : DType::F32; }
+
+// What attention keeps for its backward: the ring's log-sum-exp and output under context
+// parallelism, else the device's kernels' choice.
+AttentionKeeps keeps_of(const ModelConfig& model, const Layout& l, const Placement& p) {
+  return l.cp > 1 ? AttentionKeeps::kLogSumExp : attention_keeps(p.device_kind, model.d_model / model.n_head);
+}
+
+// Overlapped F&B pairs with free turns (schedule.overlap on a CPU, where the pipeline is
+// MPI's) keep their B's weight gradients queued past the B, and with them one more
+// microbatch's stash (executor_impl.hpp).
+bool carries_a_stash(const Config& cfg, const Layout& l, const Placement& p, int r) {
+  const Schedule& s = *p.schedule;
+  return l.ep > 1 && l.tp == 1 && !l.vocab_parallel && cfg.schedule.overlap && p.device_kind == "cpu" &&
+         !s.pairs.empty() && !s.pairs[static_cast<size_t>(r)].empty();
+}
+}  // namespace
+
+Recompute Placement::recompute_of(const Layout& l, int stage) const {
+  return stage_recompute.empty() ? l.recompute : stage_recompute[static_cast<size_t>(stage)];
+}
+
+Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Placement& p, int r, int T) {
+  const Schedule& s = *p.schedule;
+  const DType storage = storage_of(l);
+  const AttentionKeeps keeps = keeps_of(model, l, p);
+  Holdings h;
+  const bool vp = l.vocab_parallel;
+  std::vector<StagePiece> pieces;
+  for (int st = 0; st < s.num_stages; ++st) {
+    if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+    const auto& u = (*p.units)[static_cast<size_t>(st)];
+    h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
+                                                            p.recompute_of(l, st), keeps, vp, l.sequence_parallel));
+    for (const StagePiece& piece : stage_pieces(model, u)) {
+      const bool table = piece.kind == UnitKind::Embedding || piece.kind == UnitKind::Head;
+      const double params = vp && table ? unit_params(model, piece.kind).replicated
+                                        : unit_params(model, piece.kind, piece.block).on_rank(l.tp, l.ep);
+      h.widened += p.native_bf16 ? widened_params(model, piece.kind, l.tp, true, piece.block) : params;
+      pieces.push_back(piece);
+      h.params += params;
+      if (!table) h.experts += unit_params(model, piece.kind, piece.block).experts / (l.ep * l.tp);
+      h.embedding = h.embedding || piece.kind == UnitKind::Embedding;
+      h.head = h.head || piece.kind == UnitKind::Head;
+      h.block = h.block || is_block_part(piece.kind);
+      h.blocks += piece.kind == UnitKind::Block ? 1.0 : is_block_part(piece.kind) ? 0.5 : 0.0;
+    }
+  }
+  h.dense = rank_dense_weight_params(model, pieces, l.tp, vp ? l.pp * l.tp : 0);
+  if (vp) {  // the slice of one table (tied) or of two
+    const double slice = (model.tied() ? 1 : 2) * unit_params(model, UnitKind::Head).sharded / (l.pp * l.tp);
+    h.params += slice;
+    if (!p.native_bf16) h.widened += slice;
+  } else if (h.embedding && h.head && model.tied()) {  // one table serves both
+    const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
+    h.params -= table;
+    if (!p.native_bf16) h.widened -= table;
+  }
+  return h;
+}
+
+Holdings rank_holdings(const Config& cfg, const Layout& l, const Placement& p, int r) {
+  return rank_holdings(cfg.model, l, p, r, cfg.train.seq_len / l.cp);
+}
+
+MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& p, const Holdings& h, int r) {
+  const ModelConfig& model = cfg.model;
+  const Schedule& s = *p.schedule;
+  const int tp = l.tp, B = l.microbatch_size, T = cfg.train.seq_len / l.cp;
+  const bool bf16 = l.precision == "bf16", pipeline = s.num_ranks > 1;
+  const DType storage = storage_of(l);
+  // A tied table on two ranks is updated on the head's only; the embedding's copy has no moments.
+  const bool tied_pair = model.tied() && h.embedding != h.head && !l.vocab_parallel;
+  MemoryInputs in;
+  in.params = h.params;
+  in.not_updated = tied_pair && h.embedding ? unit_params(model, UnitKind::Head).sharded / tp : 0.0;
+  in.experts = l.ep > 1 ? h.experts : 0.0;
+  in.dp = l.replicas();  // the ranks holding the same parameters (ZeRO-1 shares their moments)
+  in.ep = l.ep;
+  in.zero1 = l.zero1;
+  in.bf16 = bf16;
+  in.widened = h.widened;
+  in.largest_stash = h.largest_stash;
+  in.peak_inflight = p.peaks[static_cast<size_t>(r)] + (carries_a_stash(cfg, l, p, r) ? 1 : 0);
+  const AttentionKeeps keeps = keeps_of(model, l, p);
+  for (int st = 0; st < s.num_stages; ++st) {  // the one block recomputation rebuilds at a time
+    if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+    const auto pieces = stage_pieces(model, (*p.units)[static_cast<size_t>(st)]);
+    if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& x) { return is_block_part(x.kind); }))
+      in.recompute = std::max(in.recompute, recompute_bytes(model, tp, B, T, storage, p.recompute_of(l, st), keeps,
+                                                            l.sequence_parallel));
+  }
+  const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
+  in.activation_bytes = pipeline ? (l.sequence_parallel ? act / tp : act) : 0.0;
+  in.receive_buffers = pipeline ? p.recv_lookahead : 0;
+  in.dp_bucket_bytes = l.replicas() > 1 ? p.bucket_bytes : 0.0;
+  in.packed = p.packed && !(bf16 && p.native_bf16) ? h.dense : 0.0;  // f32 products only
+  return in;
+}
+
+RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p, const Program* program) {
+  const int T = cfg.train.seq_len / l.cp;
+  const DType storage = storage_of(l);
+  std::vector<int> vocab_peaks;  // the placed program's own stashes (backwards may be delayed)
+  if (l.vocab_parallel && program) vocab_peaks = simulate_program(*program, Costs{}).peak_inflight;
+  RankMemory largest;
+  for (int r = 0; r < p.schedule->num_ranks; ++r) {
+    const Holdings h = rank_holdings(cfg, l, p, r);
+    MemoryInputs in = memory_inputs(cfg, l, p, h, r);
+    if (l.vocab_parallel && program)
+      add_vocab_memory(*program, r, vocab_peaks[static_cast<size_t>(r)], cfg.model, l.vocab_slices(),
+                       l.microbatch_size, T, storage, in);
+    else if (l.vocab_parallel)
+      add_vocab_memory_bound(h.head, l.microbatches, cfg.model, l.vocab_slices(), l.microbatch_size, T, storage, in);
+    const RankMemory mem = rank_memory(in);
+    if (mem.total() > largest.total()) largest = mem;
+  }
+  return largest;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One memory estimate: the run header (`train`), `check` and `plan` print the same figure for
+# the same layout — pp with the config's split, dp with ZeRO-1, tp, cp, ep and the vocabulary
+# slices — because all three assemble it in one place (plan/memory_estimate.hpp). `plan`
+# prices its own balanced split, so it is compared where there is no split to choose (pp 1).
+set -euo pipefail
+: "${PIPETRAIN:?}" "${SRC:?}" "${MPIEXEC:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+head -c 100000 "$SRC/inputs/austen.txt" >"$tmp/corpus.txt"
+"$PIPETRAIN" data text "$tmp/corpus.txt" -o "$tmp/corpus.h5" >/dev/null
+cluster=$SRC/inputs/clusters/cpu-node.toml
+# GPT-2's vocabulary on small blocks: the tables make the figure large enough (about 100 MiB)
+# that a part counted by one and not the other shows in whole MiB.
+base=(--set data.train="$tmp/corpus.h5" --set train.steps=1 --set model.d_model=128 --set model.vocab_size=50257
+      --set train.seq_len=64 --set model.max_seq_len=64 --set train.global_batch=8 --set train.microbatches=4
+      --set runtime.pack_weights=false --set log.every=1)
+gpt2=("$SRC/inputs/austen-char.toml" "${base[@]}")
+moe=("$SRC/inputs/moe-demo.toml" "${base[@]}" --set model.vocab_size=256)
+
+header_mib() {  # NAME RANKS CONFIG...: the run header's figure
+  local name=$1 ranks=$2
+  shift 2
+  timeout 300 "$MPIEXEC" -np "$ranks" "$PIPETRAIN" train "$@" --set checkpoint.dir="$tmp/$name" \
+    --metrics "$tmp/$name.jsonl" </dev/null >"$tmp/$name.train" 2>&1 || { cat "$tmp/$name.train"; exit 1; }
+  grep -o "memory estimate [0-9]* MiB" "$tmp/$name.train" | grep -o "[0-9]*"
+}
+check_mib() {  # NAME CONFIG...: check's figure for the same layout
+  local name=$1
+  shift
+  timeout 300 "$PIPETRAIN" check "$@" >"$tmp/$name.check" 2>&1 || { cat "$tmp/$name.check"; exit 1; }
+  grep -o "memory estimate [0-9]* MiB" "$tmp/$name.check" | grep -o "[0-9]*"
+}
+plan_mib() {  # NAME MICROBATCHES ZERO1 PLAN-OPTIONS... -- CONFIG...: plan's figure for that layout
+  local name=$1 m=$2 zero1=$3
+  shift 3
+  local opts=()
+  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  shift
+  timeout 300 "$PIPETRAIN" plan "$@" --cluster "$cluster" --nodes 1 --top 1000 --json --precision fp32 \
+    --recompute none "${opts[@]}" >"$tmp/$name.plan" 2>&1 || { cat "$tmp/$name.plan"; exit 1; }
+  python3 - "$tmp/$name.plan" "$m" "$zero1" <<'PY'
+import json, sys
+plan, m, zero1 = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+picked = [l for l in plan["layouts"] if f"train.microbatches={m}" in l["overrides"]
+          and f"parallel.zero1={zero1}" in l["overrides"] and "parallel.vocab_parallel=false" in l["overrides"]]
+assert picked, f"plan ranks no layout of {m} microbatches, zero1 {zero1}"
+print(round(picked[0]["memory_bytes"] / 2**20))
+PY
+}
+same() {  # WHAT RUN FIGURES...: every figure equal; beside them, the run's measured peak (largest rank)
+  local what=$1 run=$2 first=$3
+  shift 3
+  for f in "$@"; do
+    [ "$f" = "$first" ] || { echo "FAIL: $what: the estimates differ: $first MiB against $f MiB" >&2; exit 1; }
+  done
+  local peak
+  peak=$(python3 -c 'import json,sys; print(round(max(json.loads(l)["peak_mem_bytes"] for l in open(sys.argv[1])) / 2**20))' \
+    "$tmp/$run.jsonl")
+  echo "ok: $what: $first MiB from each (measured peak $peak MiB)"
+}
+
+# Each figure into a variable first: a failing command then stops the test (set -e).
+split=(--set parallel.pp=2 --set "parallel.layers_per_stage=[2,2]")
+h=$(header_mib pp 2 "${gpt2[@]}" "${split[@]}" --set parallel.vocab_parallel=false)
+c=$(check_mib pp "${gpt2[@]}" "${split[@]}" --set parallel.vocab_parallel=false)
+same "pp 2, split 2,2, whole layers" pp "$h" "$c"
+vocab=("${split[@]}" --set parallel.vocab_parallel=true)
+h=$(header_mib vp 2 "${gpt2[@]}" "${vocab[@]}"); c=$(check_mib vp "${gpt2[@]}" "${vocab[@]}")
+same "pp 2, vocabulary slices" vp "$h" "$c"
+zero=(--set parallel.dp=2 --set parallel.zero1=true)
+h=$(header_mib dp 2 "${gpt2[@]}" "${zero[@]}"); c=$(check_mib dp "${gpt2[@]}" "${zero[@]}")
+p=$(plan_mib dp 4 true --pp 1 --tp 1 -- "${gpt2[@]}")
+same "dp 2, ZeRO-1" dp "$h" "$c" "$p"
+h=$(header_mib tp 2 "${gpt2[@]}" --set parallel.tp=2); c=$(check_mib tp "${gpt2[@]}" --set parallel.tp=2)
+p=$(plan_mib tp 4 false --pp 1 --tp 2 -- "${gpt2[@]}")
+same "tp 2" tp "$h" "$c" "$p"
+h=$(header_mib cp 2 "${gpt2[@]}" --set parallel.cp=2); c=$(check_mib cp "${gpt2[@]}" --set parallel.cp=2)
+same "cp 2" cp "$h" "$c"
+experts=(--set parallel.dp=2 --set parallel.ep=2)
+h=$(header_mib ep 2 "${moe[@]}" "${experts[@]}"); c=$(check_mib ep "${moe[@]}" "${experts[@]}")
+p=$(plan_mib ep 4 false --pp 1 --tp 1 --ep 2 -- "${moe[@]}")
+same "dp 2, ep 2" ep "$h" "$c" "$p"
