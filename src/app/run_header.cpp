@@ -22,7 +22,7 @@ static double percent(double share) { return std::max(0.0, 100.0 * share); }
 
 std::string model_line(const Config& cfg, int64_t params) {
   const auto& m = cfg.model;
-  if (m.arch == "llama") {
+  if (m.family().blocks == BlockKind::Llama) {
     const std::string mlp =
         m.n_experts == 0
             ? fmt::format("MLP {}", m.ffn())

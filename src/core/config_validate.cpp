@@ -43,9 +43,9 @@ void check_experts(const Checker& c, const ModelConfig& m) {
   c.check(m.n_experts > 0 || !m.router_force_balance,
           "model.router_force_balance: the model has no experts to balance");
   if (m.n_experts == 0) return;
-  c.check(m.arch == "llama", fmt::format("model.n_experts ({}): experts replace Llama's MLPs (model.arch = "
-                                         "\"llama\"), not GPT-2's",
-                                         m.n_experts));
+  c.check(m.family().experts, fmt::format("model.n_experts ({}): experts replace Llama's MLPs (model.arch = "
+                                          "\"llama\"), not {}'s",
+                                          m.n_experts, m.family().name));
   c.check(m.top_k >= 1 && m.top_k <= m.n_experts,
           fmt::format("model.top_k ({}) must be between 1 and model.n_experts ({})", m.top_k, m.n_experts));
   c.at_least("model.expert_ffn_hidden", m.expert_ffn_hidden, 0);
@@ -65,8 +65,8 @@ void check_experts(const Checker& c, const ModelConfig& m) {
 }
 
 void check_model(const Checker& c, const ModelConfig& m) {
-  c.check(m.arch == "gpt2" || m.arch == "llama",
-          fmt::format("model.arch: unsupported architecture {} (expected \"gpt2\" or \"llama\")", quote(m.arch)));
+  c.check(find_model_family(m.arch) != nullptr, fmt::format("model.arch: unsupported architecture {} (expected {})",
+                                                           quote(m.arch), model_family_names()));
   c.at_least("model.n_layer", m.n_layer, 1);
   c.at_least("model.n_head", m.n_head, 1);
   c.at_least("model.d_model", m.d_model, 1);
@@ -74,7 +74,7 @@ void check_model(const Checker& c, const ModelConfig& m) {
   c.at_least("model.max_seq_len", m.max_seq_len, 1);
   c.check(m.d_model % m.n_head == 0,
           fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model, m.n_head));
-  if (m.arch == "llama") {
+  if (m.family().grouped_kv) {  // Llama's keys
     c.at_least("model.n_kv_head", m.n_kv_head, 0);
     c.at_least("model.ffn_hidden", m.ffn_hidden, 0);
     c.at_least("model.multiple_of", m.multiple_of, 1);

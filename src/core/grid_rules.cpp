@@ -12,10 +12,10 @@ std::string tp_split_problem(const ModelConfig& m, int tp) {
   if (tp < 1) return fmt::format("parallel.tp ({}) must be > 0", tp);
   if (m.n_head % tp)
     return fmt::format("parallel.tp ({}) must divide model.n_head ({}): each rank holds whole heads", tp, m.n_head);
-  if (m.arch == "llama" && m.kv_heads() % tp)
+  if (m.family().grouped_kv && m.kv_heads() % tp)
     return fmt::format("parallel.tp ({}) must divide model.n_kv_head ({}): each rank holds whole key/value heads",
                        tp, m.kv_heads());
-  if (m.arch == "llama" && m.ffn() % tp)
+  if (m.family().gated_mlp && m.ffn() % tp)
     return fmt::format("parallel.tp ({}) must divide the MLP width ({}, model.ffn_hidden)", tp, m.ffn());
   if (m.padded_vocab() % tp)
     return fmt::format(

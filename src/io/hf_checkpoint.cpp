@@ -327,7 +327,7 @@ ModelConfig export_hf(const std::string& h5, const std::string& out_dir) {
   h5io::Quiet quiet;
   const CheckpointMeta meta = read_checkpoint_meta(h5);
   const ModelConfig m = parse_config(meta.config_toml, h5).model;
-  if (m.arch != "llama") fail("{}: model.arch = \"{}\": only Llama checkpoints export to Hugging Face", h5, m.arch);
+  if (!m.family().hf_format) fail("{}: model.arch = \"{}\": only Llama checkpoints export to Hugging Face", h5, m.arch);
   if (m.n_experts > 0) check_mixtral_expressible(m, h5);
   std::map<std::string, std::vector<float>> values;
   std::vector<CheckpointTensor> tensors;

@@ -26,7 +26,7 @@ LossHead::LossHead(const ModelConfig& cfg, ParameterStore& p, TensorParallel tp)
       V_(cfg.vocab_size),
       Vl_(cfg.padded_vocab() / tp.size),
       col_begin_(cfg.padded_vocab() / tp.size * tp.rank),
-      rms_(cfg.arch == "llama"),
+      rms_(cfg.family().rms_norm),
       eps_(rms_ ? static_cast<float>(cfg.norm_eps) : kLayerNormEps),
       lnfw_(p.declare(rms_ ? "norm.w" : "lnf.w", {C_}, Init::Ones)),
       lnfb_(rms_ ? nullptr : &p.declare("lnf.b", {C_}, Init::Zeros)),

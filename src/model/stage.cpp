@@ -15,7 +15,7 @@ namespace {
 // A block piece's layer for the model's architecture (model.arch).
 template <typename Gpt, typename Llama>
 std::unique_ptr<Layer> block_layer(const ModelConfig& cfg, int block, ParameterStore& params, TensorParallel tp) {
-  if (cfg.arch == "llama") return std::make_unique<Llama>(cfg, block, params, tp);
+  if (cfg.family().blocks == BlockKind::Llama) return std::make_unique<Llama>(cfg, block, params, tp);
   return std::make_unique<Gpt>(cfg, block, params, tp);
 }
 }  // namespace
@@ -23,7 +23,7 @@ std::unique_ptr<Layer> block_layer(const ModelConfig& cfg, int block, ParameterS
 ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, ParameterStore& params, TensorParallel tp,
                        bool vocab_parallel, ExpertParallel ep)
     : first_(first_unit), last_(last_unit), num_units_(model_num_units(cfg)), params_(params) {
-  if (cfg.arch != "gpt2" && cfg.arch != "llama") fail("model.arch: unsupported architecture \"{}\"", cfg.arch);
+  const BlockKind blocks = cfg.family().blocks;  // throws for an unknown model.arch
   if (const std::string e = tp_split_problem(cfg, tp.size); !e.empty()) fail("{}", e);
   if (first_ < 0 || last_ > num_units_ || first_ >= last_)
     fail("stage units [{}, {}) outside the model's {} units", first_, last_, num_units_);
@@ -32,11 +32,11 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
       case PieceKind::Embedding:
         if (!vocab_parallel)
           layers_.push_back(std::make_unique<Embedding>(cfg, params_, tp));
-        else if (cfg.arch == "gpt2")
+        else if (cfg.family().learned_positions)
           layers_.push_back(std::make_unique<Positions>(cfg, params_));
         break;
       case PieceKind::Block:
-        if (cfg.arch == "llama")
+        if (blocks == BlockKind::Llama)
           layers_.push_back(std::make_unique<LlamaBlock>(cfg, p.block, params_, tp, ep));
         else
           layers_.push_back(std::make_unique<Block>(cfg, p.block, params_, tp));
@@ -45,7 +45,7 @@ ModelStage::ModelStage(const ModelConfig& cfg, int first_unit, int last_unit, Pa
         layers_.push_back(block_layer<GptAttention, LlamaAttention>(cfg, p.block, params_, tp));
         break;
       case PieceKind::Mlp:
-        if (cfg.arch == "llama")
+        if (blocks == BlockKind::Llama)
           layers_.push_back(make_llama_mlp(cfg, p.block, params_, tp, ep));
         else
           layers_.push_back(std::make_unique<GptMlp>(cfg, p.block, params_, tp));
@@ -115,7 +115,7 @@ BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp
                           : keeps == AttentionKeeps::kSquare     ? static_cast<double>(T) * T
                                                                  : T;
   const double probs = B * NH * per_head;  // selective recomputation drops them and attention's output
-  if (cfg.arch == "llama") {
+  if (cfg.family().blocks == BlockKind::Llama) {
     const double hs = C / cfg.n_head, Rl = (cfg.n_head + 2.0 * cfg.kv_heads()) * hs / tp, Fl = double(cfg.ffn()) / tp;
     // Attention: x, n1 (N x Cr), qkv (Rl), atty (Cl), the probabilities; for the weight pass
     // dh (N x C), dn1 (N x Cr), dqkv (Rl). MLP: h, n2 (N x Cr), gate, up and their SwiGLU

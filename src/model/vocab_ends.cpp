@@ -45,7 +45,7 @@ void Positions::backward_weight(const MicrobatchContext& ctx, Stash& stash) {
 
 FinalNorm::FinalNorm(const ModelConfig& cfg, ParameterStore& params)
     : C_(cfg.d_model),
-      rms_(cfg.arch == "llama"),
+      rms_(cfg.family().rms_norm),
       eps_(rms_ ? static_cast<float>(cfg.norm_eps) : kLayerNormEps),
       w_(params.declare(rms_ ? "norm.w" : "lnf.w", {C_}, Init::Ones)),
       b_(rms_ ? nullptr : &params.declare("lnf.b", {C_}, Init::Zeros)) {}

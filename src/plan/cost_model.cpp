@@ -17,12 +17,12 @@ namespace {
 // Weights a block's attention and MLP halves multiply by (per token, forward: 2 FLOPs each).
 double attention_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
-  if (m.arch == "llama") return C * (m.n_head + 2.0 * m.kv_heads()) * (C / m.n_head) + C * C;
+  if (m.family().grouped_kv) return C * (m.n_head + 2.0 * m.kv_heads()) * (C / m.n_head) + C * C;
   return 4.0 * C * C;
 }
 double mlp_matmul_params(const ModelConfig& m) {
   const double C = m.d_model;
-  return m.arch == "llama" ? 3.0 * C * m.ffn() : 8.0 * C * C;
+  return m.family().gated_mlp ? 3.0 * C * m.ffn() : 8.0 * C * C;
 }
 // A mixture of experts' MLP: the shared experts' matrices (tp splits them), the norm and
 // the router (whole on every rank), and the routed experts' (which ep and tp split).
@@ -48,7 +48,7 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
     case UnitKind::Embedding:
       // forward: read the rows, write the output (GPT-2 also reads and adds the positions);
       // backward: read the gradient, read and write the rows it adds into.
-      w.bytes = 4.0 * N * C * ((model.arch == "gpt2" ? 4 : 2) + 3);
+      w.bytes = 4.0 * N * C * ((model.family().learned_positions ? 4 : 2) + 3);
       w.allreduces_f = tp > 1 ? 1 : 0;  // vocab-parallel: the partial lookups are summed
       break;
     case UnitKind::Block: {
@@ -96,10 +96,10 @@ UnitWork unit_work(const ModelConfig& model, UnitKind kind, int tp, int B, int T
 
 UnitParams unit_params(const ModelConfig& model, UnitKind kind, int block) {
   const double C = model.d_model, V = model.padded_vocab();
-  const bool llama = model.arch == "llama";
+  const bool llama = model.family().blocks == BlockKind::Llama;
   switch (kind) {
     case UnitKind::Embedding:
-      return {V * C, llama ? 0.0 : static_cast<double>(model.max_seq_len) * C};
+      return {V * C, model.family().learned_positions ? static_cast<double>(model.max_seq_len) * C : 0.0};
     case UnitKind::Block: {
       const UnitParams a = unit_params(model, UnitKind::Attention), m = unit_params(model, UnitKind::Mlp, block);
       return {a.sharded + m.sharded, a.replicated + m.replicated, m.experts};
@@ -127,7 +127,7 @@ double model_params(const ModelConfig& model) {
 
 double widened_params(const ModelConfig& model, UnitKind kind, int tp, bool native_bf16_products, int block) {
   const double C = model.d_model;
-  const bool llama = model.arch == "llama";
+  const bool llama = model.family().blocks == BlockKind::Llama;
   if (!native_bf16_products) return unit_params(model, kind, block).on_rank(tp);
   // Experts' products are f32 products on every backend (Parameter::f32_products); GPUs run
   // no expert parallelism yet, so a rank holds every expert's tp share.
@@ -286,7 +286,8 @@ ActionTimes unit_times(const ClusterSpec& c, const ModelConfig& model, UnitKind 
   const double comm_f = w.allreduces_f * activation + w.small_reductions_f * allreduce_seconds(4.0 * N, tp, link);
   const double comm_i = w.allreduces_i * activation;
   if (kind == UnitKind::Embedding) {  // no FLOPs: its bytes split 4 : 3 between forward and backward
-    const double fwd = w.bytes * (model.arch == "gpt2" ? 4.0 : 2.0) / ((model.arch == "gpt2" ? 4.0 : 2.0) + 3.0);
+    const double reads = model.family().learned_positions ? 4.0 : 2.0;  // the positions' table too
+    const double fwd = w.bytes * reads / (reads + 3.0);
     t.F = fwd / byte_rate + d.layer_overhead_s;
     t.I = 0;
     t.W = (w.bytes - fwd) / byte_rate + d.layer_overhead_s;

@@ -21,7 +21,7 @@ std::vector<DenseShapeCount> dense_weight_shapes(const ModelConfig& m, int tp) {
   };
   int mlp_blocks = 0;
   for (int b = 0; b < m.n_layer; ++b) mlp_blocks += m.moe(b) ? 0 : 1;
-  if (m.arch == "llama") {
+  if (m.family().blocks == BlockKind::Llama) {
     const int hd = C / m.n_head;
     add({(m.n_head + 2 * m.kv_heads()) * hd / tp, C}, m.n_layer);
     add({C, C / tp}, m.n_layer);

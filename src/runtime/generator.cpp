@@ -49,7 +49,7 @@ Generator::Generator(const ModelConfig& cfg, ModelStage& model, Backend& backend
       use_cache_(kv_cache),
       context_(std::min(context, cfg.max_seq_len)),
       cache_(pool, kv_cache ? cfg.n_layer : 0, std::min(context, cfg.max_seq_len),
-             cfg.arch == "llama" ? cfg.kv_heads() * (cfg.d_model / cfg.n_head) : cfg.d_model) {
+             cfg.family().grouped_kv ? cfg.kv_heads() * (cfg.d_model / cfg.n_head) : cfg.d_model) {
   if (!model.has_embedding() || !model.has_head()) fail("generation needs the whole model on one stage");
   if (context_ < 2) fail("generation: a context of {} tokens is too short", context_);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/core/grid_shape.hpp"
+#include "pipetrain/core/model_family.hpp"
 
 namespace pipetrain {
 
@@ -16,7 +17,7 @@ namespace pipetrain {
 enum class Toggle { Off, On, Auto };
 
 struct ModelConfig {
-  std::string arch = "gpt2";  // gpt2 | llama
+  std::string arch = "gpt2";  // a family of core/model_family.hpp: gpt2 | llama
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
@@ -61,7 +62,12 @@ struct ModelConfig {
     const int h = 2 * (4 * d_model) / 3;
     return (h + multiple_of - 1) / multiple_of * multiple_of;
   }
-  bool tied() const { return arch == "gpt2" || tie_embeddings; }
+  // model.arch's family (throws for an unknown one; validate_config names it first).
+  const ModelFamily& family() const { return model_family(arch); }
+  bool tied() const {
+    const ModelFamily* f = find_model_family(arch);
+    return (f && f->always_tied) || tie_embeddings;
+  }
   bool moe(int block) const { return n_experts > 0 && block >= first_dense && (block - first_dense) % moe_every == 0; }
   int expert_ffn() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn(); }
   int moe_blocks() const {
