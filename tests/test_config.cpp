@@ -163,6 +163,33 @@ file = "run.log"
   EXPECT_EQ(c.log.file, "run.log");
 }
 
+// Model families by registry: each arch finds its family, its traits are the model's
+// (GPT-2 ties its table and learns positions; Llama has grouped heads, a gated MLP, experts
+// and Hugging Face's format), and an unknown arch is named with every family's.
+TEST(ModelFamilies, EachArchFindsItsFamilyAndAnUnknownOneIsNamed) {
+  ModelConfig m;
+  m.arch = "gpt2";
+  EXPECT_EQ(m.family().blocks, BlockKind::Gpt2);
+  EXPECT_TRUE(m.family().learned_positions && m.family().always_tied && m.tied());
+  EXPECT_FALSE(m.family().rms_norm || m.family().grouped_kv || m.family().experts || m.family().hf_format);
+  m.arch = "llama";
+  EXPECT_EQ(m.family().blocks, BlockKind::Llama);
+  EXPECT_TRUE(m.family().rms_norm && m.family().grouped_kv && m.family().gated_mlp && m.family().experts);
+  EXPECT_FALSE(m.tied());
+  m.tie_embeddings = true;
+  EXPECT_TRUE(m.tied());
+  m.arch = "mamba";
+  EXPECT_EQ(find_model_family(m.arch), nullptr);
+  EXPECT_TRUE(m.tied());  // an unknown arch: only the key, no family's trait
+  EXPECT_EQ(model_family_names(), "\"gpt2\" or \"llama\"");
+  try {
+    (void)m.family();
+    FAIL() << "no error for an unknown model.arch";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "model.arch: unsupported architecture \"mamba\" (expected \"gpt2\" or \"llama\")");
+  }
+}
+
 TEST(ConfigTest, ToTomlRoundTripsExactly) {
   Config c;
   c.model = {"gpt2", 3, 4, 48, 1000, 77};
