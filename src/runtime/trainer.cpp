@@ -165,18 +165,9 @@ ProgressThread* Trainer::mpi_progress() {
 
 void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1) {
   Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
-  if (zero1) {  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
-    const int64_t experts = params_.numel() - params_.expert_begin();
-    // Shared out over the ranks holding the same parameters: dp x cp (experts: cp = 1).
-    const int64_t n = params_.expert_begin() / grid_.shape().replicas(), e = experts / grid_.shape().expert_dp();
-    const int64_t d = grid_.comm("dp-cp").rank(), edp = grid_.coords().edp;
-    owned_.push_back({n * d, n * (d + 1), 0});
-    if (e > 0) owned_.push_back({params_.expert_begin() + e * edp, params_.expert_begin() + e * (edp + 1), n});
-    for (Tensor* t : {&m_shard_, &v_shard_}) {
-      *t = Tensor::empty(*pool_, {n + e});
-      backend_.fill(t->f32(), 0.0f, static_cast<size_t>(n + e));
-    }
-  }
+  if (zero1)  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
+    shards_ = std::make_unique<OptimizerShards>(params_, grid_.shape(), grid_.comm("dp-cp").rank(), grid_.coords().edp,
+                                                *pool_, backend_);
   if (grid_.comm("dp-cp").size() > 1) {
     DataParallelReducer::Options o;
     o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.shape().dp) * local_seq_len();
@@ -185,8 +176,8 @@ void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, b
     if (vocab_slice_) o.at_end = vocab_slice_->parameters();
     o.expert_dp = comms_->expert_dp();
     if (zero1) {
-      o.shard_elems = owned_[0].hi - owned_[0].lo;
-      if (owned_.size() > 1) o.expert_shard_elems = owned_[1].hi - owned_[1].lo;
+      o.shard_elems = shards_->shard_elems();
+      o.expert_shard_elems = shards_->expert_shard_elems();
       if (pair) o.late = params_.find("wte");  // after its copies' pair sum
     }
     reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
@@ -332,24 +323,8 @@ void Trainer::reduce_gradients() {
   if (tied_) tied_->finish();  // the last stage receives the sum later, for its update
 }
 
-template <typename F>
-void Trainer::for_each_owned(F&& f) {
-  for (const OwnedRange& r : owned_)
-    for (auto& p : params_.params()) {
-      const int64_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.numel(), r.hi);
-      if (lo < hi) f(p, lo, hi, r);
-    }
-}
-
 void Trainer::gather_owned(const Tensor& src, const Tensor& dst) {
-  const int64_t split = params_.expert_begin(), n = params_.numel();
-  std::vector<std::unique_ptr<CommRequest>> parts;
-  parts.push_back(comms_->dp().all_gather(src.view(owned_[0].lo, {owned_[0].hi - owned_[0].lo}), dst.view(0, {split}),
-                                          backend_.stream()));
-  if (owned_.size() > 1)
-    parts.push_back(comms_->expert_dp()->all_gather(src.view(owned_[1].lo, {owned_[1].hi - owned_[1].lo}),
-                                                    dst.view(split, {n - split}), backend_.stream()));
-  for (auto& p : parts) p->wait();
+  shards_->gather(params_, src, dst, comms_->dp(), comms_->expert_dp(), backend_);
 }
 
 // One reduction over the flat gradient buffer (its padding is zero), less the parameters
@@ -358,8 +333,8 @@ double Trainer::local_grad_squares() {
   double sq = 0;
   if (zero1()) {  // ZeRO-1: each rank holds the reduced gradients of its ranges
     const float* g = params_.grads().f32();
-    for (const OwnedRange& r : owned_) sq += backend_.sum_squares(g + r.lo, static_cast<size_t>(r.hi - r.lo));
-    for_each_owned([&](const Parameter& p, int64_t lo, int64_t hi, const OwnedRange&) {
+    for (const auto& r : shards_->ranges()) sq += backend_.sum_squares(g + r.lo, static_cast<size_t>(r.hi - r.lo));
+    shards_->for_each(params_, [&](const Parameter& p, int64_t lo, int64_t hi, const OptimizerShards::Range&) {
       if (!counts_in_norm(p)) sq -= backend_.sum_squares(g + lo, static_cast<size_t>(hi - lo));
     });
   } else {
@@ -403,14 +378,8 @@ void Trainer::optimizer_step(int step, double lr, float grad_scale) {
     return;
   }
   // ZeRO-1: update this rank's ranges, then gather every rank's new values.
-  for_each_owned([&](const Parameter& p, int64_t lo, int64_t hi, const OwnedRange& r) {
-    if ((&p == wte && !tied_->updates_table()) || !p.trained) return;
-    const int64_t o = r.at + (lo - r.lo);
-    const float wd = decays(cfg_.train, p) ? static_cast<float>(cfg_.train.weight_decay) : 0.0f;
-    backend_.adamw(params_.values().f32() + lo, params_.grads().f32() + lo, m_shard_.f32() + o, v_shard_.f32() + o,
-                   static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(cfg_.train.beta1),
-                   static_cast<float>(cfg_.train.beta2), static_cast<float>(cfg_.train.eps), wd, step + 1, grad_scale);
-  });
+  shards_->adamw(params_, backend_, cfg_.train, step + 1, lr, grad_scale,
+                 [&](const Parameter& p) { return p.trained && !(&p == wte && !tied_->updates_table()); });
   gather_owned(params_.values(), params_.values());
   if (tied_) {  // after the gather: it carries the first stage's stale copy of the table
     tied_->start_values();

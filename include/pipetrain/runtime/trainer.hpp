@@ -22,6 +22,7 @@
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
+#include "pipetrain/runtime/optimizer_shards.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -211,24 +212,13 @@ class Trainer {
   ProgressThread* mpi_progress();
   std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
-  // ZeRO-1: the ranges [lo, hi) of the flat buffers this rank owns: its dp share of the
-  // part every ep rank holds alike and, under parallel.ep, its expert-dp share of the
-  // expert-parallel part (ParameterStore::expert_begin). The reducer sums their gradients
-  // there in place; their moments start at `at` in m_shard_ / v_shard_.
-  struct OwnedRange {
-    int64_t lo, hi, at;
-  };
-  std::vector<OwnedRange> owned_;
-  Tensor m_shard_, v_shard_;
-  bool zero1() const { return !owned_.empty(); }
+  std::unique_ptr<OptimizerShards> shards_;  // parallel.zero1 over more than one replica
+  bool zero1() const { return shards_ != nullptr; }
   // Tokens of each sequence on this rank: seq_len / parallel.cp (context parallelism).
   int local_seq_len() const { return cfg_.train.seq_len / grid_.shape().cp; }
   // Microbatch m's samples from `source`, this rank's chunks of each under context parallelism.
   MicrobatchLoader loader(const BatchSource& source, int64_t first) const;
-  // Calls f(param, lo, hi, range) for the part [lo, hi) of each parameter in each owned range.
-  template <typename F>
-  void for_each_owned(F&& f);
-  // src's owned ranges into every rank's dst (each part gathered over the ranks holding it).
+  // src's owned ranges into every rank's dst (ZeRO-1).
   void gather_owned(const Tensor& src, const Tensor& dst);
   AdamW optimizer_;
   int mb_size_;
