@@ -38,18 +38,33 @@ std::vector<GridShape> small_shapes() {
 using Formula = std::function<std::pair<int, int>(const GridShape&, const GridCoords&)>;
 std::map<std::string, Formula> former_formulas() {
   return {
-      {"tp", [](const GridShape& g, const GridCoords& c) {
+      {"tp",
+       [](const GridShape& g, const GridCoords& c) {
          return std::pair{c.pp * g.dp * g.cp + c.dp * g.cp + c.cp, c.tp};
        }},
-      {"dp-cp", [](const GridShape& g, const GridCoords& c) { return std::pair{c.pp * g.tp + c.tp, c.dp * g.cp + c.cp}; }},
-      {"pp", [](const GridShape& g, const GridCoords& c) { return std::pair{(c.dp * g.cp + c.cp) * g.tp + c.tp, c.pp}; }},
-      {"pp-tp", [](const GridShape& g, const GridCoords& c) { return std::pair{c.dp * g.cp + c.cp, c.pp * g.tp + c.tp}; }},
-      {"cp", [](const GridShape& g, const GridCoords& c) { return std::pair{(c.pp * g.dp + c.dp) * g.tp + c.tp, c.cp}; }},
-      {"ep", [](const GridShape& g, const GridCoords& c) {
+      {"dp-cp",
+       [](const GridShape& g, const GridCoords& c) {
+         return std::pair{c.pp * g.tp + c.tp, c.dp * g.cp + c.cp};
+       }},
+      {"pp",
+       [](const GridShape& g, const GridCoords& c) {
+         return std::pair{(c.dp * g.cp + c.cp) * g.tp + c.tp, c.pp};
+       }},
+      {"pp-tp",
+       [](const GridShape& g, const GridCoords& c) {
+         return std::pair{c.dp * g.cp + c.cp, c.pp * g.tp + c.tp};
+       }},
+      {"cp",
+       [](const GridShape& g, const GridCoords& c) {
+         return std::pair{(c.pp * g.dp + c.dp) * g.tp + c.tp, c.cp};
+       }},
+      {"ep",
+       [](const GridShape& g, const GridCoords& c) {
          const int stage = (c.pp * g.tp + c.tp) * g.cp + c.cp;
          return std::pair{stage * g.dp + c.dp / g.ep, c.dp % g.ep};
        }},
-      {"edp", [](const GridShape& g, const GridCoords& c) {
+      {"edp",
+       [](const GridShape& g, const GridCoords& c) {
          const int stage = (c.pp * g.tp + c.tp) * g.cp + c.cp;
          return std::pair{stage * g.dp + c.dp % g.ep, c.dp / g.ep};
        }},

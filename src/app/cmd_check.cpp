@@ -129,10 +129,9 @@ int run_check(const CheckOptions& o) {
   fmt::print("  data {}; {} x {} microbatches x seq {}; precision {}\n", data,
              cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches), cfg.train.microbatches,
              cfg.train.seq_len, cfg.train.precision);
-  fmt::print("{}\n",
-             grid_line({cfg.parallel, sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction,
-                        predicted ? predicted->memory.total() : 0.0, vocab.on ? cfg.parallel.vocab_slices() : 0,
-                        cfg.model.padded_vocab(), vocab.reason, sequence_parallel_on(cfg)}));
+  fmt::print("{}\n", grid_line({cfg.parallel, sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction,
+                                predicted ? predicted->memory.total() : 0.0, vocab.on ? cfg.parallel.vocab_slices() : 0,
+                                cfg.model.padded_vocab(), vocab.reason, sequence_parallel_on(cfg)}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

@@ -46,8 +46,8 @@ void inspect(const std::string& path) {
   fmt::print("{}: pipetrain checkpoint, format version {}\n", path, meta.format_version);
   fmt::print("step {}, tokens seen {}, samples seen {}, seed {}\n", meta.step, meta.tokens_seen,
              meta.samples_seen, meta.seed);
-  fmt::print("grid {}, zero1 {}; schedule {}\n", meta.grid.text(),
-             meta.zero1 ? "on" : "off", meta.schedule.empty() ? "(none)" : meta.schedule);
+  fmt::print("grid {}, zero1 {}; schedule {}\n", meta.grid.text(), meta.zero1 ? "on" : "off",
+             meta.schedule.empty() ? "(none)" : meta.schedule);
   try {
     print_model(parse_config(meta.config_toml, path).model);
   } catch (const Error& e) {

@@ -356,10 +356,9 @@ int run_train(const TrainOptions& opt) {
       data.summary(cfg), cfg.data.sampling, trainer.tokens_per_step(), trainer.microbatch_size(),
       cfg.train.microbatches, cfg.train.seq_len, backend_summary(cfg, trainer, *backend), cfg.train.precision));
   log_blend(log, cfg, data);
-  log.line(
-      grid_line({grid.shape(), sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction, est,
-                 trainer.vocab_parallel() ? grid.shape().vocab_slices() : 0, cfg.model.padded_vocab(),
-                 choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg)}));
+  log.line(grid_line({grid.shape(), sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction, est,
+                      trainer.vocab_parallel() ? grid.shape().vocab_slices() : 0, cfg.model.padded_vocab(),
+                      choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg)}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   if (cfg.model.router_force_balance)

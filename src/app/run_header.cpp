@@ -49,8 +49,8 @@ std::string grid_line(const GridSummary& g) {
   return fmt::format(
       "  grid {} ({} ranks){}; schedule {}: {} stages, {} microbatches, simulated "
       "bubble {:.1f}% (F=1, B=2); memory estimate {:.0f} MiB per rank (largest){}",
-      g.grid.text(), g.grid.ranks(), g.sequence_parallel ? ", sequence parallel" : "", g.schedule, g.stages, g.microbatches, percent(g.bubble),
-      g.memory_bytes / 1048576.0, vocab);
+      g.grid.text(), g.grid.ranks(), g.sequence_parallel ? ", sequence parallel" : "", g.schedule, g.stages,
+      g.microbatches, percent(g.bubble), g.memory_bytes / 1048576.0, vocab);
 }
 
 std::string plan_line(const std::string& note, const Layout& layout, const Prediction& p, const ClusterSpec& cluster) {

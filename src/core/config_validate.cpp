@@ -65,8 +65,8 @@ void check_experts(const Checker& c, const ModelConfig& m) {
 }
 
 void check_model(const Checker& c, const ModelConfig& m) {
-  c.check(find_model_family(m.arch) != nullptr, fmt::format("model.arch: unsupported architecture {} (expected {})",
-                                                           quote(m.arch), model_family_names()));
+  c.check(find_model_family(m.arch) != nullptr,
+          fmt::format("model.arch: unsupported architecture {} (expected {})", quote(m.arch), model_family_names()));
   c.at_least("model.n_layer", m.n_layer, 1);
   c.at_least("model.n_head", m.n_head, 1);
   c.at_least("model.d_model", m.d_model, 1);

@@ -63,9 +63,10 @@ std::string expert_parallel_problem(const ModelConfig& m, const GridShape& g) {
   if (g.ep > 1 && m.n_experts == 0)
     return fmt::format("parallel.ep ({}): the model has no experts to split (model.n_experts = 0)", g.ep);
   if (g.ep < 1 || g.dp % g.ep)
-    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
-                       "data-parallel ranks",
-                       g.ep, g.dp);
+    return fmt::format(
+        "parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
+        "data-parallel ranks",
+        g.ep, g.dp);
   if (m.n_experts == 0) return "";
   if (m.n_experts % g.ep)
     return fmt::format("parallel.ep ({}) must divide model.n_experts ({}): each rank holds whole experts", g.ep,
@@ -97,9 +98,10 @@ std::string grid_shape_problem(const GridShape& g, int64_t ranks) {
   for (const auto& [name, n] : {std::pair{"dp", g.dp}, {"pp", g.pp}, {"cp", g.cp}, {"tp", g.tp}, {"ep", g.ep}})
     if (n < 1) return fmt::format("parallel.{} ({}) must be >= 1", name, n);
   if (g.dp % g.ep)
-    return fmt::format("parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
-                       "data-parallel ranks",
-                       g.ep, g.dp);
+    return fmt::format(
+        "parallel.ep ({}) must divide parallel.dp ({}): the experts are split over a stage's "
+        "data-parallel ranks",
+        g.ep, g.dp);
   if (ranks >= 0 && g.ranks() != ranks)
     return fmt::format(
         "parallel.dp * parallel.pp * parallel.cp * parallel.tp = {} * {} * {} * {} = {} does not match the {} MPI "

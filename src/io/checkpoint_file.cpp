@@ -305,7 +305,8 @@ CheckpointMeta read_meta(const std::string& path) {
   m.samples_seen = read_attr<int64_t>(file.get(), "samples_seen", H5T_NATIVE_INT64, path);
   m.seed = read_attr<uint64_t>(file.get(), "seed", H5T_NATIVE_UINT64, path);
   for (const auto& a : kGridAttributes)
-    if (a.required || H5Aexists(file.get(), a.name) > 0) m.grid.*a.dim = read_attr<int>(file.get(), a.name, H5T_NATIVE_INT, path);
+    if (a.required || H5Aexists(file.get(), a.name) > 0)
+      m.grid.*a.dim = read_attr<int>(file.get(), a.name, H5T_NATIVE_INT, path);
   m.zero1 = read_attr<int>(file.get(), "zero1", H5T_NATIVE_INT, path) != 0;
   m.schedule = read_string_attr(file.get(), "schedule", path);
   m.config_toml = read_string_attr(file.get(), "config", path);
@@ -313,8 +314,8 @@ CheckpointMeta read_meta(const std::string& path) {
   const GridShape& g = m.grid;
   if (m.step < 0 || m.tokens_seen < 0 || m.samples_seen < 0 || g.dp < 1 || g.pp < 1 || g.tp < 1 || g.cp < 1 ||
       g.ep < 1 || g.dp % g.ep)
-    fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {})", path, m.step, m.samples_seen,
-         m.tokens_seen, g.text());
+    fail("{}: damaged metadata (step {}, samples {}, tokens {}, grid {})", path, m.step, m.samples_seen, m.tokens_seen,
+         g.text());
   return m;
 }
 }  // namespace

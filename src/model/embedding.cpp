@@ -36,7 +36,8 @@ Embedding::Embedding(const ModelConfig& cfg, ParameterStore& params, TensorParal
       row_begin_(cfg.padded_vocab() / tp.size * tp.rank),
       row_end_(cfg.padded_vocab() / tp.size * (tp.rank + 1)),
       wte_(declare_wte(cfg, params, tp)),
-      wpe_(cfg.family().learned_positions ? &params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02) : nullptr),
+      wpe_(cfg.family().learned_positions ? &params.declare("wpe", {cfg.max_seq_len, cfg.d_model}, Init::Normal, 0.02)
+                                          : nullptr),
       max_seq_len_(cfg.max_seq_len) {}
 
 Tensor Embedding::forward(const MicrobatchContext& ctx, const Tensor&, std::unique_ptr<Stash>& stash) {

@@ -98,8 +98,8 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
     const auto pieces = stage_pieces(model, (*p.units)[static_cast<size_t>(st)]);
     if (std::any_of(pieces.begin(), pieces.end(), [](const StagePiece& x) { return is_block_part(x.kind); }))
-      in.recompute = std::max(in.recompute, recompute_bytes(model, tp, B, T, storage, p.recompute_of(l, st), keeps,
-                                                            l.sequence_parallel));
+      in.recompute = std::max(
+          in.recompute, recompute_bytes(model, tp, B, T, storage, p.recompute_of(l, st), keeps, l.sequence_parallel));
   }
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
   in.activation_bytes = pipeline ? (l.sequence_parallel ? act / tp : act) : 0.0;
@@ -119,8 +119,8 @@ RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p,
     const Holdings h = rank_holdings(cfg, l, p, r);
     MemoryInputs in = memory_inputs(cfg, l, p, h, r);
     if (l.vocab_parallel && program)
-      add_vocab_memory(*program, r, vocab_peaks[static_cast<size_t>(r)], cfg.model, l.vocab_slices(),
-                       l.microbatch_size, T, storage, in);
+      add_vocab_memory(*program, r, vocab_peaks[static_cast<size_t>(r)], cfg.model, l.vocab_slices(), l.microbatch_size,
+                       T, storage, in);
     else if (l.vocab_parallel)
       add_vocab_memory_bound(h.head, l.microbatches, cfg.model, l.vocab_slices(), l.microbatch_size, T, storage, in);
     const RankMemory mem = rank_memory(in);

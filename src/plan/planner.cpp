@@ -342,8 +342,8 @@ void add_grid(const Context& cx, const PlanOptions& o, const std::vector<std::st
           Layout l = grid;
           l.ep = ep, l.virtual_stages = v, l.schedule = name;
           // "true" where tp does not divide a rank's tokens: the layout without it
-          l.sequence_parallel = sequence_parallel_on(Toggle::Auto, l, cfg.train.seq_len) &&
-                                cfg.parallel.sequence_parallel != Toggle::Off;
+          l.sequence_parallel =
+              sequence_parallel_on(Toggle::Auto, l, cfg.train.seq_len) && cfg.parallel.sequence_parallel != Toggle::Off;
           l.microbatches = m, l.microbatch_size = per_replica / m;
           add_variants(cx, o, precisions, l, b, res, fits);
         }

@@ -12,7 +12,9 @@ OptimizerShards::OptimizerShards(const ParameterStore& params, const GridShape& 
   // Shared out over the ranks holding the same parameters: dp x cp (experts: cp = 1).
   const int64_t n = params.expert_begin() / grid.replicas(), e = experts / grid.expert_dp();
   ranges_.push_back({n * replica, n * (replica + 1), 0});
-  if (e > 0) ranges_.push_back({params.expert_begin() + e * expert_replica, params.expert_begin() + e * (expert_replica + 1), n});
+  if (e > 0)
+    ranges_.push_back(
+        {params.expert_begin() + e * expert_replica, params.expert_begin() + e * (expert_replica + 1), n});
   for (Tensor* t : {&m_, &v_}) {
     *t = Tensor::empty(pool, {n + e});
     backend.fill(t->f32(), 0.0f, static_cast<size_t>(n + e));
@@ -36,9 +38,9 @@ void OptimizerShards::adamw(ParameterStore& params, Backend& backend, const Trai
   for_each(params, [&](const Parameter& p, int64_t lo, int64_t hi, const Range& r) {
     if (!updates(p)) return;
     const float wd = decays(t, p) ? static_cast<float>(t.weight_decay) : 0.0f;
-    backend.adamw(params.values().f32() + lo, params.grads().f32() + lo, m(r, lo), v(r, lo), static_cast<size_t>(hi - lo),
-                  static_cast<float>(lr), static_cast<float>(t.beta1), static_cast<float>(t.beta2),
-                  static_cast<float>(t.eps), wd, step, grad_scale);
+    backend.adamw(params.values().f32() + lo, params.grads().f32() + lo, m(r, lo), v(r, lo),
+                  static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(t.beta1),
+                  static_cast<float>(t.beta2), static_cast<float>(t.eps), wd, step, grad_scale);
   });
 }
 

@@ -76,7 +76,6 @@ ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::st
   return r;
 }
 
-
 // runtime.pack_weights = "auto"'s memory test, for this rank's copies once the split is
 // known: every rank of the job keeps its packed shapes, or none does (one rule for the
 // whole run, as the header says).
@@ -89,8 +88,8 @@ void Trainer::check_packed_copies_fit(const Config& cfg) {
   PackInputs in;
   in.can_pack = !dense_.paths.packed.empty();
   in.measured_pays = true;  // (choose_pack_weights' memory test alone: the timed rule has chosen)
-  in.copies_bytes =
-      8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.shape().tp, vocab_parallel_ ? grid_.shape().pp * grid_.shape().tp : 0);
+  in.copies_bytes = 8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.shape().tp,
+                                                   vocab_parallel_ ? grid_.shape().pp * grid_.shape().tp : 0);
   in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
   const PackChoice c = choose_pack_weights(in);
   double off = in.can_pack && !c.on ? 1.0 : 0.0;
@@ -149,7 +148,8 @@ std::map<int, ModelStage*> Trainer::build_stages() {
   // Every rank of the replica: its slice of the vocabulary, by its place in the replica.
   if (vocab_parallel_)
     vocab_slice_ = std::make_unique<VocabSlice>(
-        cfg_.model, params_, TensorParallel{me * grid_.shape().tp + grid_.coords().tp, grid_.shape().pp * grid_.shape().tp});
+        cfg_.model, params_,
+        TensorParallel{me * grid_.shape().tp + grid_.coords().tp, grid_.shape().pp * grid_.shape().tp});
   return mine;
 }
 
@@ -163,43 +163,13 @@ ProgressThread* Trainer::mpi_progress() {
   return progress_.get();
 }
 
-void Trainer::build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1) {
-  Communicator* pair = comms_->tied();  // the tied copies' pair, when on two ranks
-  if (zero1)  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
-    shards_ = std::make_unique<OptimizerShards>(params_, grid_.shape(), grid_.comm("dp-cp").rank(), grid_.coords().edp,
-                                                *pool_, backend_);
-  if (grid_.comm("dp-cp").size() > 1) {
-    DataParallelReducer::Options o;
-    o.tokens_per_step = static_cast<int64_t>(cfg_.train.global_batch / grid_.shape().dp) * local_seq_len();
-    o.bucket_bytes = static_cast<size_t>(cfg_.parallel.dp_bucket_mb * 1048576.0);
-    o.progress = mpi_progress();
-    if (vocab_slice_) o.at_end = vocab_slice_->parameters();
-    o.expert_dp = comms_->expert_dp();
-    if (zero1) {
-      o.shard_elems = shards_->shard_elems();
-      o.expert_shard_elems = shards_->expert_shard_elems();
-      if (pair) o.late = params_.find("wte");  // after its copies' pair sum
-    }
-    reducer_ = std::make_unique<DataParallelReducer>(params_, mine, comms_->dp(), backend_, *pool_, o);
-  }
-  // The last stage sends its copy early unless dp buckets all-reduce wte.grad in place
-  // meanwhile (ZeRO-1 holds wte back until the pair sum is in); only then may the first
-  // stage keep its embedding's rows too. Built after the reducer, which has the first
-  // claim on them.
-  if (pair) {
-    const bool wte_alone = !reducer_ || zero1;
-    const int64_t row_tokens = static_cast<int64_t>(cfg_.train.global_batch / grid_.shape().dp) * local_seq_len();
-    tied_ = std::make_unique<TiedGradientExchange>(*params_.find("wte"), *pair, mine, backend_, *pool_,
-                                                   !comms_->tied_in_order() && wte_alone, wte_alone ? row_tokens : 0);
-  }
-}
-
 int64_t Trainer::count_model_params() {
   // Whole-model size: sum over the replica's ranks, each value counted once.
   double local = 0;
   // (An expert-parallel parameter: its ep ranks hold a part each, of the same size.)
   for (const auto& p : params_.params())
-    if (counts_in_norm(p) && p.trained) local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.shape().ep : 1);
+    if (counts_in_norm(p) && p.trained)
+      local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.shape().ep : 1);
   grid_.comm("pp-tp").allreduce_sum(&local, 1);
   return static_cast<int64_t>(local);
 }
@@ -243,7 +213,7 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   const bool zero1 = cfg.parallel.zero1 && grid.comm("dp-cp").size() > 1;
   if (!training && grid.world_size() > 1)
     fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
-  // The tied table on two ranks is updated on the last stage only (see optimizer_step):
+  // The tied table on two ranks is updated on the last stage only (GradientSync::update):
   // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer.)
   const int first = schedule_.stage_to_rank.front();
   // (Under vocabulary parallelism each rank's slice serves both roles: no pair.)
@@ -278,18 +248,21 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   configure_executor(cfg, me);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  recipe_ = pipetrain::program_recipe(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(), vocab_parallel_);
+  recipe_ = pipetrain::program_recipe(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(),
+                                      vocab_parallel_);
   train_program_ = build_program(schedule_, recipe_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / mb_size_);
-  build_gradient_exchanges(mine, zero1);
+  sync_ = std::make_unique<GradientSync>(GradientSync::Parts{params_, backend_, *pool_, *comms_, grid_, cfg_,
+                                                             [this] { return mpi_progress(); }, vocab_slice_.get()},
+                                         mine, zero1);
   model_params_ = count_model_params();
 }
 
 bool Trainer::once_over_tp(const Parameter& p) const { return !p.shard.replicated() || grid_.coords().tp == 0; }
 
 bool Trainer::writes_moments(const Parameter& p) const {
-  if (tied_ && p.name == "wte") return tied_->updates_table() && once_over_tp(p);
+  if (sync_->tied() && p.name == "wte") return sync_->tied()->updates_table() && once_over_tp(p);
   return counts_in_norm(p);
 }
 
@@ -308,113 +281,23 @@ ModelStage& Trainer::stage(int s) const {
 
 int64_t Trainer::tokens_per_step() const { return static_cast<int64_t>(cfg_.train.global_batch) * cfg_.train.seq_len; }
 
-// Each replica's loss is already scaled by 1/global tokens, so summing gradients over
-// the dp replicas (and the two tied-embedding copies) gives the mean gradient.
-void Trainer::reduce_gradients() {
-  if (zero1()) {  // ZeRO-1: the pair sum first, then the held-back wte goes to its owners
-    if (tied_) {
-      tied_->finish();
-      tied_->settle();  // wte.grad is reduced in place next: the sum's transfer must be done with it
-    }
-    reducer_->finish();
-    return;
-  }
-  if (reducer_) reducer_->finish();
-  if (tied_) tied_->finish();  // the last stage receives the sum later, for its update
-}
-
-void Trainer::gather_owned(const Tensor& src, const Tensor& dst) {
-  shards_->gather(params_, src, dst, comms_->dp(), comms_->expert_dp(), backend_);
-}
-
-// One reduction over the flat gradient buffer (its padding is zero), less the parameters
-// that do not count (the last stage's tied-embedding copy): one launch, not one per tensor.
-double Trainer::local_grad_squares() {
-  double sq = 0;
-  if (zero1()) {  // ZeRO-1: each rank holds the reduced gradients of its ranges
-    const float* g = params_.grads().f32();
-    for (const auto& r : shards_->ranges()) sq += backend_.sum_squares(g + r.lo, static_cast<size_t>(r.hi - r.lo));
-    shards_->for_each(params_, [&](const Parameter& p, int64_t lo, int64_t hi, const OptimizerShards::Range&) {
-      if (!counts_in_norm(p)) sq -= backend_.sum_squares(g + lo, static_cast<size_t>(hi - lo));
-    });
-  } else {
-    // Runs of adjacent counted parameters (with the zero padding between them), so the
-    // parameters that do not count are never read: the last stage's wte.grad may still
-    // be receiving the tied sum.
-    std::vector<const Parameter*> order;
-    for (const auto& p : params_.params()) order.push_back(&p);
-    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-    int64_t lo = -1, hi = -1;
-    auto close = [&] {
-      if (lo >= 0) sq += backend_.sum_squares(params_.grads().f32() + lo, static_cast<size_t>(hi - lo));
-      lo = -1;
-    };
-    for (const Parameter* p : order) {
-      if (!counts_in_norm(*p) || p->expert_parallel) {
-        close();
-        continue;
-      }
-      if (lo < 0) lo = p->offset;
-      hi = p->offset + p->numel();
-    }
-    close();
-  }
-  return sq;
-}
-
-void Trainer::optimizer_step(int step, double lr, float grad_scale) {
-  fault::point("optimizer");
-  Parameter* wte = tied_ ? params_.find("wte") : nullptr;  // the tied table: updated on the last stage only
-  if (!zero1()) {
-    if (tied_) {
-      tied_->receive_sum();
-      // The table before the rest, so its new values travel while the rest is updated.
-      if (tied_->updates_table()) optimizer_.update(*wte, backend_, step + 1, lr, grad_scale);
-      tied_->start_values();  // the last stage sends the new table, the first posts its receive
-    }
-    optimizer_.step(params_, backend_, step + 1, lr, grad_scale, wte);
-    if (tied_) tied_->finish_values();
-    params_.refresh_compute(*pool_, backend_);
-    return;
-  }
-  // ZeRO-1: update this rank's ranges, then gather every rank's new values.
-  shards_->adamw(params_, backend_, cfg_.train, step + 1, lr, grad_scale,
-                 [&](const Parameter& p) { return p.trained && !(&p == wte && !tied_->updates_table()); });
-  gather_owned(params_.values(), params_.values());
-  if (tied_) {  // after the gather: it carries the first stage's stale copy of the table
-    tied_->start_values();
-    tied_->finish_values();
-  }
-  params_.refresh_compute(*pool_, backend_);
-}
-
 StepMetrics Trainer::train_step(int step) {
   if (use_ != TrainerUse::Train) fail("train_step on a trainer built for inference (it holds no gradients)");
   const auto t0 = std::chrono::steady_clock::now();
-  if (tied_) tied_->settle();  // the previous step's sum is out before wte.grad is zeroed
-  params_.zero_grads(backend_);
-  if (tied_) tied_->begin_step();
   const int64_t step_tokens = tokens_per_step();
   const int64_t step_first = static_cast<int64_t>(step) * cfg_.train.global_batch;
-  const int64_t first = step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.shape().dp);
+  const int64_t first =
+      step_first + static_cast<int64_t>(grid_.coords().dp) * (cfg_.train.global_batch / grid_.shape().dp);
   // The loss is the mean over the step's targets that count (all of them unless packed).
   const int64_t step_targets = source_.is_packed() ? source_.targets(step_first, cfg_.train.global_batch) : step_tokens;
   const MicrobatchLoader load = loader(source_, first);
   ExecutorHooks hooks;
   hooks.step = step;
-  if (reducer_) {
-    reducer_->begin_step();
-    hooks.poll = [this] { reducer_->poll(); };
-  }
+  sync_->begin_step(hooks);
   if (moe_stats_) {
     moe_stats_->clear();
     hooks.moe = grid_.coords().tp == 0 ? moe_stats_.get() : nullptr;  // tp ranks route alike: count once
   }
-  if (reducer_ || tied_)
-    hooks.layer_grads_final = [this](int stage, int layer) {
-      if (reducer_) reducer_->layer_final(stage, layer);
-      if (tied_) tied_->layer_final(stage, layer);
-    };
   StepMetrics out;
   out.step = step;
   auto since = [last = t0]() mutable {
@@ -429,7 +312,7 @@ StepMetrics Trainer::train_step(int step) {
   backend_.defer_checks(false);
   out.phases.program_s = since();
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
-  reduce_gradients();
+  sync_->reduce();
   out.phases.reduce_s = since();
   watchdog::set_position(fmt::format("step {}, loss and gradient norm", step));
 
@@ -440,7 +323,8 @@ StepMetrics Trainer::train_step(int step) {
   // Expert-parallel gradients sum over the whole grid, where dp / ep ranks hold each.
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
-                    local_expert_grad_squares(), local_grad_squares()};
+                    sync_->local_expert_squares(),
+                    sync_->local_squares([this](const Parameter& p) { return counts_in_norm(p); })};
   if (zero1() || grid_.comm("dp-cp").size() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
@@ -464,7 +348,7 @@ StepMetrics Trainer::train_step(int step) {
     out.skipped = true;  // every rank sees the same reduced values, so all skip together
   } else {
     watchdog::set_position(fmt::format("step {}, optimizer", step));
-    optimizer_step(step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
+    sync_->update(optimizer_, step, out.lr, clip_scale(out.grad_norm, cfg_.train.grad_clip));
     if (moe_stats_ && cfg_.model.router_bias_rate > 0) update_selection_biases();
   }
   out.phases.optimizer_s = since();
@@ -475,18 +359,7 @@ StepMetrics Trainer::train_step(int step) {
   return out;
 }
 
-std::vector<float> Trainer::reduced_gradients() {
-  if (tied_) tied_->receive_sum();
-  std::vector<float> out(static_cast<size_t>(params_.numel()));
-  if (!zero1()) {
-    backend_.to_host(out.data(), params_.grads().raw(), out.size() * sizeof(float));
-    return out;
-  }
-  Tensor all = Tensor::empty(*pool_, {params_.numel()});
-  gather_owned(params_.grads(), all);
-  backend_.to_host(out.data(), all.raw(), out.size() * sizeof(float));
-  return out;
-}
+std::vector<float> Trainer::reduced_gradients() { return sync_->reduced_gradients(); }
 
 const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {

@@ -81,10 +81,11 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
         } else {
           // ZeRO-1: this rank holds the moments of its owned ranges only, and writes /
           // reads exactly that part of the tensor.
-          for (const auto& r : shards_->ranges()) {
+          OptimizerShards& shards = *sync_->shards();
+          for (const auto& r : shards.ranges()) {
             const int64_t lo = std::max(p->offset, r.lo), hi = std::min(p->offset + p->numel(), r.hi);
             if (lo >= hi) continue;
-            t.data = kind == 1 ? shards_->m(r, lo) : shards_->v(r, lo);
+            t.data = kind == 1 ? shards.m(r, lo) : shards.v(r, lo);
             if (hi - lo < p->numel()) {  // a tensor cut by the range's boundary: its part only
               t.flat_begin = lo - p->offset;
               t.flat_end = hi - p->offset;

@@ -35,12 +35,4 @@ void Trainer::update_selection_biases() {
   }
 }
 
-double Trainer::local_expert_grad_squares() {
-  double sq = 0;
-  if (zero1()) return sq;  // local_grad_squares counts the owned ranges, expert parts included
-  for (const auto& p : params_.params())
-    if (p.expert_parallel) sq += backend_.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
-  return sq;
-}
-
 }  // namespace pipetrain

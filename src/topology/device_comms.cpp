@@ -118,8 +118,8 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
     ep_ = make(grid.comm("ep"), nccl, false, "expert parallelism", own_ep_);
     ep_backward_ = make(grid.comm("ep", 1), nccl, false, "expert parallelism", own_ep_backward_);
     ep_nccl_ = nccl;
-    expert_dp_ = make(grid.comm("edp"), !shared_gpu(grid.comm("edp"), device), false,
-                      "the experts' data parallelism", own_expert_dp_);
+    expert_dp_ = make(grid.comm("edp"), !shared_gpu(grid.comm("edp"), device), false, "the experts' data parallelism",
+                      own_expert_dp_);
   }
   if (pair) {
     tied_mpi_ = std::move(pair);

@@ -13,8 +13,8 @@ struct GroupSpec {
   int copy;
   const char* name;
 };
-constexpr GroupSpec kGroups[] = {{"tp", 0, "tp"}, {"dp-cp", 0, "dp"}, {"pp", 0, "pp"},
-                                 {"pp-tp", 0, "replica"}, {"cp", 0, "cp"}, {"ep", 0, "ep"},
+constexpr GroupSpec kGroups[] = {{"tp", 0, "tp"},          {"dp-cp", 0, "dp"},     {"pp", 0, "pp"},
+                                 {"pp-tp", 0, "replica"},  {"cp", 0, "cp"},        {"ep", 0, "ep"},
                                  {"ep", 1, "ep backward"}, {"edp", 0, "expert dp"}};
 }  // namespace
 

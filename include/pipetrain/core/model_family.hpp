@@ -16,8 +16,8 @@ enum class BlockKind {
 };
 
 struct ModelFamily {
-  std::string_view arch;   // model.arch
-  std::string_view name;   // for people: "GPT-2", "Llama"
+  std::string_view arch;  // model.arch
+  std::string_view name;  // for people: "GPT-2", "Llama"
   BlockKind blocks;
   bool learned_positions;  // a table of positions (wpe) beside the tokens'; false: rotary
   bool rms_norm;           // RMSNorm without bias; false: LayerNorm with bias

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/core/grid_shape.hpp"
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/core/grid_shape.hpp"
 #include "pipetrain/core/shard.hpp"
 
 namespace pipetrain {

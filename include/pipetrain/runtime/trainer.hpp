@@ -21,8 +21,8 @@
 #include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/runtime/dp_reducer.hpp"
 #include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/runtime/gradient_sync.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
-#include "pipetrain/runtime/optimizer_shards.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -143,7 +143,7 @@ class Trainer {
   bool packs_weights() const { return pack_all_ || !dense_.paths.packed.empty(); }
   const DenseChoice& dense_products() const { return dense_; }
   bool vocab_parallel() const { return vocab_parallel_; }  // parallel.vocab_parallel, resolved
-  const DataParallelReducer* dp_reducer() const { return reducer_.get(); }  // dp > 1
+  const DataParallelReducer* dp_reducer() const { return sync_->reducer(); }  // dp > 1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
   // order). Collective over the dp communicator under ZeRO-1 (gathers the shards).
@@ -165,20 +165,11 @@ class Trainer {
   // The constructor's parts.
   std::map<int, ModelStage*> build_stages();
   void configure_executor(const Config& cfg, int me);
-  void build_gradient_exchanges(const std::map<int, ModelStage*>& mine, bool zero1);
   int64_t count_model_params();  // the whole model's, summed over the replica's ranks
-  void reduce_gradients();
-  // This rank's sum of squared gradients, each value of the model counted once over a
-  // replica (under ZeRO-1: of this rank's shard).
-  double local_grad_squares();
-  void optimizer_step(int step, double lr, float grad_scale);
   // Whether this rank's copy of `p` enters the gradient norm (each value counted once
   // over the grid: tied embedding on the first stage only, replicated tensor-parallel
   // parameters on tp rank 0 only).
   bool counts_in_norm(const Parameter& p) const;
-  // Of this rank's expert-parallel parameters (parallel.ep; none under ZeRO-1, whose
-  // shards local_grad_squares covers).
-  double local_expert_grad_squares();
   void update_selection_biases();         // model.router_bias_rate: from the step's loads
   void expert_metrics(StepMetrics& out);  // the step's routing, summed over the ranks
   // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
@@ -210,16 +201,12 @@ class Trainer {
   bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
   std::unique_ptr<ProgressThread> progress_;      // MPI's progress for the reducer (declared first: outlives it)
   ProgressThread* mpi_progress();
-  std::unique_ptr<DataParallelReducer> reducer_;  // dp > 1
-  std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
-  std::unique_ptr<OptimizerShards> shards_;  // parallel.zero1 over more than one replica
-  bool zero1() const { return shards_ != nullptr; }
+  std::unique_ptr<GradientSync> sync_;  // dp and ZeRO-1, the tied pair: the gradients into the update
+  bool zero1() const { return sync_->sharded(); }
   // Tokens of each sequence on this rank: seq_len / parallel.cp (context parallelism).
   int local_seq_len() const { return cfg_.train.seq_len / grid_.shape().cp; }
   // Microbatch m's samples from `source`, this rank's chunks of each under context parallelism.
   MicrobatchLoader loader(const BatchSource& source, int64_t first) const;
-  // src's owned ranges into every rank's dst (ZeRO-1).
-  void gather_owned(const Tensor& src, const Tensor& dst);
   AdamW optimizer_;
   int mb_size_;
   int64_t model_params_ = 0;

@@ -26,7 +26,7 @@ namespace pipetrain {
 inline constexpr int kRecvLookahead = 4;
 
 struct ProgramRecipe {
-  int tag_ub = INT_MAX;  // MPI_TAG_UB of the pipeline's communicator
+  int tag_ub = INT_MAX;   // MPI_TAG_UB of the pipeline's communicator
   bool in_order = false;  // the pipeline's transfers match in issue order (NCCL)
   // Vocabulary parallelism: the output layer's and embedding's slices and their
   // collectives, placed in the timeline `vocab_costs` (and `transfer`) give.

@@ -44,7 +44,7 @@ class DeviceComms {
   Communicator& pp() { return *pp_; }
   Communicator* cp() { return cp_; }      // the context-parallel ring (null on a GPU without one)
   Communicator* tied() { return tied_; }  // null unless this rank holds one of two distinct copies
-  // Expert parallelism (Grid::ep_comm and its kin): the forward's and the backward's
+  // Expert parallelism (the Grid's comm("ep"), comm("ep", 1) and comm("edp")): the forward's and the backward's
   // exchanges and the ranks holding the same experts; null without expert parallelism.
   Communicator* ep() { return ep_; }
   Communicator* ep_backward() { return ep_backward_; }
