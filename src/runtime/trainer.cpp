@@ -4,11 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "pipetrain/backend/backend.hpp"
@@ -20,159 +17,8 @@
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/runtime/product_timing.hpp"
 #include "pipetrain/runtime/unit_costs.hpp"
-#include "pipetrain/schedule/csv.hpp"
-#include "pipetrain/schedule/program_csv.hpp"
-#include "pipetrain/schedule/registry.hpp"
-#include "pipetrain/schedule/validate.hpp"
-#include "pipetrain/schedule/vocab_pieces.hpp"
-#include "pipetrain/topology/node_memory.hpp"
 
 namespace pipetrain {
-
-Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
-  const auto& p = cfg.parallel;
-  Schedule s;
-  if (!cfg.schedule.file.empty()) {
-    std::string text;
-    try {
-      text = read_schedule_text(cfg.schedule.file);
-    } catch (const Error& e) {
-      fail("schedule.file: {}", e.what());
-    }
-    // A compute+comms file: its compute cells are the schedule (tags are fixed later).
-    const bool comms = is_comms_csv(text);
-    s = comms ? compute_only(program_from_csv(text, cfg.schedule.file, cfg.schedule.placement, INT_MAX))
-              : from_csv(text, cfg.schedule.file, cfg.schedule.placement);
-    if (comms && comms_csv) *comms_csv = std::move(text);
-    if (s.num_ranks != p.pp)
-      fail("{}: the schedule has {} ranks but parallel.pp = {}", cfg.schedule.file, s.num_ranks, p.pp);
-    if (s.num_stages != p.pp * p.virtual_stages)
-      fail("{}: the schedule has {} stages but parallel.pp * parallel.virtual_stages = {}", cfg.schedule.file,
-           s.num_stages, p.pp * p.virtual_stages);
-    if (s.num_microbatches != cfg.train.microbatches)
-      fail("{}: the schedule runs {} microbatches but train.microbatches = {}", cfg.schedule.file, s.num_microbatches,
-           cfg.train.microbatches);
-  } else {
-    try {
-      s = make_schedule(cfg.schedule.name, ScheduleParams{p.pp, p.virtual_stages, cfg.train.microbatches});
-    } catch (const Error& e) {
-      fail("schedule.name: {}", e.what());
-    }
-  }
-  validate(s);
-  return s;
-}
-
-ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                             bool in_order, bool vocab_parallel) {
-  ProgramRecipe r;
-  r.tag_ub = tag_ub;
-  r.in_order = in_order;
-  r.vocab_parallel = vocab_parallel;
-  if (vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg.model, cfg.parallel, s.num_stages);
-  r.comms_csv = comms_csv;
-  r.file = cfg.schedule.file;
-  r.placement = cfg.schedule.placement;
-  return r;
-}
-
-// runtime.pack_weights = "auto"'s memory test, for this rank's copies once the split is
-// known: every rank of the job keeps its packed shapes, or none does (one rule for the
-// whole run, as the header says).
-void Trainer::check_packed_copies_fit(const Config& cfg) {
-  if (cfg.runtime.pack_weights != Toggle::Auto) return;
-  std::vector<StagePiece> pieces;
-  for (size_t s = 0; s < units_.size(); ++s)
-    if (schedule_.stage_to_rank[s] == grid_.coords().pp)
-      for (const StagePiece& p : stage_pieces(cfg.model, units_[s])) pieces.push_back(p);
-  PackInputs in;
-  in.can_pack = !dense_.paths.packed.empty();
-  in.measured_pays = true;  // (choose_pack_weights' memory test alone: the timed rule has chosen)
-  in.copies_bytes = 8.0 * rank_dense_weight_params(cfg.model, pieces, grid_.shape().tp,
-                                                   vocab_parallel_ ? grid_.shape().pp * grid_.shape().tp : 0);
-  in.memory_per_rank = node_memory_per_rank(grid_.world().comm());
-  const PackChoice c = choose_pack_weights(in);
-  double off = in.can_pack && !c.on ? 1.0 : 0.0;
-  grid_.world().allreduce_max(&off, 1);
-  if (off > 0 && !dense_.paths.packed.empty()) {
-    dense_.paths.packed.clear();
-    dense_.why += c.on ? "; not packed after all: another rank's copies would not fit in its memory"
-                       : "; not packed after all: " + c.why;
-    backend_.set_dense_paths(dense_.paths);
-  }
-}
-
-double Trainer::peak_memory_bytes() const {
-  return static_cast<double>(pool_->stats().peak_in_use_bytes) + static_cast<double>(backend_.packed_weights().bytes);
-}
-
-double Trainer::reserved_memory_bytes() const {
-  return static_cast<double>(pool_->stats().reserved_bytes) + static_cast<double>(backend_.packed_weights().bytes);
-}
-
-// What the executor runs beside the layers: the vocabulary slices, the experts' exchanges,
-// F&B overlap, packed documents' positions and sequence parallelism.
-void Trainer::configure_executor(const Config& cfg, int me) {
-  if (vocab_parallel_) {
-    VocabRun v;
-    v.slice = vocab_slice_.get();
-    v.group = &grid_.comm("pp-tp");
-    v.first_root = schedule_.stage_to_rank.front() * grid_.shape().tp;
-    v.last_root = schedule_.stage_to_rank.back() * grid_.shape().tp;
-    v.holds_first = me == schedule_.stage_to_rank.front();
-    v.holds_last = me == schedule_.stage_to_rank.back();
-    v.sums_to_all = grid_.shape().tp > 1;
-    executor_->set_vocab(v);
-  }
-  if (grid_.shape().ep > 1) executor_->set_experts(comms_->ep(), comms_->ep_backward(), comms_->ep_in_order());
-  executor_->set_overlap(cfg.schedule.overlap);
-  if (grid_.shape().ep > 1 && cfg.schedule.overlap) executor_->set_progress(mpi_progress());
-  executor_->set_packed_documents(source_.is_packed());
-  if (const std::string e = grid_problem(cfg); !e.empty()) fail("{}", e);  // a config built in code
-  executor_->set_sequence_parallel(sequence_parallel_on(cfg));
-  if (grid_.shape().cp > 1) executor_->set_context_parallel(comms_->cp(), cfg.train.seq_len);
-}
-
-// This rank's stages of the schedule, each holding its units' layers.
-std::map<int, ModelStage*> Trainer::build_stages() {
-  const int me = grid_.coords().pp;
-  const TensorParallel tp{grid_.coords().tp, grid_.shape().tp};
-  const ExpertParallel ep{grid_.coords().ep, grid_.shape().ep};
-  std::map<int, ModelStage*> mine;
-  for (int s = 0; s < schedule_.num_stages; ++s) {
-    if (schedule_.stage_to_rank[static_cast<size_t>(s)] != me) continue;
-    const auto& u = units_[static_cast<size_t>(s)];
-    stages_[s] = std::make_unique<ModelStage>(cfg_.model, u.first, u.last, params_, tp, vocab_parallel_, ep);
-    mine[s] = stages_[s].get();
-  }
-  // Every rank of the replica: its slice of the vocabulary, by its place in the replica.
-  if (vocab_parallel_)
-    vocab_slice_ = std::make_unique<VocabSlice>(
-        cfg_.model, params_,
-        TensorParallel{me * grid_.shape().tp + grid_.coords().tp, grid_.shape().pp * grid_.shape().tp});
-  return mine;
-}
-
-// ZeRO-1's shard of the flat buffers, the dp reducer and the tied embedding's exchange
-// between the first and last stage (each when this grid has one).
-// On the CPU the dp buckets and the vocabulary collectives are MPI collectives: a helper
-// thread keeps them moving (made at the first ask; none where MPI cannot host it).
-ProgressThread* Trainer::mpi_progress() {
-  if (!progress_ && cfg_.comm.progress_us > 0 && cfg_.runtime.device == "cpu" && ProgressThread::supported())
-    progress_ = std::make_unique<ProgressThread>(std::chrono::microseconds(cfg_.comm.progress_us));
-  return progress_.get();
-}
-
-int64_t Trainer::count_model_params() {
-  // Whole-model size: sum over the replica's ranks, each value counted once.
-  double local = 0;
-  // (An expert-parallel parameter: its ep ranks hold a part each, of the same size.)
-  for (const auto& p : params_.params())
-    if (counts_in_norm(p) && p.trained)
-      local += static_cast<double>(p.numel()) * (p.expert_parallel ? grid_.shape().ep : 1);
-  grid_.comm("pp-tp").allreduce_sum(&local, 1);
-  return static_cast<int64_t>(local);
-}
 
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),

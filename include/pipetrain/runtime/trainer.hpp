@@ -23,6 +23,7 @@
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/gradient_sync.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
+#include "pipetrain/runtime/run_program.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -84,17 +85,6 @@ struct StepMetrics {
   std::vector<double> moe_max_load;
   std::vector<double> moe_dropped;  // per MoE layer, the share of choices dropped (model.capacity_factor > 0)
 };
-
-// The schedule a config asks for (schedule.name, or schedule.file with
-// schedule.placement), for `pp` pipeline ranks; validated. When schedule.file is a
-// compute+comms file, its text goes to *comms_csv (the file is read once).
-Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullptr);
-// How its program is built (schedule/program_builder.hpp): `comms_csv` a compute+comms
-// file's text (run exactly as written); `tag_ub` the pipeline communicator's tag bound;
-// `in_order` its transport matches messages in posting order (NCCL); `vocab_parallel` the
-// slices' program (choose_vocab_parallel's decision), placed by FLOP ratios.
-ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                             bool in_order, bool vocab_parallel);
 
 // What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
 // weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
