@@ -389,8 +389,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   m.samples_seen == attrs[3].value,
               "step, tokens_seen, samples_seen");
       require(m.seed == static_cast<uint64_t>(attrs[4].value), "seed");
-      require(m.dp == clamp_i32(attrs[5].value) && m.pp == clamp_i32(attrs[6].value) &&
-                  m.tp == clamp_i32(attrs[7].value),
+      require(m.grid.dp == clamp_i32(attrs[5].value) && m.grid.pp == clamp_i32(attrs[6].value) &&
+                  m.grid.tp == clamp_i32(attrs[7].value) && m.grid.cp == 1 && m.grid.ep == 1,
               "grid");
       require(m.zero1 == (clamp_i32(attrs[8].value) != 0), "zero1");
       require(m.schedule == read_back(attrs[9].text), "schedule");
