@@ -237,7 +237,7 @@ TEST(CostModel, RankMemoryByHand) {
   MemoryInputs in;
   in.params = 1e6, in.dp = 4, in.zero1 = true, in.bf16 = true;
   in.largest_stash = 1000, in.peak_inflight = 3, in.recompute = 500;
-  in.activation_bytes = 10, in.receive_buffers = 4, in.dp_bucket_bytes = 25;
+  in.activation_bytes = 10, in.receive_buffers = 4;
   const RankMemory m = rank_memory(in);
   EXPECT_DOUBLE_EQ(m.weights, 4e6);
   EXPECT_DOUBLE_EQ(m.gradients, 4e6);
@@ -246,11 +246,16 @@ TEST(CostModel, RankMemoryByHand) {
   in.widened = 1e5;
   EXPECT_DOUBLE_EQ(rank_memory(in).compute_copy, 2e6 + 4e5);
   EXPECT_DOUBLE_EQ(m.activations, 3500);
-  EXPECT_DOUBLE_EQ(m.buffers, 65);
+  EXPECT_DOUBLE_EQ(m.buffers, 40);
   in.zero1 = false, in.dp = 1, in.bf16 = false;
   EXPECT_DOUBLE_EQ(rank_memory(in).total(), 16e6 + 3500 + 40);
-  in.dp = 2, in.dp_bucket_bytes = 1e9;  // a bucket never holds more than the gradients
+  in.dp = 2, in.reduction_scratch = true;  // MPI's scratch: every gradient's reduction in flight at once
   EXPECT_DOUBLE_EQ(rank_memory(in).buffers, 40 + 4e6);
+  in.zero1 = true;  // reduces to owners: twice the message on the other rank, once on the owner
+  EXPECT_DOUBLE_EQ(rank_memory(in).buffers, 40 + 4e6 * 1.5);
+  in.experts = 2e5, in.expert_dp = 1;  // experts alone in their group: nothing to reduce
+  EXPECT_DOUBLE_EQ(rank_memory(in).buffers, 40 + 4 * 8e5 * 1.5);
+  in.experts = 0, in.zero1 = false, in.reduction_scratch = false;
   in.not_updated = 2.5e5;  // a tied table's copy updated on another rank: no moments for it
   EXPECT_DOUBLE_EQ(rank_memory(in).optimizer, 8 * 7.5e5);
   in.zero1 = true;  // ZeRO-1's shards cover the whole flat buffer

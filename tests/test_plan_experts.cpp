@@ -68,8 +68,9 @@ TEST(ExpertPlanner, EnumeratedPricedAndHiddenInPairs) {
   };
   const Prediction whole = predicted(4, 1, 1, "1f1b", 1, 2), split = predicted(4, 1, 4, "1f1b", 1, 2);
   const double experts = 4 * 3.0 * 64 * 256 * 8;
-  // weights, gradients, moments, and the dp bucket (as large as the gradients here): 20 bytes each
-  EXPECT_NEAR(whole.memory.total() - split.memory.total(), 20 * experts * 3 / 4, 1.0);
+  // Weights, gradients and moments of the 3/4 not held (16 bytes each), and MPI's scratch
+  // for the experts' gradients: reduced over dp 4 whole (4 bytes each), over a group of one split.
+  EXPECT_NEAR(whole.memory.total() - split.memory.total(), 16 * experts * 3 / 4 + 4 * experts, 1.0);
   EXPECT_EQ(whole.ep_comm_s, 0);
   const double exchange = expert_exchange_seconds(c, cfg.model, 1, 4, 1, 32);
   EXPECT_GT(exchange, 0);

@@ -17,11 +17,10 @@
 #include "pipetrain/app/run_header.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/io/data_blend.hpp"
 #include "pipetrain/io/token_dataset.hpp"
 #include "pipetrain/plan/planner.hpp"
-#include "pipetrain/plan/vocab_choice.hpp"
+#include "pipetrain/plan/run_plan.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 #include "pipetrain/topology/node_memory.hpp"
@@ -106,11 +105,10 @@ int run_check(const CheckOptions& o) {
   const Config cfg = resolve(o, cluster, ranks, plan_note);
 
   // The schedule and the program every rank will run, proven as the run proves them.
-  std::string comms_csv;
-  const Schedule sched = schedule_from_config(cfg, &comms_csv);
+  const RunPlan plan = plan_run(cfg);
+  const Schedule& sched = plan.schedule;
   const bool in_order = cfg.runtime.device == "cuda" && cfg.comm.p2p != "mpi";  // NCCL posts in order
-  const VocabChoice vocab = choose_vocab_parallel(cfg);
-  const Program program = build_program(sched, program_recipe(cfg, sched, comms_csv, kMinTagUb, in_order, vocab.on));
+  const Program program = build_program(sched, program_recipe(cfg, plan, kMinTagUb, in_order));
   const SimResult sim = simulate(sched, Costs{});
   const std::string data =
       o.no_data ? std::string("not checked (--no-data)") : check_data(cfg);
@@ -121,7 +119,7 @@ int run_check(const CheckOptions& o) {
   const bool gpu_unknown = !cluster && cfg.runtime.device != "cpu";
   const ClusterSpec machine = cluster ? *cluster : this_node(cfg, per_node);
   std::optional<Prediction> predicted;
-  Layout layout = layout_of(cfg);
+  Layout layout = plan.layout;
   if (cfg.schedule.file.empty()) predicted = predict(cfg, machine, layout);
   const double usable = machine.device.memory_bytes - machine.device.reserve_bytes;
 
@@ -130,8 +128,9 @@ int run_check(const CheckOptions& o) {
              cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches), cfg.train.microbatches,
              cfg.train.seq_len, cfg.train.precision);
   fmt::print("{}\n", grid_line({cfg.parallel, sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction,
-                                predicted ? predicted->memory.total() : 0.0, vocab.on ? cfg.parallel.vocab_slices() : 0,
-                                cfg.model.padded_vocab(), vocab.reason, sequence_parallel_on(cfg)}));
+                                predicted ? predicted->memory.total() : 0.0,
+                                plan.layout.vocab_parallel ? cfg.parallel.vocab_slices() : 0, cfg.model.padded_vocab(),
+                                plan.vocab_reason, plan.layout.sequence_parallel}));
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

@@ -19,7 +19,6 @@
 #include "pipetrain/backend/cuda.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
-#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
 #include "pipetrain/io/batch_sampler.hpp"
 #include "pipetrain/io/data_blend.hpp"
@@ -27,7 +26,6 @@
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/memory_estimate.hpp"
 #include "pipetrain/plan/planner.hpp"
-#include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/runtime/calibrate.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -180,18 +178,17 @@ std::string TrainData::summary(const Config& cfg) const {
 // `check`'s, for this run as placed: its split, recomputed stages, packing, receives posted
 // ahead and vocabulary slices).
 double memory_estimate(const Config& cfg, const Trainer& trainer, const Backend& backend) {
-  Layout layout = layout_of(cfg);
-  layout.vocab_parallel = trainer.vocab_parallel();
+  const RunPlan& plan = trainer.plan();
+  const Layout& layout = plan.layout;
   Placement p;
-  p.schedule = &trainer.schedule();
-  p.units = &trainer.stage_units();
-  for (int st = 0; st < trainer.schedule().num_stages; ++st) p.stage_recompute.push_back(trainer.recompute_of(st));
-  p.peaks = peak_stashes(trainer.schedule());
-  p.packed = trainer.packs_weights();
+  p.schedule = &plan.schedule;
+  p.units = &plan.split;
+  p.stage_recompute = plan.stage_recompute;
+  p.peaks = peak_stashes(plan.schedule);
+  p.packed = plan.packs_weights();
   p.native_bf16 = backend.bf16_products_native();
   p.device_kind = cfg.runtime.device;
   p.recv_lookahead = recv_lookahead(trainer.program_recipe());
-  p.bucket_bytes = cfg.parallel.dp_bucket_mb * 1048576.0;
   return placed_memory(cfg, layout, p, layout.vocab_parallel ? &trainer.program() : nullptr).total();
 }
 
@@ -358,7 +355,7 @@ int run_train(const TrainOptions& opt) {
   log_blend(log, cfg, data);
   log.line(grid_line({grid.shape(), sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction, est,
                       trainer.vocab_parallel() ? grid.shape().vocab_slices() : 0, cfg.model.padded_vocab(),
-                      choose_vocab_parallel(cfg).reason, sequence_parallel_on(cfg)}));
+                      trainer.plan().vocab_reason, trainer.plan().layout.sequence_parallel}));
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   if (cfg.model.router_force_balance)

@@ -50,6 +50,7 @@ class MpiRequest : public CommRequest {
   MpiRequest(std::string comm, double& timer, bool receive)
       : comm_(std::move(comm)), timer_(timer), receive_(receive) {}
   ~MpiRequest() override {
+    release_scratch();  // freed by MPI at completion, or abandoned with the request
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (req_ == MPI_REQUEST_NULL || finalized) return;
@@ -61,11 +62,19 @@ class MpiRequest : public CommRequest {
   void wait() override {
     Timed t(timer_, what_.empty() ? "a message on the " + comm_ + " communicator" : what_);
     check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "wait", comm_);
+    release_scratch();
   }
   bool test() override {
     int done = 0;
     check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "test", comm_);
+    if (done) release_scratch();
     return done != 0;
+  }
+  // The library's scratch for this operation, held until its completion is observed.
+  void hold_scratch(std::shared_ptr<MpiCommunicator::ScratchMeter> meter, int64_t bytes) {
+    meter_ = std::move(meter);
+    scratch_ = bytes;
+    meter_->add(bytes);
   }
   void wait_on(Stream& /*host stream*/) override { wait(); }  // the host stream runs what follows now
   MPI_Request* get() { return &req_; }
@@ -73,7 +82,13 @@ class MpiRequest : public CommRequest {
   void describe(std::string what) { what_ = std::move(what); }
 
  private:
+  void release_scratch() {
+    if (meter_) meter_->release(scratch_);
+    meter_.reset();
+  }
   std::vector<int> arrays_;
+  std::shared_ptr<MpiCommunicator::ScratchMeter> meter_;
+  int64_t scratch_ = 0;
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::string comm_;
   double& timer_;
@@ -129,6 +144,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm),
   if (found && ub) tag_ub_ = *ub;
 }
 
+void MpiCommunicator::ScratchMeter::add(int64_t bytes) {
+  const int64_t held = now += bytes;
+  for (int64_t p = peak.load(); held > p && !peak.compare_exchange_weak(p, held);) {
+  }
+}
+
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -148,6 +169,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallreduce(const Tensor& data, Str
   check(MPI_Iallreduce(MPI_IN_PLACE, data.raw(), count_of(static_cast<size_t>(data.numel()), name_), MPI_FLOAT, op,
                        comm_, r->get()),
         what, name_);
+  r->hold_scratch(scratch_, static_cast<int64_t>(data.bytes()));
   return r;
 }
 
@@ -172,6 +194,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::reduce_sum(const Tensor& data, int
   check(MPI_Ireduce(me ? MPI_IN_PLACE : data.raw(), me ? data.raw() : nullptr,
                     count_of(static_cast<size_t>(data.numel()), name_), MPI_FLOAT, MPI_SUM, root, comm_, r->get()),
         "reduce", name_);
+  r->hold_scratch(scratch_, static_cast<int64_t>(data.bytes()) * (me ? 1 : 2));
   return r;
 }
 

@@ -343,8 +343,11 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
   m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
   m.activations = in.largest_stash * in.peak_inflight + in.recompute + in.vocab_stash * in.vocab_inflight;
-  m.buffers = in.activation_bytes * in.receive_buffers + (in.dp > 1 ? std::min(in.dp_bucket_bytes, m.gradients) : 0.0) +
-              in.vocab_buffers;
+  m.buffers = in.activation_bytes * in.receive_buffers + in.vocab_buffers;
+  if (in.reduction_scratch) {  // each gradient's reduction over its group of d ranks in flight at once
+    const auto times = [&](int d) { return d <= 1 ? 0.0 : in.zero1 ? (2.0 * d - 1.0) / d : 1.0; };
+    m.buffers += 4.0 * ((in.params - in.experts) * times(in.dp) + in.experts * times(in.expert_dp));
+  }
   return m;
 }
 

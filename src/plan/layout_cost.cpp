@@ -226,7 +226,6 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   placement.packed = pack;
   placement.native_bf16 = native_bf16;
   placement.device_kind = c.device.kind;
-  placement.bucket_bytes = cx.bucket_bytes;
   const UnitParams up_head = unit_params(model, UnitKind::Head);
   const double world_latency =
       allreduce_seconds(8.0, cx.devices, cx.devices <= c.devices_per_node ? c.intra_node : c.inter_node);

@@ -4,6 +4,7 @@
 
 #include "pipetrain/core/dtype.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
+#include "pipetrain/schedule/pair_rule.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
@@ -17,12 +18,11 @@ AttentionKeeps keeps_of(const ModelConfig& model, const Layout& l, const Placeme
   return l.cp > 1 ? AttentionKeeps::kLogSumExp : attention_keeps(p.device_kind, model.d_model / model.n_head);
 }
 
-// Overlapped F&B pairs with free turns (schedule.overlap on a CPU, where the pipeline is
-// MPI's) keep their B's weight gradients queued past the B, and with them one more
-// microbatch's stash (executor_impl.hpp).
+// Overlapped F&B pairs that defer their B's weight gradients (schedule/pair_rule.hpp) hold
+// one more microbatch's stash. Expert exchanges are ordered on GPUs (NCCL), free on CPUs.
 bool carries_a_stash(const Config& cfg, const Layout& l, const Placement& p, int r) {
   const Schedule& s = *p.schedule;
-  return l.ep > 1 && l.tp == 1 && !l.vocab_parallel && cfg.schedule.overlap && p.device_kind == "cpu" &&
+  return pair_rule(l.tp, l.ep, l.vocab_parallel, cfg.schedule.overlap, p.device_kind != "cpu").defer_weights &&
          !s.pairs.empty() && !s.pairs[static_cast<size_t>(r)].empty();
 }
 }  // namespace
@@ -104,7 +104,8 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
   in.activation_bytes = pipeline ? (l.sequence_parallel ? act / tp : act) : 0.0;
   in.receive_buffers = pipeline ? p.recv_lookahead : 0;
-  in.dp_bucket_bytes = l.replicas() > 1 ? p.bucket_bytes : 0.0;
+  in.expert_dp = l.expert_dp();
+  in.reduction_scratch = p.device_kind == "cpu";                     // MPI's collectives; on GPUs NCCL's
   in.packed = p.packed && !(bf16 && p.native_bf16) ? h.dense : 0.0;  // f32 products only
   return in;
 }

@@ -251,7 +251,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
   st.load_step_data(program);
   // Weight gradients wait for exposed exchange waits where overlapped pairs interleave freely.
   // (A deferred one posts dp buckets: never where ranks must post collectives alike.)
-  st.defer_weights = overlap_ && ep_ && !vocab_.slice && st.free_turns() &&
+  st.defer_weights = pairs_.defer_weights &&
                      std::any_of(program.begin(), program.end(), [](const Instr& in) { return in.overlaps_next; });
   // The transfers between two computes go out as one group (NCCL launches them together;
   // program.hpp: validate_in_order); MOVEs are local and leave a group open.
@@ -295,7 +295,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     watchdog::set_position(
         fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
     if (in.overlaps_next) {
-      i = st.pair(program, i, overlap_);
+      i = st.pair(program, i, pairs_.overlap);
     } else if (a.op == Op::W) {
       st.run_all_weight_work();  // each gradient's terms in program order
       st.backward_weight(a, in.frees_stash, i);

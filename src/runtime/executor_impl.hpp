@@ -129,7 +129,7 @@ struct PipelineExecutor::Impl {
   }
   // tp ranks must post their collectives alike, and so must ep ranks exchanging over NCCL:
   // otherwise a pair's halves may interleave freely.
-  bool free_turns() const { return !(ex.tp_ && ex.tp_->size() > 1) && !ex.ep_in_order_; }
+  bool free_turns() const { return ex.pairs_.free_turns; }
   bool vocab() const { return ex.vocab_.slice != nullptr; }
 
   void load_step_data(const std::vector<Instr>& program);

@@ -80,7 +80,22 @@ void GradientSync::gather(const Tensor& src, const Tensor& dst) {
 
 // One reduction over the flat gradient buffer (its padding is zero), less the parameters
 // that do not count (the last stage's tied-embedding copy): one launch, not one per tensor.
-double GradientSync::local_squares(const std::function<bool(const Parameter&)>& counts) {
+bool GradientSync::once_over_tp(const Parameter& p) const {
+  return !p.shard.replicated() || parts_.grid.coords().tp == 0;
+}
+
+bool GradientSync::counts_in_norm(const Parameter& p) const {
+  if (p.name == "wte" && tied_ && tied_->updates_table()) return false;  // the first stage's copy counts
+  return once_over_tp(p);
+}
+
+bool GradientSync::writes_moments(const Parameter& p) const {
+  if (tied_ && p.name == "wte") return tied_->updates_table() && once_over_tp(p);
+  return counts_in_norm(p);
+}
+
+double GradientSync::local_squares() {
+  const auto counts = [this](const Parameter& p) { return counts_in_norm(p); };
   ParameterStore& params = parts_.params;
   Backend& backend = parts_.backend;
   double sq = 0;

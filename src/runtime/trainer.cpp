@@ -11,59 +11,32 @@
 #include "pipetrain/backend/backend.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/core/fault.hpp"
-#include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/core/watchdog.hpp"
-#include "pipetrain/model/partition.hpp"
-#include "pipetrain/plan/vocab_choice.hpp"
-#include "pipetrain/runtime/product_timing.hpp"
-#include "pipetrain/runtime/unit_costs.hpp"
 
 namespace pipetrain {
 
 Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
+    : Trainer(cfg, resolve_run_plan(cfg, grid, backend, use), grid, backend, std::move(source), use) {}
+
+Trainer::Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, BatchSource source, TrainerUse use)
     : cfg_(cfg),
       use_(use),
       grid_(grid),
       backend_(backend),
       source_(std::move(source)),
       pool_(MemoryPool::create(backend)),
-      optimizer_(cfg.train),
-      mb_size_(cfg.train.global_batch / (cfg.parallel.dp * cfg.train.microbatches)) {
-  if (const std::string e = batch_split_problem(cfg.train.global_batch, cfg.parallel.dp, cfg.train.microbatches);
-      !e.empty())
-    fail("{}", e);
-  // runtime.dense_products and runtime.pack_weights, before the units are measured, so
-  // they are measured as the run will multiply ("auto" weighs the copies once the split
-  // is known, below).
+      plan_(std::move(plan)),
+      optimizer_(cfg.train) {
   const bool training = use == TrainerUse::Train;
-  dense_ = apply_dense_paths(cfg, backend, grid.shape().tp, mb_size_ * (cfg.train.seq_len / grid.shape().cp),
-                             training ? cfg.train.microbatches : 0, grid.world().comm(),
-                             training ? product_times_cache(cfg) : "");
-  pack_all_ = cfg.runtime.pack_weights == Toggle::On;
-  std::string comms_csv;  // the schedule file's text when it is compute+comms (read once)
-  schedule_ = schedule_from_config(cfg, &comms_csv);
-  const int S = schedule_.num_stages;
-  // parallel.layers_per_stage = "auto": balance the stages by the units' measured costs.
-  if (cfg.parallel.layers_per_stage.empty() && S > 1)
-    unit_costs_ = measure_unit_costs(cfg.model, backend, grid, mb_size_, cfg.train.seq_len / grid.shape().cp,
-                                     cfg.train.precision == "bf16" ? DType::BF16 : DType::F32);  // a rank's tokens
-  // Under vocabulary parallelism every rank carries the same share of the embedding and
-  // the output layer: what the first and last stage keep (positions, final norm) is small.
-  vocab_parallel_ = choose_vocab_parallel(cfg).on && use == TrainerUse::Train;
-  if (cfg.model.n_experts > 0 && use == TrainerUse::Train) moe_stats_ = std::make_unique<MoeStepStats>(cfg.model);
-  if (vocab_parallel_) unit_costs_ = unit_costs_.vocabulary_parallel();
-  units_ = partition_gpt2(cfg.model, S, cfg.parallel.layers_per_stage, unit_costs_);
-  check_packed_copies_fit(cfg);
+  if (cfg.model.n_experts > 0 && training) moe_stats_ = std::make_unique<MoeStepStats>(cfg.model);
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
-  const bool zero1 = cfg.parallel.zero1 && grid.comm("dp-cp").size() > 1;
-  if (!training && grid.world_size() > 1)
-    fail("a trainer for inference runs on one rank; this grid has {}", grid.world_size());
+  const bool zero1 = plan_.layout.zero1;
   // The tied table on two ranks is updated on the last stage only (GradientSync::update):
   // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer.)
-  const int first = schedule_.stage_to_rank.front();
+  const int first = plan_.schedule.stage_to_rank.front();
   // (Under vocabulary parallelism each rank's slice serves both roles: no pair.)
-  const int last = cfg.model.tied() && !vocab_parallel_ ? schedule_.stage_to_rank.back() : first;
+  const int last = cfg.model.tied() && !plan_.layout.vocab_parallel ? plan_.schedule.stage_to_rank.back() : first;
   if (training && !zero1 && first != last && me == first)
     if (Parameter* wte = params_.find("wte")) wte->updated = false;
   // (ZeRO-1 shards the part every ep rank holds alike over dp, the expert-parallel part over
@@ -81,40 +54,22 @@ Trainer::Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource so
   // counted again in the gradient norm).
   // (An untied head, Llama's default, shares nothing: no pair.)
   comms_ = std::make_unique<DeviceComms>(grid, backend_, cfg.comm.p2p, first, last);
-  counts_tied_wte_ = !(comms_->tied() && me == last);
-  // train.recompute on parallel.recompute_stages (every stage when empty).
-  const Recompute mode = parse_recompute(cfg.train.recompute);
-  for (int s = 0; s < S; ++s)
-    if (cfg.parallel.recompute_stages.empty() ||
-        std::find(cfg.parallel.recompute_stages.begin(), cfg.parallel.recompute_stages.end(), s) !=
-            cfg.parallel.recompute_stages.end())
-      recompute_[s] = mode;
+  std::map<int, Recompute> recompute;  // train.recompute on parallel.recompute_stages
+  for (size_t st = 0; st < plan_.stage_recompute.size(); ++st)
+    recompute[static_cast<int>(st)] = plan_.stage_recompute[st];
   executor_ = std::make_unique<PipelineExecutor>(mine, comms_->pp(), &comms_->tp(), backend_, *pool_, cfg.model.d_model,
-                                                 bf16 ? DType::BF16 : DType::F32, recompute_);
+                                                 bf16 ? DType::BF16 : DType::F32, recompute);
   configure_executor(cfg, me);
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
-  recipe_ = pipetrain::program_recipe(cfg, schedule_, comms_csv, grid.comm("pp").tag_ub(), comms_->pp_in_order(),
-                                      vocab_parallel_);
-  train_program_ = build_program(schedule_, recipe_);
+  recipe_ = pipetrain::program_recipe(cfg, plan_, grid.comm("pp").tag_ub(), comms_->pp_in_order());
+  train_program_ = build_program(plan_.schedule, recipe_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
-    eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / mb_size_);
+    eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / microbatch_size());
   sync_ = std::make_unique<GradientSync>(GradientSync::Parts{params_, backend_, *pool_, *comms_, grid_, cfg_,
                                                              [this] { return mpi_progress(); }, vocab_slice_.get()},
                                          mine, zero1);
   model_params_ = count_model_params();
-}
-
-bool Trainer::once_over_tp(const Parameter& p) const { return !p.shard.replicated() || grid_.coords().tp == 0; }
-
-bool Trainer::writes_moments(const Parameter& p) const {
-  if (sync_->tied() && p.name == "wte") return sync_->tied()->updates_table() && once_over_tp(p);
-  return counts_in_norm(p);
-}
-
-bool Trainer::counts_in_norm(const Parameter& p) const {
-  if (p.name == "wte" && !counts_tied_wte_) return false;
-  return once_over_tp(p);
 }
 
 Trainer::~Trainer() = default;
@@ -153,7 +108,7 @@ StepMetrics Trainer::train_step(int step) {
     return s;
   };
   backend_.defer_checks(true);  // a device backend checks the step's token ids and targets once, below
-  last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, mb_size_,
+  last_stats_ = executor_->run(train_program_.per_rank[static_cast<size_t>(grid_.coords().pp)], load, microbatch_size(),
                                local_seq_len(), 1.0f / static_cast<float>(step_targets), trace_, hooks);
   backend_.defer_checks(false);
   out.phases.program_s = since();
@@ -169,8 +124,7 @@ StepMetrics Trainer::train_step(int step) {
   // Expert-parallel gradients sum over the whole grid, where dp / ep ranks hold each.
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
-                    sync_->local_expert_squares(),
-                    sync_->local_squares([this](const Parameter& p) { return counts_in_norm(p); })};
+                    sync_->local_expert_squares(), sync_->local_squares()};
   if (zero1() || grid_.comm("dp-cp").size() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
@@ -211,8 +165,8 @@ const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {
     ProgramRecipe forward = recipe_;
     forward.comms_csv.clear();  // a file's program is the training step's
-    eval_program_ =
-        build_program(forward_only_schedule(schedule_.stage_to_rank, schedule_.num_ranks, microbatches), forward);
+    eval_program_ = build_program(
+        forward_only_schedule(plan_.schedule.stage_to_rank, plan_.schedule.num_ranks, microbatches), forward);
   }
   return eval_program_;
 }

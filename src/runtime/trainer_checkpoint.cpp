@@ -77,7 +77,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
           // The first replica writes (of dp x cp: context-parallel ranks hold the same values);
           // an expert-parallel part, the first rank holding it.
           const int writer = p->expert_parallel ? grid_.coords().edp : grid_.comm("dp-cp").rank();
-          t.write = writer == 0 && (kind == 0 ? counts_in_norm(*p) : writes_moments(*p));
+          t.write = writer == 0 && (kind == 0 ? sync_->counts_in_norm(*p) : sync_->writes_moments(*p));
         } else {
           // ZeRO-1: this rank holds the moments of its owned ranges only, and writes /
           // reads exactly that part of the tensor.
@@ -90,7 +90,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
               t.flat_begin = lo - p->offset;
               t.flat_end = hi - p->offset;
             }
-            t.write = writes_moments(*p);
+            t.write = sync_->writes_moments(*p);
           }
         }
       }
@@ -109,7 +109,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t next_step) {
   meta.config_toml = to_toml(cfg_);
   meta.grid = grid_.shape();
   meta.zero1 = zero1();
-  meta.schedule = schedule_.name;
+  meta.schedule = plan_.schedule.name;
   meta.tokenizer = tokenizer_;
   // Written straight from the live buffers: ZeRO-1 ranks write their moment shards, so
   // a save allocates nothing.

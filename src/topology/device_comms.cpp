@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -130,5 +131,16 @@ DeviceComms::DeviceComms(Grid& grid, DeviceAllocator& device, const std::string&
 }
 
 DeviceComms::~DeviceComms() = default;
+
+double DeviceComms::reduction_scratch_peak_bytes() const {
+  std::vector<const Communicator*> seen;
+  double bytes = 0;
+  for (const Communicator* c : {tp_, dp_, pp_, tied_, cp_, ep_, ep_backward_, expert_dp_}) {
+    if (!c || std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+    seen.push_back(c);
+    bytes += c->reduction_scratch_peak_bytes();
+  }
+  return bytes;
+}
 
 }  // namespace pipetrain

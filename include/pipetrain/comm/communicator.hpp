@@ -46,6 +46,11 @@ class Communicator {
   // step communication costs).
   double comm_seconds() const { return comm_s_; }
   void reset_comm_seconds() { comm_s_ = 0; }
+  // The most bytes the transport's own scratch held at once, in the memory that holds the
+  // tensors, for this communicator's nonblocking reductions while in flight (outside the
+  // pool; the measured peak adds it). 0 where the transport needs no scratch of the
+  // message's size there (NCCL; host-staged MPI's scratch is host memory).
+  virtual double reduction_scratch_peak_bytes() const { return 0; }
 
   // In place: every rank's `data` becomes the elementwise sum (max) over the ranks.
   virtual std::unique_ptr<CommRequest> allreduce_sum(const Tensor& data, Stream& stream) = 0;

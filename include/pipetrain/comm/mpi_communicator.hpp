@@ -3,6 +3,10 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
 #include "pipetrain/comm/communicator.hpp"
 
 namespace pipetrain {
@@ -36,6 +40,16 @@ class MpiCommunicator : public Communicator {
   void allreduce_sum(double* data, size_t n) override;
   void allreduce_max(double* data, size_t n) override;
   void barrier() override;
+  double reduction_scratch_peak_bytes() const override { return static_cast<double>(scratch_->peak.load()); }
+
+  // The scratch Open MPI's nonblocking reductions (libnbc) allocate per call and free at
+  // completion: the message for an all-reduce and for a reduce's root, twice it for a
+  // reduce's other ranks. Counted from the call to the request's observed completion.
+  struct ScratchMeter {
+    std::atomic<int64_t> now{0}, peak{0};
+    void add(int64_t bytes);
+    void release(int64_t bytes) { now -= bytes; }
+  };
 
  private:
   std::unique_ptr<CommRequest> iallreduce(const Tensor& data, Stream& stream, MPI_Op op, const char* what);
@@ -43,6 +57,7 @@ class MpiCommunicator : public Communicator {
   std::string name_;
   int rank_ = 0, size_ = 1;
   int tag_ub_ = 32767;
+  std::shared_ptr<ScratchMeter> scratch_ = std::make_shared<ScratchMeter>();  // shared with its requests
 };
 
 }  // namespace pipetrain

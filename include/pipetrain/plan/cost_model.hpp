@@ -156,7 +156,12 @@ struct MemoryInputs {
   double recompute = 0;          // the one block recomputation rebuilds at a time
   double activation_bytes = 0;   // one transfer between stages (receive buffers)
   int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
-  double dp_bucket_bytes = 0;    // parallel.dp_bucket_mb (counted when dp > 1, at most the gradients)
+  int expert_dp = 1;             // the ranks holding the same experts (their gradients' group)
+  // The transport's nonblocking reductions take scratch of their message's size (MPI's:
+  // Open MPI's libnbc allocates it per call until completion), and the gradients' all go
+  // out before the first completes at worst: the scratch counts them all, a reduce to
+  // ZeRO-1's owners (2d - 1) / d times (twice on every rank but the owner). NCCL's none.
+  bool reduction_scratch = false;
   double packed = 0;             // runtime.pack_weights: elements kept in the forward's and the input gradient's layouts
   // Vocabulary parallelism: one output slice's stash (vocab_stash_bytes), the most alive at
   // once on the rank, and the collectives' buffers in flight.

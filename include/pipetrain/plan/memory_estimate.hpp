@@ -39,7 +39,6 @@ struct Placement {
   bool native_bf16 = false;                // the device multiplies bf16 without widened copies
   std::string device_kind = "cpu";         // what attention keeps for its backward, F&B pairs' turns
   int recv_lookahead = kRecvLookahead;     // receive buffers posted ahead (program_builder.hpp)
-  double bucket_bytes = 0;                 // parallel.dp_bucket_mb, in bytes
   Recompute recompute_of(const Layout& l, int stage) const;
 };
 

@@ -18,8 +18,9 @@
 
 #include "pipetrain/comm/communicator.hpp"
 #include "pipetrain/model/stage.hpp"
-#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/pair_rule.hpp"
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace pipetrain {
 
@@ -96,16 +97,14 @@ class PipelineExecutor {
   // Vocabulary parallelism: the slice and group the program's VOCAB and COLL use.
   void set_vocab(const VocabRun& vocab) { vocab_ = vocab; }
   // Expert parallelism: the stage's ep ranks, whom mixture-of-experts layers exchange rows
-  // with: forwards over `forward`, backwards over `backward` (the same ranks). `in_order`:
-  // every ep rank must post its exchanges across communicators in the same order (NCCL),
-  // so an overlapped pair's halves take fixed turns (an F&F pair runs in order).
-  void set_experts(Communicator* forward, Communicator* backward, bool in_order = false) {
+  // with: forwards over `forward`, backwards over `backward` (the same ranks).
+  void set_experts(Communicator* forward, Communicator* backward) {
     ep_ = forward;
     ep_backward_ = backward;
-    ep_in_order_ = in_order;
   }
-  // Whether overlapped pairs run so (schedule.overlap; the default) or one after the other.
-  void set_overlap(bool overlap) { overlap_ = overlap; }
+  // How overlapped pairs run (schedule/pair_rule.hpp): overlapped or one after the
+  // other, their halves' turns (fixed: an F&F pair runs in order), the weight gradients' deferral.
+  void set_pair_rule(const PairRule& rule) { pairs_ = rule; }
   // MPI's progress thread (comm/progress_thread.hpp), held through each overlapped pair whose
   // halves interleave freely: a transport that moves data only inside MPI calls (TCP) then
   // moves an exchange during the other half's products, not only between them.
@@ -133,7 +132,6 @@ class PipelineExecutor {
   Communicator& pp_;
   Communicator* tp_;
   Communicator *ep_ = nullptr, *ep_backward_ = nullptr;
-  bool ep_in_order_ = false;
   ProgressThread* progress_ = nullptr;
   Backend& backend_;
   MemoryPool& pool_;
@@ -141,7 +139,7 @@ class PipelineExecutor {
   DType storage_;
   std::map<int, Recompute> recompute_;
   VocabRun vocab_;
-  bool overlap_ = true;
+  PairRule pairs_;
   bool packed_ = false;
   bool sequence_parallel_ = false;
   Communicator* cp_ = nullptr;

@@ -50,9 +50,16 @@ class GradientSync {
   // After the program: every reduction this rank started is complete (the tied table's sum
   // may still arrive on the last stage, for its update).
   void reduce();
-  // This rank's sum of squared gradients over the parameters `counts` accepts, the
+  // Whether this rank's copy of `p` enters the gradient norm: each value once over the
+  // grid (a tied table on two ranks: the first stage's copy; a replicated tensor-parallel
+  // parameter: tp rank 0's).
+  bool counts_in_norm(const Parameter& p) const;
+  // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that updates
+  // it (a tied table on two ranks: the last stage's copy), each value once.
+  bool writes_moments(const Parameter& p) const;
+  // This rank's sum of squared gradients over the parameters that count in the norm, the
   // expert-parallel ones left out (local_expert_squares); under ZeRO-1, of its ranges only.
-  double local_squares(const std::function<bool(const Parameter&)>& counts);
+  double local_squares();
   double local_expert_squares();
   // AdamW (`step` 0-based) and the values' way back: the tied table to the first stage,
   // ZeRO-1's ranges to every replica; then the bf16 compute copies.
@@ -71,6 +78,8 @@ class GradientSync {
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   std::unique_ptr<OptimizerShards> shards_;       // ZeRO-1
   void gather(const Tensor& src, const Tensor& dst);
+  // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
+  bool once_over_tp(const Parameter& p) const;
 };
 
 }  // namespace pipetrain

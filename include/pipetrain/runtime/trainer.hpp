@@ -23,7 +23,7 @@
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/runtime/gradient_sync.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
-#include "pipetrain/runtime/run_program.hpp"
+#include "pipetrain/runtime/resolve_run_plan.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -86,14 +86,12 @@ struct StepMetrics {
   std::vector<double> moe_dropped;  // per MoE layer, the share of choices dropped (model.capacity_factor > 0)
 };
 
-// What a Trainer is built for. Inference holds the weights alone, for a checkpoint's
-// weights to be loaded next (load_checkpoint with weights_only): no gradients, no AdamW
-// moments, no random initialisation — generating with a model takes its weights' memory,
-// not four times it. Such a trainer runs forward passes only (no train_step, no saving).
-enum class TrainerUse { Train, Inference };
-
 class Trainer {
  public:
+  // Executes `plan` (resolve_run_plan: the config's "auto"s resolved on this node).
+  Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, BatchSource source,
+          TrainerUse use = TrainerUse::Train);
+  // The config's plan, resolved here.
   Trainer(const Config& cfg, Grid& grid, Backend& backend, BatchSource source, TrainerUse use = TrainerUse::Train);
   ~Trainer();
   StepMetrics train_step(int step);
@@ -101,38 +99,40 @@ class Trainer {
   double evaluate(const BatchSource& source, int64_t first, int count);
 
   ParameterStore& params() { return params_; }
-  const Schedule& schedule() const { return schedule_; }
+  const RunPlan& plan() const { return plan_; }
+  const Schedule& schedule() const { return plan_.schedule; }
   const Program& program() const { return train_program_; }
   const ProgramRecipe& program_recipe() const { return recipe_; }
   MemoryPool& pool() { return *pool_; }
-  // This rank's most memory held so far: the pool's high-water mark and the packed weight
-  // copies the backend keeps outside the pool (runtime.pack_weights).
+  // This rank's most memory held so far: the pool's high-water mark, the packed weight
+  // copies the backend keeps outside the pool (runtime.pack_weights) and the transport's
+  // scratch for the gradient reductions at its most (each part at its own most, like the
+  // memory estimate's parts).
   double peak_memory_bytes() const;
-  // What this rank holds now: the pool's blocks, in use or cached for reuse, and the packed
-  // weight copies. At least the peak; more where sizes vary (a mixture of experts' exchanges).
+  // What this rank holds now: the pool's blocks, in use or cached for reuse, the packed
+  // weight copies, and the reductions' scratch, which stays in the heap for the next step's
+  // (docs/cpu.md, the malloc policy). At least the peak; more where sizes vary (a mixture of
+  // experts' exchanges).
   double reserved_memory_bytes() const;
   int64_t tokens_per_step() const;
-  int microbatch_size() const { return mb_size_; }
+  int microbatch_size() const { return plan_.layout.microbatch_size; }
   int64_t model_params() const { return model_params_; }  // whole model, tied counted once
   // The split of the model over the stages, and the unit costs it was balanced by
   // (measured for layers_per_stage = "auto" on more than one stage).
-  const std::vector<StageUnits>& stage_units() const { return units_; }
-  const UnitCosts& unit_costs() const { return unit_costs_; }
+  const std::vector<StageUnits>& stage_units() const { return plan_.split; }
+  const UnitCosts& unit_costs() const { return plan_.unit_costs; }
   // How this rank's tensors move: "mpi" on the CPU, e.g. "tp nccl, dp (1 rank), pp nccl" on GPUs.
   std::string comms_summary() const { return comms_->summary(); }
   bool progress_thread() const { return progress_ && progress_->running(); }  // the MPI collectives
   // train.recompute as it applies to stage `s` (parallel.recompute_stages).
-  Recompute recompute_of(int s) const {
-    const auto it = recompute_.find(s);
-    return it == recompute_.end() ? Recompute::None : it->second;
-  }
+  Recompute recompute_of(int s) const { return plan_.stage_recompute.at(static_cast<size_t>(s)); }
   const ExecutorStats& last_stats() const { return last_stats_; }
   // runtime.dense_products and runtime.pack_weights as this run resolved them: whether
   // the dense products multiply by packed copies, the paths, and, where "auto" decided,
   // why (for the run header).
-  bool packs_weights() const { return pack_all_ || !dense_.paths.packed.empty(); }
-  const DenseChoice& dense_products() const { return dense_; }
-  bool vocab_parallel() const { return vocab_parallel_; }  // parallel.vocab_parallel, resolved
+  bool packs_weights() const { return plan_.packs_weights(); }
+  const DenseChoice& dense_products() const { return plan_.dense; }
+  bool vocab_parallel() const { return plan_.layout.vocab_parallel; }         // parallel.vocab_parallel, resolved
   const DataParallelReducer* dp_reducer() const { return sync_->reducer(); }  // dp > 1
   // The last step's fully reduced gradient (over dp replicas and the tied embedding),
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
@@ -155,18 +155,9 @@ class Trainer {
   // The constructor's parts.
   std::map<int, ModelStage*> build_stages();
   void configure_executor(const Config& cfg, int me);
-  int64_t count_model_params();  // the whole model's, summed over the replica's ranks
-  // Whether this rank's copy of `p` enters the gradient norm (each value counted once
-  // over the grid: tied embedding on the first stage only, replicated tensor-parallel
-  // parameters on tp rank 0 only).
-  bool counts_in_norm(const Parameter& p) const;
+  int64_t count_model_params();           // the whole model's, summed over the replica's ranks
   void update_selection_biases();         // model.router_bias_rate: from the step's loads
   void expert_metrics(StepMetrics& out);  // the step's routing, summed over the ranks
-  // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
-  bool once_over_tp(const Parameter& p) const;
-  // Whether this rank writes `p`'s optimizer moments to checkpoints: the rank that
-  // updates it (the tied embedding: the last stage's copy), each value once.
-  bool writes_moments(const Parameter& p) const;
   // Every tensor of the whole model in canonical order, pointing at this rank's data
   // (under ZeRO-1, the moments: this dp rank's slice of them).
   std::vector<struct CheckpointTensor> checkpoint_tensors(bool moments);
@@ -177,7 +168,7 @@ class Trainer {
   Backend& backend_;
   BatchSource source_;
   std::shared_ptr<MemoryPool> pool_;
-  Schedule schedule_;
+  RunPlan plan_;
   ParameterStore params_;
   std::map<int, std::unique_ptr<ModelStage>> stages_;
   std::unique_ptr<PipelineExecutor> executor_;
@@ -185,26 +176,17 @@ class Trainer {
   ProgramRecipe recipe_;   // how the step's program, and evaluation's, are built
   Program eval_program_;   // forward only, for evaluation's microbatch count
   const Program& eval_program(int microbatches);
-  void check_packed_copies_fit(const Config& cfg);
-  std::unique_ptr<DeviceComms> comms_;  // tp, dp, pp and the tied pair (first and last stage, if distinct)
-  std::map<int, Recompute> recompute_;  // each stage's train.recompute
-  bool counts_tied_wte_ = true;                 // whether this rank's wte enters the grad norm
+  std::unique_ptr<DeviceComms> comms_;            // tp, dp, pp and the tied pair (first and last stage, if distinct)
   std::unique_ptr<ProgressThread> progress_;      // MPI's progress for the reducer (declared first: outlives it)
   ProgressThread* mpi_progress();
   std::unique_ptr<GradientSync> sync_;  // dp and ZeRO-1, the tied pair: the gradients into the update
   bool zero1() const { return sync_->sharded(); }
   // Tokens of each sequence on this rank: seq_len / parallel.cp (context parallelism).
-  int local_seq_len() const { return cfg_.train.seq_len / grid_.shape().cp; }
+  int local_seq_len() const { return plan_.local_seq_len(cfg_); }
   // Microbatch m's samples from `source`, this rank's chunks of each under context parallelism.
   MicrobatchLoader loader(const BatchSource& source, int64_t first) const;
   AdamW optimizer_;
-  int mb_size_;
   int64_t model_params_ = 0;
-  std::vector<StageUnits> units_;
-  UnitCosts unit_costs_;
-  DenseChoice dense_;  // runtime.dense_products and runtime.pack_weights, resolved
-  bool pack_all_ = false;  // runtime.pack_weights = true
-  bool vocab_parallel_ = false;              // parallel.vocab_parallel, resolved
   std::unique_ptr<MoeStepStats> moe_stats_;  // the step's routing (mixture-of-experts models)
   std::unique_ptr<VocabSlice> vocab_slice_;  // this rank's rows of the vocabulary, then
   ExecutorStats last_stats_;

@@ -59,6 +59,9 @@ class DeviceComms {
   // The tied pair's operations run in their stream's order (NCCL): a send posted early
   // would hold back the compute queued after it until the peer receives.
   bool tied_in_order() const { return tied_nccl_; }
+  // The reductions' transport scratch at its most (Communicator::reduction_scratch_peak_bytes),
+  // summed over the distinct communicators: at least what they held at once.
+  double reduction_scratch_peak_bytes() const;
   // For the run header, e.g. "tp nccl, dp nccl, pp mpi (host-staged)".
   std::string summary() const { return summary_; }
 

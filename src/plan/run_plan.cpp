@@ -1,6 +1,7 @@
-// The schedule and the program recipe a config asks for (runtime/run_program.hpp).
-#include "pipetrain/runtime/run_program.hpp"
+// A run's plan from its config (plan/run_plan.hpp), and the schedule and program recipe it asks for.
+#include "pipetrain/plan/run_plan.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -12,6 +13,27 @@
 #include "pipetrain/schedule/validate.hpp"
 
 namespace pipetrain {
+
+RunPlan plan_run(const Config& cfg) {
+  RunPlan plan;
+  plan.layout = layout_of(cfg);
+  plan.vocab_reason = choose_vocab_parallel(cfg).reason;
+  plan.schedule = schedule_from_config(cfg, &plan.comms_csv);
+  const Recompute mode = parse_recompute(cfg.train.recompute);
+  const auto& listed = cfg.parallel.recompute_stages;
+  for (int s = 0; s < plan.schedule.num_stages; ++s)
+    plan.stage_recompute.push_back(
+        listed.empty() || std::find(listed.begin(), listed.end(), s) != listed.end() ? mode : Recompute::None);
+  plan.pack_all = cfg.runtime.pack_weights == Toggle::On;
+  return plan;
+}
+
+void split_stages(RunPlan& plan, const Config& cfg, const UnitCosts& costs) {
+  // Under vocabulary parallelism every rank carries the same share of the embedding and
+  // the output layer: what the first and last stage keep (positions, final norm) is small.
+  plan.unit_costs = plan.layout.vocab_parallel ? costs.vocabulary_parallel() : costs;
+  plan.split = partition_gpt2(cfg.model, plan.schedule.num_stages, cfg.parallel.layers_per_stage, plan.unit_costs);
+}
 
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   const auto& p = cfg.parallel;
@@ -47,14 +69,13 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   return s;
 }
 
-ProgramRecipe program_recipe(const Config& cfg, const Schedule& s, const std::string& comms_csv, int tag_ub,
-                             bool in_order, bool vocab_parallel) {
+ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub, bool in_order) {
   ProgramRecipe r;
   r.tag_ub = tag_ub;
   r.in_order = in_order;
-  r.vocab_parallel = vocab_parallel;
-  if (vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg.model, cfg.parallel, s.num_stages);
-  r.comms_csv = comms_csv;
+  r.vocab_parallel = plan.layout.vocab_parallel;
+  if (r.vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg.model, cfg.parallel, plan.schedule.num_stages);
+  r.comms_csv = plan.comms_csv;
   r.file = cfg.schedule.file;
   r.placement = cfg.schedule.placement;
   return r;
