@@ -1,5 +1,6 @@
-// Shared by the file-format tests: a fresh temporary directory per test, and the check
-// that a call throws one pipetrain::Error line containing given parts.
+// Shared by the file-format and schedule tests: a fresh temporary directory per test, the
+// check that a call throws one pipetrain::Error line containing given parts, and the
+// message a call throws.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -41,6 +42,16 @@ inline void expect_one_line_error(const std::function<void()>& f, std::initializ
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
   }
+}
+
+// The message of the pipetrain::Error `f` throws; "(no error)" where it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace pipetrain::testing

@@ -19,6 +19,7 @@
 #include "pipetrain/schedule/validate.hpp"
 #include "pipetrain/schedule/vocab_pieces.hpp"
 #include "schedule_sweep.hpp"
+#include "test_files.hpp"
 
 namespace pipetrain {
 namespace {
@@ -347,18 +348,7 @@ std::string in_order_problem(const Program& p) {
   return "(valid)";
 }
 
-// Under NCCL's rules (messages of a pair matched in posting order, each rank's transfers
-// in groups between its computes): every built-in, lowered with receives at their use
-// and then posted earlier where a peer's send waits, runs; posted ahead blindly,
-// receives block the sends the peer waits for.
-std::string problem_of(const std::function<void()>& build) {
-  try {
-    build();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // The program builder composes the passes in one order: each recipe gives the program its
 // passes give by hand, proven, and a recipe no pass can take is refused naming why.
@@ -384,17 +374,21 @@ TEST(ProgramBuilder, EachRecipeIsItsPassesInOrder) {
 
   ProgramRecipe both = file;
   both.vocab_parallel = true;
-  EXPECT_HAS(problem_of([&] { build_program(s, both); }), "given.csv: a compute+comms file has no vocabulary slices");
+  EXPECT_HAS(error_of([&] { build_program(s, both); }), "given.csv: a compute+comms file has no vocabulary slices");
   vocab.in_order = true;
-  EXPECT_HAS(problem_of([&] { build_program(s, vocab); }), "in-order transfers) cannot run its collectives");
+  EXPECT_HAS(error_of([&] { build_program(s, vocab); }), "in-order transfers) cannot run its collectives");
   // A file runs as written: receives it posts ahead of a peer's send are refused under
   // in-order transfers, not moved (1f1b with receives 4 ahead deadlocks there).
   const Schedule one_f_one_b = make_schedule("1f1b", {2, 1, 4});
   file.comms_csv = to_comms_csv(lower(one_f_one_b, {4, 32767}));
   file.in_order = true;
-  EXPECT_HAS(problem_of([&] { build_program(one_f_one_b, file); }), "deadlock with in-order transfers");
+  EXPECT_HAS(error_of([&] { build_program(one_f_one_b, file); }), "deadlock with in-order transfers");
 }
 
+// Under NCCL's rules (messages of a pair matched in posting order, each rank's transfers
+// in groups between its computes): every built-in, lowered with receives at their use
+// and then posted earlier where a peer's send waits, runs; posted ahead blindly,
+// receives block the sends the peer waits for.
 TEST(InOrderTransfers, EveryBuiltinRunsOncePostedForInOrderTransfers) {
   const int checked = testing::for_each_builtin(
       [](const Schedule& s, int p, int m) {

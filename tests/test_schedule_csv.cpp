@@ -9,18 +9,12 @@
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "test_files.hpp"
 
 namespace pipetrain {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 void expect_same(const Schedule& a, const Schedule& b) {
   EXPECT_EQ(a.num_ranks, b.num_ranks);

@@ -10,18 +10,12 @@
 #include "pipetrain/schedule/registry.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/schedule/validate.hpp"
+#include "test_files.hpp"
 
 namespace pipetrain {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(ScheduleIR, ActionStrings) {
   EXPECT_EQ(op_char(Op::F), 'F');

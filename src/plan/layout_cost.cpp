@@ -9,6 +9,7 @@
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/plan/memory_estimate.hpp"
 #include "pipetrain/plan/product_choice.hpp"
+#include "pipetrain/plan/run_plan.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 
 namespace pipetrain {
@@ -154,10 +155,7 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
                              total(UnitKind::Attention) / total(UnitKind::Block)};
   // The config's own split where it gives one for these stages (check and train's
   // header price the run's layout), else the balanced one.
-  const auto& given = cx.cfg.parallel.layers_per_stage;
-  const std::vector<StageUnits> units =
-      partition_gpt2(model, S, static_cast<int>(given.size()) == S ? given : std::vector<double>{},
-                     vp ? unit_costs.vocabulary_parallel() : unit_costs);
+  const std::vector<StageUnits> units = stage_split(model, S, cx.cfg.parallel.layers_per_stage, vp, unit_costs);
   l.blocks_per_stage = blocks_per_stage(model, units);
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);

@@ -18,6 +18,7 @@
 #include "pipetrain/core/grid_rules.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
+#include "pipetrain/plan/run_plan.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/schedule/program.hpp"
@@ -64,9 +65,7 @@ class ScheduleCache {
   // The program a layout runs: the trainer's (program_builder.hpp), the slices placed by
   // its rule.
   const Program& program(Built& b, const ModelConfig& model, const Layout& l) {
-    ProgramRecipe recipe;
-    recipe.vocab_parallel = l.vocab_parallel;
-    if (l.vocab_parallel) recipe.vocab_costs = vocab_placement_costs(model, l, b.schedule.num_stages);
+    const ProgramRecipe recipe = program_recipe(model, l, b.schedule.num_stages, INT_MAX, false);
     auto& built = l.vocab_parallel ? b.vocab_programs[l.tp] : b.program;
     if (!built) built = std::make_unique<Program>(build_program(b.schedule, recipe));
     return *built;

@@ -28,11 +28,18 @@ RunPlan plan_run(const Config& cfg) {
   return plan;
 }
 
-void split_stages(RunPlan& plan, const Config& cfg, const UnitCosts& costs) {
+std::vector<StageUnits> stage_split(const ModelConfig& model, int stages, const std::vector<double>& given,
+                                    bool vocab_parallel, const UnitCosts& costs) {
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
-  plan.unit_costs = plan.layout.vocab_parallel ? costs.vocabulary_parallel() : costs;
-  plan.split = partition_gpt2(cfg.model, plan.schedule.num_stages, cfg.parallel.layers_per_stage, plan.unit_costs);
+  return partition_gpt2(model, stages, static_cast<int>(given.size()) == stages ? given : std::vector<double>{},
+                        vocab_parallel ? costs.vocabulary_parallel() : costs);
+}
+
+void split_stages(RunPlan& plan, const Config& cfg, const UnitCosts& costs) {
+  const bool vp = plan.layout.vocab_parallel;
+  plan.unit_costs = vp ? costs.vocabulary_parallel() : costs;
+  plan.split = stage_split(cfg.model, plan.schedule.num_stages, cfg.parallel.layers_per_stage, vp, costs);
 }
 
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
@@ -69,12 +76,17 @@ Schedule schedule_from_config(const Config& cfg, std::string* comms_csv) {
   return s;
 }
 
-ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub, bool in_order) {
+ProgramRecipe program_recipe(const ModelConfig& model, const Layout& l, int stages, int tag_ub, bool in_order) {
   ProgramRecipe r;
   r.tag_ub = tag_ub;
   r.in_order = in_order;
-  r.vocab_parallel = plan.layout.vocab_parallel;
-  if (r.vocab_parallel) r.vocab_costs = vocab_placement_costs(cfg.model, cfg.parallel, plan.schedule.num_stages);
+  r.vocab_parallel = l.vocab_parallel;
+  if (r.vocab_parallel) r.vocab_costs = vocab_placement_costs(model, l, stages);
+  return r;
+}
+
+ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub, bool in_order) {
+  ProgramRecipe r = program_recipe(cfg.model, plan.layout, plan.schedule.num_stages, tag_ub, in_order);
   r.comms_csv = plan.comms_csv;
   r.file = cfg.schedule.file;
   r.placement = cfg.schedule.placement;

@@ -3,7 +3,7 @@
 // the planner prices the same values. plan_run resolves what follows from the config
 // alone; a run adds what it measures on its node (runtime/resolve_run_plan.hpp: the dense
 // products' paths, the stage split by measured costs, the packed copies' memory test).
-// Exports: RunPlan, plan_run, split_stages, schedule_from_config, program_recipe.
+// Exports: RunPlan, plan_run, stage_split, split_stages, schedule_from_config, program_recipe.
 #pragma once
 #include <string>
 #include <vector>
@@ -36,16 +36,24 @@ struct RunPlan {
 
 // What follows from the config alone (no split yet: split_stages).
 RunPlan plan_run(const Config& cfg);
-// The stages' units: parallel.layers_per_stage where given, else balanced by `costs`.
+// The split of `stages` stages, one rule for the run and the planner's candidates: `given`
+// (parallel.layers_per_stage) where it has an entry per stage, else balanced by `costs`,
+// less the tables' under vocabulary parallelism (every rank holds a slice of them).
+std::vector<StageUnits> stage_split(const ModelConfig& model, int stages, const std::vector<double>& given,
+                                    bool vocab_parallel, const UnitCosts& costs);
+// The plan's split (stage_split of the config's stages), and the costs it balanced.
 void split_stages(RunPlan& plan, const Config& cfg, const UnitCosts& costs);
 
 // The schedule a config asks for (schedule.name, or schedule.file with
 // schedule.placement), for `pp` pipeline ranks; validated. When schedule.file is a
 // compute+comms file, its text goes to *comms_csv (the file is read once).
 Schedule schedule_from_config(const Config& cfg, std::string* comms_csv = nullptr);
-// How the plan's program is built (schedule/program_builder.hpp): `tag_ub` the pipeline
-// communicator's tag bound; `in_order` its transport matches messages in posting order
-// (NCCL); the vocabulary slices placed by FLOP ratios (vocab_choice.hpp).
+// How a layout's program is built (schedule/program_builder.hpp), for the run and the
+// planner's candidates alike: `tag_ub` the pipeline communicator's tag bound; `in_order` its
+// transport matches messages in posting order (NCCL); the vocabulary slices placed by FLOP
+// ratios (vocab_choice.hpp).
+ProgramRecipe program_recipe(const ModelConfig& model, const Layout& l, int stages, int tag_ub, bool in_order);
+// The plan's: that of its layout, or a compute+comms schedule file's program as written.
 ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub, bool in_order);
 
 }  // namespace pipetrain
