@@ -11,6 +11,7 @@
 #include "pipetrain/plan/product_choice.hpp"
 #include "pipetrain/plan/run_plan.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
+#include "pipetrain/schedule/stage_transfer.hpp"
 
 namespace pipetrain {
 
@@ -212,11 +213,13 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   const DType storage = bf16 ? DType::BF16 : DType::F32;
   const double N = static_cast<double>(B) * T, act = N * model.d_model * static_cast<double>(dtype_size(storage));
   const LinkSpec& pp_link = group_link(c, l.dp * l.cp * tp, l.pp);
-  // Each tp rank sends its 1/tp slice; the receiving stage all-gathers it (under sequence
-  // parallelism the slice is what the next stage takes: no gather).
-  out.transfer = R > 1 ? p2p_seconds(act / tp, pp_link) +
-                             (l.sequence_parallel ? 0.0 : allgather_seconds(act, tp, group_link(c, 1, tp)))
-                       : 0;
+  // Each tp rank sends its 1/tp share (schedule/stage_transfer.hpp): a slice the receiving
+  // stage all-gathers, or under sequence parallelism the rows the next stage takes as they are.
+  const StageTransfer how = stage_transfer(tp, l.sequence_parallel);
+  out.transfer =
+      R > 1 ? p2p_seconds(act / tp, pp_link) +
+                  (how == StageTransfer::SliceThenGather ? allgather_seconds(act, tp, group_link(c, 1, tp)) : 0.0)
+            : 0;
   Placement placement;  // the memory estimate's facts (memory_estimate.hpp), as the run will place it
   placement.schedule = &s;
   placement.units = &units;

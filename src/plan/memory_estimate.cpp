@@ -6,6 +6,7 @@
 #include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/schedule/pair_rule.hpp"
 #include "pipetrain/schedule/simulate.hpp"
+#include "pipetrain/schedule/stage_transfer.hpp"
 
 namespace pipetrain {
 
@@ -102,7 +103,8 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
           in.recompute, recompute_bytes(model, tp, B, T, storage, p.recompute_of(l, st), keeps, l.sequence_parallel));
   }
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
-  in.activation_bytes = pipeline ? (l.sequence_parallel ? act / tp : act) : 0.0;
+  const bool rows = stage_transfer(tp, l.sequence_parallel) == StageTransfer::Rows;  // a 1/tp share received
+  in.activation_bytes = pipeline ? (rows ? act / tp : act) : 0.0;
   in.receive_buffers = pipeline ? p.recv_lookahead : 0;
   in.expert_dp = l.expert_dp();
   in.reduction_scratch = p.device_kind == "cpu";                     // MPI's collectives; on GPUs NCCL's

@@ -18,6 +18,7 @@
 #include "pipetrain/model/precision.hpp"
 #include "pipetrain/model/vocab_slice.hpp"
 #include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/schedule/stage_transfer.hpp"
 
 namespace pipetrain {
 
@@ -147,10 +148,11 @@ struct PipelineExecutor::Impl {
   // receiving tp ranks all-gather the whole (bytes per rank divided by tp, values unchanged).
   // Under sequence parallelism a stage's input and output already are this rank's rows: sent
   // and received as they are, nothing gathered.
+  StageTransfer transfer() const { return stage_transfer(ex.tp_ ? ex.tp_->size() : 1, ex.sequence_parallel_); }
   bool scatter(const Tensor& t) const {
-    return ex.tp_ && ex.tp_->size() > 1 && t.numel() % ex.tp_->size() == 0 && !rows_between_stages();
+    return transfer() == StageTransfer::SliceThenGather && t.numel() % ex.tp_->size() == 0;
   }
-  bool rows_between_stages() const { return ex.sequence_parallel_ && ex.tp_ && ex.tp_->size() > 1; }
+  bool rows_between_stages() const { return transfer() == StageTransfer::Rows; }
   Tensor my_slice(const Tensor& t) const;
 
   // RECV: posted now into a pooled buffer, waited on by the compute that needs it.
