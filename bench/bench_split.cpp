@@ -47,7 +47,7 @@ double step_of_costs(const std::vector<double>& stage_costs, const Sim& sim) {
 
 double step_of(const ModelConfig& m, const std::vector<double>& blocks, const UnitCosts& c, const Sim& sim) {
   std::vector<double> t;
-  for (const auto& u : partition_gpt2(m, static_cast<int>(blocks.size()), blocks)) t.push_back(stage_cost(m, u, c));
+  for (const auto& u : partition_stages(m, static_cast<int>(blocks.size()), blocks)) t.push_back(stage_cost(m, u, c));
   return step_of_costs(t, sim);
 }
 

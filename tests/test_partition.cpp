@@ -20,7 +20,7 @@ namespace {
 
 double slowest(const ModelConfig& m, const std::vector<double>& blocks, const UnitCosts& c) {
   double worst = 0;
-  for (const auto& u : partition_gpt2(m, static_cast<int>(blocks.size()), blocks))
+  for (const auto& u : partition_stages(m, static_cast<int>(blocks.size()), blocks))
     worst = std::max(worst, stage_cost(m, u, c));
   return worst;
 }
@@ -91,7 +91,7 @@ TEST(Partition, HalfBlocksEvenOutTheHeadsStage) {
   m.n_layer = 12;
   const UnitCosts c{0.05, 1.0, 4.9, 1.0 / 3};
   EXPECT_EQ(balanced_blocks(m, 2, c), (std::vector<double>{8.5, 3.5}));
-  const auto units = partition_gpt2(m, 2, {}, c);
+  const auto units = partition_stages(m, 2, {}, c);
   EXPECT_EQ(units[0].first, 0);
   EXPECT_EQ(units[0].last, 18);  // embedding, 8 blocks (16 halves), block 8's attention
   EXPECT_EQ(units[1].first, 18);
@@ -115,9 +115,9 @@ TEST(Partition, HalfBlocksEvenOutTheHeadsStage) {
   // stages are as even as they can be.
   EXPECT_EQ(balanced_blocks(m, 4, UnitCosts{0.05, 1.0, 5.2, 0.36}), (std::vector<double>{4, 4, 4, 0}));
   // An explicit list of the same split gives the same stages; a third of a block does not go.
-  EXPECT_EQ(partition_gpt2(m, 2, {8.5, 3.5})[0].last, 18);
-  EXPECT_THROW(partition_gpt2(m, 2, {8.25, 3.75}), Error);
-  EXPECT_THROW(partition_gpt2(m, 2, {8.5, 3}), Error);
+  EXPECT_EQ(partition_stages(m, 2, {8.5, 3.5})[0].last, 18);
+  EXPECT_THROW(partition_stages(m, 2, {8.25, 3.75}), Error);
+  EXPECT_THROW(partition_stages(m, 2, {8.5, 3}), Error);
 }
 
 TEST(Partition, AutoIsTheDefaultAndRoundTrips) {

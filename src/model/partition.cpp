@@ -124,8 +124,8 @@ std::vector<double> balanced_blocks(const ModelConfig& model, int S, const UnitC
   return blocks;
 }
 
-std::vector<StageUnits> partition_gpt2(const ModelConfig& model, int num_stages,
-                                       const std::vector<double>& layers_per_stage, const UnitCosts& costs) {
+std::vector<StageUnits> partition_stages(const ModelConfig& model, int num_stages,
+                                         const std::vector<double>& layers_per_stage, const UnitCosts& costs) {
   const int L = model.n_layer;
   if (num_stages < 1) fail("need at least one pipeline stage, got {}", num_stages);
   const std::vector<double> blocks =

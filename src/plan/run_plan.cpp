@@ -32,8 +32,8 @@ std::vector<StageUnits> stage_split(const ModelConfig& model, int stages, const 
                                     bool vocab_parallel, const UnitCosts& costs) {
   // Under vocabulary parallelism every rank carries the same share of the embedding and
   // the output layer: what the first and last stage keep (positions, final norm) is small.
-  return partition_gpt2(model, stages, static_cast<int>(given.size()) == stages ? given : std::vector<double>{},
-                        vocab_parallel ? costs.vocabulary_parallel() : costs);
+  return partition_stages(model, stages, static_cast<int>(given.size()) == stages ? given : std::vector<double>{},
+                          vocab_parallel ? costs.vocabulary_parallel() : costs);
 }
 
 void split_stages(RunPlan& plan, const Config& cfg, const UnitCosts& costs) {

@@ -7,7 +7,7 @@
 // (the head of GPT-2 124M weighs about five blocks: an even split would idle every stage
 // but the last, and whole blocks alone leave stages up to half a block apart).
 // Exports: StageUnits, UnitCosts, PieceKind, StagePiece, stage_pieces, balanced_blocks,
-// partition_gpt2, stage_cost, blocks_per_stage, model_num_units.
+// partition_stages, stage_cost, blocks_per_stage, model_num_units.
 #pragma once
 #include <vector>
 
@@ -55,14 +55,14 @@ struct UnitCosts {
 // (deterministic: two dynamic programs over stages).
 std::vector<double> balanced_blocks(const ModelConfig& model, int num_stages, const UnitCosts& costs);
 
-// The units of every stage: layers_per_stage if given (multiples of 0.5), else
-// balanced_blocks(costs).
-std::vector<StageUnits> partition_gpt2(const ModelConfig& model, int num_stages,
-                                       const std::vector<double>& layers_per_stage = {}, const UnitCosts& costs = {});
+// The units of every stage, for every model family (each is an embedding, its blocks and a
+// head): layers_per_stage if given (multiples of 0.5), else balanced_blocks(costs).
+std::vector<StageUnits> partition_stages(const ModelConfig& model, int num_stages,
+                                         const std::vector<double>& layers_per_stage = {}, const UnitCosts& costs = {});
 
 double stage_cost(const ModelConfig& model, const StageUnits& units, const UnitCosts& costs);
 
-// The blocks each stage holds, halves as x.5 (the inverse of partition_gpt2).
+// The blocks each stage holds, halves as x.5 (the inverse of partition_stages).
 std::vector<double> blocks_per_stage(const ModelConfig& model, const std::vector<StageUnits>& units);
 
 }  // namespace pipetrain
