@@ -40,6 +40,11 @@
 #                                    WHERE names what set NRANKS, for the message
 #   pt_directive_ranks SCRIPT        ranks a job script's own #SBATCH/#PBS lines ask for
 #                                    (--ntasks, --nodes x --ntasks-per-node, select x mpiprocs)
+#   pt_directive_nodes SCRIPT        nodes its #SBATCH --nodes asks for (1 without one)
+#   pt_slurm_shape NRANKS NODES      the sbatch options that ask for NRANKS ranks on NODES
+#                                    nodes: --nodes, --ntasks and --ntasks-per-node (which
+#                                    overrides the script's own #SBATCH line; Slurm takes it as
+#                                    the most per node when --ntasks is given too)
 #   pt_after_run RC SUBMISSION MAX RESUBMIT_CMD...
 #                                    after the launcher returned RC: on 0, pt_decide and
 #                                    run RESUBMIT_CMD when more steps are left (with
@@ -277,6 +282,18 @@ pt_directive_ranks() {  # SCRIPT
       else if (per) print (nodes ? nodes : 1) * per
       else print 1
     }' "$1"
+}
+
+pt_directive_nodes() {  # SCRIPT
+  awk '/^#SBATCH/ { for (i = 2; i <= NF; i++) if ($i ~ /^--nodes=/) { split($i, a, "="); nodes = a[2] } }
+       END { print nodes ? nodes : 1 }' "$1"
+}
+
+pt_slurm_shape() {  # NRANKS NODES
+  local nranks=$1 nodes=$2
+  [[ $nranks =~ ^[1-9][0-9]*$ && $nodes =~ ^[1-9][0-9]*$ ]] || pt_die "ranks ($nranks) and nodes ($nodes) must be counts"
+  [ "$nranks" -ge "$nodes" ] || pt_die "$nranks ranks cannot fill $nodes nodes (set NODES, or NRANKS)"
+  printf '%s\n' --nodes="$nodes" --ntasks="$nranks" --ntasks-per-node=$(((nranks + nodes - 1) / nodes))
 }
 
 pt_after_run() {  # RC SUBMISSION MAX RESUBMIT_CMD...

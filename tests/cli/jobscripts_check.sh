@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The job scripts in jobscripts/: every one passes `bash -n`; every `pipetrain SUB --option`
 # they use (on a pipetrain command line or in a train_args array) is an option of that
-# subcommand's --help; the Slurm scripts signal the ranks (--signal=USR1@, not B:).
+# subcommand's --help; the Slurm scripts signal the ranks (--signal=USR1@, not B:) and
+# append to their log across a requeue (--open-mode=append).
 # Then real runs without a batch system:
 #   - workstation.sh trains a tiny model on 2 ranks (pp = 2) and checkpoints;
 #   - the resubmission decision (PIPETRAIN_DRY_RUN=1) of both Slurm scripts and the PBS
 #     script: "done" at the target step, "would resubmit" below it, the MAX_SUBMISSIONS
-#     limit, and the STOP file;
+#     limit, and the STOP file; the single-node script as shipped (its #SBATCH ranks, the
+#     default config); a multi-node resubmission asks for the job's ranks per node;
+#   - slurm-multi-node.sbatch run directly with NRANKS: it submits the ranks it checked;
 #   - slurm-single-node.sbatch with a stand-in `srun` (runs $MPIEXEC and sends SIGUSR1
 #     after two steps, as --signal=USR1@300 would) and a stand-in `sbatch`: the run
 #     checkpoints, exits 0 and resubmits; the "resubmitted" job resumes and finishes;
@@ -91,6 +94,8 @@ for f in "$jobdir"/*.sbatch; do
   ! grep -qE '^#SBATCH[[:space:]]+--signal=B:' "$f" || die "$f: --signal=B: would signal only the batch shell"
   grep -q -- '--resume' "$jobdir/lib/pipetrain_job.sh" || die "lib: no --resume"
   grep -qE '^[^#]*srun ' "$f" || die "$f: does not launch with srun"
+  # A requeue restarts the script with the same output file: append, never truncate.
+  grep -qE '^#SBATCH[[:space:]]+--open-mode=append' "$f" || die "$f: no '#SBATCH --open-mode=append'"
 done
 
 cd "$tmp"
@@ -139,6 +144,13 @@ decide 0 "done: the checkpoint in ws is at step 6" pbs.qsub TRAIN_ARGS="--set pa
 decide 0 "would resubmit (step 6 of 7; submission 4 of 20): qsub -V -v PIPETRAIN_SUBMISSION=4 -W depend=afterany:" \
   pbs.qsub PIPETRAIN_SUBMISSION=3 TRAIN_ARGS="--set parallel.pp=2 --set train.steps=7" --
 decide 0 "dry run: $MPIEXEC -n 2" pbs.qsub TRAIN_ARGS="--set parallel.pp=2" --
+# As shipped: `sbatch` with the script's own #SBATCH ranks and the default config runs.
+shipped_ranks=$(sed -nE 's/^#SBATCH[[:space:]]+--ntasks=([0-9]+).*/\1/p' "$jobdir/slurm-single-node.sbatch")
+decide 0 "dry run: srun --ntasks=1" slurm-single-node.sbatch SLURM_JOB_ID=7 SLURM_NTASKS="$shipped_ranks" \
+  CONFIG="$SRC/inputs/austen-char.toml" --
+# A resubmission asks for this job's ranks per node, overriding the #SBATCH line's 32.
+decide 0 "--nodes=2 --ntasks=2 --ntasks-per-node=1 " slurm-multi-node.sbatch SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
+  -- --set parallel.pp=2 --set train.steps=9
 touch ws/STOP
 decide 0 "STOP exists; not resubmitting" slurm-single-node.sbatch -- --set parallel.pp=2 --set train.steps=9
 rm ws/STOP
@@ -197,6 +209,14 @@ grep -q "resumed from slurm/step_0*$stopped.h5 at step $stopped" slurm2.out || {
 grep -q "done: the checkpoint in slurm is at step $((stopped + 2)) of $((stopped + 2))" slurm2.out ||
   { cat slurm2.out; die "resubmitted job not done"; }
 [ ! -s "$SUBMIT_LOG" ] || die "a finished job resubmitted: $(cat "$SUBMIT_LOG")"
+
+echo "== slurm-multi-node.sbatch run directly with NRANKS=2: submits the 2 ranks it checked"
+: >"$SUBMIT_LOG"
+PATH=$tmp/bin:$PATH CONFIG=$config NRANKS=2 CHECK_ARGS=--no-data timeout 120 \
+  bash "$jobdir/slurm-multi-node.sbatch" --set parallel.pp=2 >direct.out 2>&1 || { cat direct.out; die "run directly failed"; }
+grep -q -- "^--nodes=2 --ntasks=2 --ntasks-per-node=1 .*slurm-multi-node.sbatch --set parallel.pp=2" "$SUBMIT_LOG" ||
+  { cat direct.out "$SUBMIT_LOG"; die "multi-node, NRANKS=2: submitted another shape"; }
+echo "   sbatch $(cat "$SUBMIT_LOG")"
 
 echo "== pbs.qsub: the walltime timer sends SIGUSR1, the job checkpoints and resubmits"
 : >"$SUBMIT_LOG"
