@@ -3,7 +3,9 @@
 // the step spent blocked in collectives and the page faults a step takes; dp with and
 // without the progress thread and with ZeRO-1; dp with glibc's default malloc policy (run
 // first, before keep_freed_host_memory(), which every later layout runs under, as
-// pipetrain does); and the ceiling dp can reach on this machine, "dp, no communication": each
+// pipetrain does); dp with the gradients and with the weights sharded too (parallel.shard
+// "gradients", "weights": their tokens/s against ZeRO-1's, the peak memory each holds and the
+// weight gathers' exposed wait); and the ceiling dp can reach on this machine, "dp, no communication": each
 // rank trains its half of the batch alone (the same compute and whole-model update as a
 // replica, both cores busy, nothing exchanged). Each layout takes its timed steps in turns with a single-rank run
 // (built beside it), and each of its steps is set against the single-rank steps just before and after it: a shared VM's
@@ -52,7 +54,7 @@ struct Run {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   Grid grid;
   Trainer trainer;
-  std::vector<double> step_s, dp_s, tp_s, exposed_s, exposed_in_pairs_s, max_load, faults, phase[4];
+  std::vector<double> step_s, dp_s, tp_s, exposed_s, exposed_in_pairs_s, max_load, faults, gather_wait_s, phase[4];
 
   Run(const Config& cfg, MPI_Comm comm)
       : grid(comm, cfg.parallel), trainer(cfg, grid, *backend, random_tokens(cfg.model.vocab_size, cfg.train.seq_len)) {
@@ -68,6 +70,7 @@ struct Run {
     faults.push_back(bench::minor_faults() - faults_before);
     MPI_Allreduce(MPI_IN_PLACE, &m.step_time_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     step_s.push_back(m.step_time_s);
+    gather_wait_s.push_back(m.gather_wait_s);
     const double ph[4] = {m.phases.program_s, m.phases.reduce_s, m.phases.norm_s, m.phases.optimizer_s};
     for (int k = 0; k < 4; ++k) phase[k].push_back(ph[k]);
     dp_s.push_back(grid.comm("dp-cp").comm_seconds());
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
         {"dp", "dp"},
         {"dp-no-progress", "dp, no progress thread"},
         {"zero1", "dp, ZeRO-1"},
+        {"shard-gradients", "dp, shard gradients"},
+        {"shard-weights", "dp, shard weights"},
         {"dp-no-comm", "dp, no communication"},
         {"tp", "tp"},
         {"tp-no-sp", "tp, no sequence parallelism"},
@@ -113,11 +118,12 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batch, "global batch in sequences");
     app.add_option("--steps", steps, "timed steps of each layout (each between two single-rank steps)");
     app.add_option("--layouts", only,
-                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, dp-no-comm, tp, tp-no-sp, ep, "
+                   "only these layouts: dp-returns-memory, dp, dp-no-progress, zero1, shard-gradients, shard-weights, "
+                   "dp-no-comm, tp, tp-no-sp, ep, "
                    "ep-dualpipev, "
                    "ep-dualpipev-in-order (default: all but the ep ones; with --moe: dp and the ep ones)")
-        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "dp-no-comm", "tp", "tp-no-sp",
-                               "ep", "ep-dualpipev", "ep-dualpipev-in-order"}));
+        ->check(CLI::IsMember({"dp-returns-memory", "dp", "dp-no-progress", "zero1", "shard-gradients", "shard-weights",
+                               "dp-no-comm", "tp", "tp-no-sp", "ep", "ep-dualpipev", "ep-dualpipev-in-order"}));
     app.add_flag("--moe", moe, "a mixture-of-experts Llama; layouts dp and the ep ones");
     app.add_option("--shared-experts", shared_experts, "--moe: always-on experts of width 768 beside the routed ones");
     app.add_option("--dualpipev-microbatches", dualpipev_microbatches,
@@ -179,6 +185,7 @@ int main(int argc, char** argv) {
       if (kind == "dp, no progress thread" || kind[0] == 't') c.comm.progress_us = 0;
       if (kind == "tp, no sequence parallelism") c.parallel.sequence_parallel = Toggle::Off;
       c.parallel.zero1 = kind == "dp, ZeRO-1";
+      if (flag.substr(0, 6) == "shard-") c.parallel.shard = flag.substr(6);
       if (flag.substr(0, 2) == "ep") c.parallel.ep = size;
       if (flag.substr(0, 3) == "ep-") {  // V placement on one pipeline rank: dualpipev's pairs from the start
         c.schedule.name = "dualpipev";
@@ -230,6 +237,21 @@ int main(int argc, char** argv) {
             "the step ({:.3f} s on the rank with least), in F&B pairs {:.3f} s ({:.3f} s); medians of the steps; "
             "the busiest expert over the mean (the worst layer) {:.2f}\n",
             exchange[0], 100.0 * exchange[0] / t, least[0], exchange[1], least[1], median(layout.max_load));
+      if (kind[0] == 't' || flag == "zero1" || flag.substr(0, 6) == "shard-") {  // what each layout holds
+        double peak = layout.trainer.peak_memory_bytes(), waited = median(layout.gather_wait_s);
+        MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &waited, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (rank == 0 && flag == "shard-weights")
+          fmt::print(
+              "  waited for weight gathers (exposed; median step, the rank with most): {:.3f} s = {:.1f}% of "
+              "the step\n",
+              waited, 100.0 * waited / t);
+        if (rank == 0 && kind[0] != 't')
+          fmt::print(
+              "  peak memory per rank (pool, packed copies, reductions' scratch; the rank with most): {:.1f} "
+              "MiB\n",
+              peak / 1048576.0);
+      }
       if (kind[0] == 't') {  // sequence parallelism's point: the activations between the tp products
         double peak = layout.trainer.peak_memory_bytes();
         MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

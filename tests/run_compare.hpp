@@ -126,6 +126,7 @@ inline RunResult run(const Config& cfg, MPI_Comm comm, Backend& backend, BatchSo
         r.grads0[p.name] = std::vector<float>(g.begin() + p.offset, g.begin() + p.offset + p.numel());
     }
   }
+  trainer.gather_weights();  // (sharded weights: the whole units)
   for (const auto& p : trainer.params().params())
     r.params[p.name] = std::vector<float>(p.value.f32(), p.value.f32() + p.numel());
   for (const auto& p : trainer.params().params()) {

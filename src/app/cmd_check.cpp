@@ -131,6 +131,7 @@ int run_check(const CheckOptions& o) {
                                 predicted ? predicted->memory.total() : 0.0,
                                 plan.layout.vocab_parallel ? cfg.parallel.vocab_slices() : 0, cfg.model.padded_vocab(),
                                 plan.vocab_reason, plan.layout.sequence_parallel}));
+  if (const std::string shard = shard_line(cfg, program); !shard.empty()) fmt::print("{}\n", shard);
   if (predicted && cluster) fmt::print("{}\n", plan_line(plan_note, layout, *predicted, *cluster));
   size_t instructions = 0;
   for (const auto& rank_program : program.per_rank) instructions += rank_program.size();

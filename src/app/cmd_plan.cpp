@@ -27,6 +27,7 @@ struct PlanCliOptions {
   std::vector<std::string> overrides, precisions, schedules, recompute;
   std::vector<int> tp, pp, ep, cp, virtual_stages;
   std::string zero1;  // "": both; on | off
+  std::vector<std::string> shard;  // parallel.shard levels; empty: --zero1's and the config's
   int nodes = 0, global_batch = 0, top = 5;
   bool json = false, calibrate = false;
 };
@@ -46,6 +47,7 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"microbatch_size", l.microbatch_size},
           {"recompute", to_string(l.recompute)},
           {"zero1", l.zero1},
+          {"shard", to_string(l.shard)},
           {"precision", l.precision},
           {"blocks_per_stage", l.blocks_per_stage},
           {"step_s", p.step_s},
@@ -147,6 +149,11 @@ int run_plan(const PlanCliOptions& o) {
   po.only_virtual = o.virtual_stages;
   if (!o.recompute.empty()) po.recompute = o.recompute;
   if (!o.zero1.empty()) po.zero1 = {o.zero1 == "on"};
+  for (const std::string& level : o.shard) {
+    Config c;
+    c.parallel.shard = level;
+    po.shard.push_back(shard_level(c.parallel));
+  }
   po.dp_bucket_mb = cfg.parallel.dp_bucket_mb;
   const auto t0 = std::chrono::steady_clock::now();
   const PlanResult r = plan(cfg, cluster, po);
@@ -179,6 +186,9 @@ void add_plan_command(CLI::App& app, CommandRunner& runner) {
   sub->add_option("--recompute", o->recompute, "Only this recomputation: none | selective | full (repeatable)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_option("--zero1", o->zero1, "Only with (on) or without (off) ZeRO-1")->check(CLI::IsMember({"on", "off"}));
+  sub->add_option("--shard", o->shard,
+                  "Only this parallel.shard level (repeatable): none | optimizer | gradients | weights")
+      ->check(CLI::IsMember({"none", "optimizer", "gradients", "weights"}));
   sub->add_option("--set", o->overrides, "Override a config key: section.key=value (repeatable)")
       ->allow_extra_args(false);
   sub->add_flag("--json", o->json, "Print the ranking as JSON");

@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipetrain/app/commands.hpp"
@@ -47,7 +49,36 @@ struct ScheduleOptions {
   bool json = false, list = false, lowered = false, vocab_parallel = false;
   std::string vocab_costs = "0.1,1,2,0.1";
   std::string svg, trace, csv;
+  // Sharded data parallelism: the level, each stage's layers (a unit each), the reuse
+  // policy, the prefetch and one unit's gather and reduce-scatter times.
+  std::string shard, shard_reuse = "regather", shard_costs = "0.25,0.25";
+  int shard_layers = 2, shard_prefetch = 1;
 };
+
+// --shard: every stage `layers` layers, layer k reading and writing its unit k.
+ShardUnits synthetic_units(const Schedule& s, int layers) {
+  ShardUnits u;
+  u.layers.resize(static_cast<size_t>(s.num_ranks));
+  u.elems.resize(static_cast<size_t>(s.num_ranks));
+  for (int st = 0; st < s.num_stages; ++st) {
+    const auto r = static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)]);
+    for (int k = 0; k < layers; ++k) {
+      u.layers[r][st].push_back({UnitRef{st, k}});
+      u.elems[r][UnitRef{st, k}] = 1;
+    }
+  }
+  return u;
+}
+
+// --shard-costs G,S.
+std::pair<double, double> parse_shard_costs(const std::string& text) {
+  double g = -1, sc = -1;
+  char comma = 0, rest = 0;
+  if (std::sscanf(text.c_str(), "%lf %c %lf %c", &g, &comma, &sc, &rest) != 3 || comma != ',' || !(g >= 0) ||
+      !(sc >= 0))
+    fail("--shard-costs \"{}\": expected two numbers >= 0 GATHER,REDUCE_SCATTER (e.g. 0.25,0.25)", text);
+  return {g, sc};
+}
 
 Costs parse_costs(const std::string& text, double comm) {
   std::vector<double> v;
@@ -139,6 +170,22 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) fail("{}: write failed", path);
 }
 
+// --shard: each rank's program with its collectives, its link's timeline, its most units whole.
+void print_shard_program(const ScheduleOptions& o, const Program& program, const Costs& costs, const SimResult& r) {
+  fmt::print("shard {} ({}, prefetch {}; gather {:g}, reduce-scatter {:g} per unit): the lowered program:\n", o.shard,
+             o.shard_reuse, o.shard_prefetch, costs.gather, costs.scatter);
+  for (int rank = 0; rank < program.num_ranks; ++rank) {
+    std::vector<std::string> cells, link;
+    for (const Instr& in : program.per_rank[static_cast<size_t>(rank)])
+      if (in.op != InstrOp::Move) cells.push_back(to_string(in));
+    for (const SimEvent& e : r.link_events)
+      if (e.rank == rank) link.push_back(fmt::format("{}[{:g}-{:g}]", e.name(), e.start, e.end));
+    const ShardPeak& peak = program.shard_peak[static_cast<size_t>(rank)];
+    fmt::print("  rank {}: {}\n  rank {} link: {}\n  rank {} most units whole: {} weights, {} gradients\n", rank,
+               fmt::join(cells, " "), rank, fmt::join(link, " "), rank, peak.weights, peak.gradients);
+  }
+}
+
 int run(const ScheduleOptions& o) {
   if (o.list) {
     size_t width = 0;
@@ -166,9 +213,18 @@ int run(const ScheduleOptions& o) {
     recipe.file = o.file;
   }
   if (!o.placement.empty()) recipe.placement = o.placement;
+  if (!o.shard.empty()) {
+    if (o.shard != "gradients" && o.shard != "weights")
+      fail("--shard {}: expected gradients or weights (the levels whose collectives are instructions)", o.shard);
+    if (o.shard_layers < 1) fail("--shard-layers {}: at least 1", o.shard_layers);
+    recipe.shard = {o.shard == "weights", true, o.shard_prefetch, o.shard_reuse == "keep"};
+    recipe.units = synthetic_units(s, o.shard_layers);
+    std::tie(costs.gather, costs.scatter) = parse_shard_costs(o.shard_costs);
+  }
   const Program program = build_program(s, recipe);
-  // With vocabulary parallelism the schedule is its program (the slices are not actions).
-  const SimResult r = o.vocab_parallel ? simulate_program(program, costs, transfer) : simulate(s, costs);
+  // With vocabulary parallelism or shard collectives the schedule is its program.
+  const bool as_program = o.vocab_parallel || !o.shard.empty();
+  const SimResult r = as_program ? simulate_program(program, costs, transfer) : simulate(s, costs);
   // The lowered program with transfer costs: where its receives are posted shows here.
   const SimResult rp = simulate_program(program, costs, transfer);
   if (o.lowered && o.csv.empty()) fail("--lowered applies to --csv FILE");
@@ -198,6 +254,7 @@ int run(const ScheduleOptions& o) {
       fmt::print("  rank {}: {}\n", rank, fmt::join(cells, " "));
     }
   }
+  if (!o.shard.empty()) print_shard_program(o, program, costs, r);
   fmt::print("{}", render_text(s, r));
   fmt::print("makespan: {:g}\n", r.makespan);
   fmt::print("bubble fraction: {:.4f}\n", r.bubble_fraction);
@@ -245,6 +302,15 @@ void add_schedule_command(CLI::App& app, CommandRunner& runner) {
   sub->add_flag("--lowered", o->lowered,
                 "With --csv: write the lowered program (PyTorch compute_comms CSV: 0F1, 0SEND_F1, 1RECV_F1, ...)");
   sub->add_flag("--list", o->list, "List the registered schedules");
+  sub->add_option("--shard", o->shard, "Place sharded data parallelism's collectives: gradients | weights");
+  sub->add_option("--shard-layers", o->shard_layers, "With --shard: layers (units) per stage")->capture_default_str();
+  sub->add_option("--shard-reuse", o->shard_reuse, "With --shard weights: regather | keep")
+      ->check(CLI::IsMember({"regather", "keep"}))
+      ->capture_default_str();
+  sub->add_option("--shard-prefetch", o->shard_prefetch, "With --shard weights: layers of work a gather runs ahead")
+      ->capture_default_str();
+  sub->add_option("--shard-costs", o->shard_costs, "With --shard: one unit's GATHER,REDUCE_SCATTER times")
+      ->capture_default_str();
   sub->callback([&runner, o] { runner = [o] { return is_world_rank0() ? run(*o) : 0; }; });
 }
 

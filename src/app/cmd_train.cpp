@@ -189,7 +189,8 @@ double memory_estimate(const Config& cfg, const Trainer& trainer, const Backend&
   p.native_bf16 = backend.bf16_products_native();
   p.device_kind = cfg.runtime.device;
   p.recv_lookahead = recv_lookahead(trainer.program_recipe());
-  return placed_memory(cfg, layout, p, layout.vocab_parallel ? &trainer.program() : nullptr).total();
+  const bool placed = layout.vocab_parallel || !trainer.program().shard_peak.empty();
+  return placed_memory(cfg, layout, p, placed ? &trainer.program() : nullptr).total();
 }
 
 // The split and each stage's share of the model's cost, and what the split costs the step
@@ -356,6 +357,7 @@ int run_train(const TrainOptions& opt) {
   log.line(grid_line({grid.shape(), sched.name, sched.num_stages, sched.num_microbatches, sim.bubble_fraction, est,
                       trainer.vocab_parallel() ? grid.shape().vocab_slices() : 0, cfg.model.padded_vocab(),
                       trainer.plan().vocab_reason, trainer.plan().layout.sequence_parallel}));
+  if (const std::string shard = shard_line(cfg, trainer.program()); !shard.empty()) log.line(shard);
   if (predicted) log.line(plan_line(resolved.plan_note, layout, *predicted, *resolved.cluster));
   if (sched.num_stages > 1) log.line(split_line(cfg, trainer));
   if (cfg.model.router_force_balance)

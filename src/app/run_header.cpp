@@ -40,6 +40,25 @@ std::string model_line(const Config& cfg, int64_t params) {
                      m.n_head, m.d_model, human(static_cast<double>(params)));
 }
 
+std::string shard_line(const Config& cfg, const Program& program) {
+  if (program.shard_peak.empty()) return "";
+  const ShardLevel level = shard_level(cfg.parallel);
+  ShardPeak most;
+  for (const ShardPeak& p : program.shard_peak)
+    most.weights = std::max(most.weights, p.weights), most.gradients = std::max(most.gradients, p.gradients);
+  const int replicas = cfg.parallel.replicas(),
+            group = cfg.parallel.shard_group > 0 ? cfg.parallel.shard_group : replicas;
+  const std::string kept = level == ShardLevel::Weights ? "weights, gradients and moments" : "gradients and moments";
+  const std::string reuse = level == ShardLevel::Weights ? fmt::format(" ({}, prefetch {})", cfg.parallel.shard_reuse,
+                                                                       cfg.parallel.shard_prefetch)
+                                                         : "";
+  return fmt::format(
+      "  shard {}{}: each rank keeps 1/{} of the {}{}; the program holds at most {:.1f} MiB of weights and {:.1f} "
+      "MiB of gradients whole on one rank",
+      to_string(level), reuse, group, kept, group < replicas ? fmt::format(" (groups of {} replicas)", group) : "",
+      4.0 * static_cast<double>(most.weights) / 1048576.0, 4.0 * static_cast<double>(most.gradients) / 1048576.0);
+}
+
 std::string grid_line(const GridSummary& g) {
   const std::string why = g.vocab_reason.empty() ? "" : fmt::format(" ({})", g.vocab_reason);
   const std::string vocab = g.vocab_slices > 0 ? fmt::format("; vocabulary parallel: {} slices of {} rows{}",

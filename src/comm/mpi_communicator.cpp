@@ -259,6 +259,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::reduce_scatter_sum(const Tensor& s
   check(MPI_Ireduce_scatter_block(send.raw(), recv.raw(), count_of(static_cast<size_t>(recv.numel()), name_),
                                   MPI_FLOAT, MPI_SUM, comm_, r->get()),
         "reduce-scatter", name_);
+  // libnbc's: two buffers of the whole message on every rank, until completion.
+  if (size_ > 1) r->hold_scratch(scratch_, 2 * static_cast<int64_t>(send.bytes()));
   return r;
 }
 

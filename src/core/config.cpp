@@ -401,3 +401,19 @@ std::string to_toml(const Config& cfg) {
 }
 
 }  // namespace pipetrain
+
+namespace pipetrain {
+
+ShardLevel shard_level(const ParallelConfig& p) {
+  if (p.shard == "weights") return ShardLevel::Weights;
+  if (p.shard == "gradients") return ShardLevel::Gradients;
+  if (p.shard == "optimizer" || p.zero1) return ShardLevel::Optimizer;
+  return ShardLevel::None;
+}
+
+const char* to_string(ShardLevel level) {
+  static const char* names[] = {"none", "optimizer", "gradients", "weights"};
+  return names[static_cast<int>(level)];
+}
+
+}  // namespace pipetrain

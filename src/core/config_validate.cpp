@@ -91,11 +91,41 @@ void check_model(const Checker& c, const ModelConfig& m) {
   check_experts(c, m);
 }
 
+// parallel.shard and its companions: a level the grid can take, a group dividing the replicas.
+void check_shard(const Checker& c, const Config& cfg) {
+  const auto& p = cfg.parallel;
+  c.check(p.shard == "none" || p.shard == "optimizer" || p.shard == "gradients" || p.shard == "weights",
+          fmt::format("parallel.shard: unknown level {} (expected \"none\", \"optimizer\", \"gradients\" or "
+                      "\"weights\")",
+                      quote(p.shard)));
+  c.check(
+      p.shard_reuse == "regather" || p.shard_reuse == "keep",
+      fmt::format("parallel.shard_reuse: unknown policy {} (expected \"regather\" or \"keep\")", quote(p.shard_reuse)));
+  c.at_least("parallel.shard_prefetch", p.shard_prefetch, 0);
+  c.at_least("parallel.shard_group", p.shard_group, 0);
+  const ShardLevel level = shard_level(p);
+  const int replicas = p.replicas();
+  if (level >= ShardLevel::Gradients)
+    c.check(replicas > 1, fmt::format("parallel.shard = {} needs more than one replica to shard over (parallel.dp x "
+                                      "parallel.cp = {})",
+                                      quote(p.shard), replicas));
+  if (p.shard_group > 0) {
+    c.check(replicas % p.shard_group == 0,
+            fmt::format("parallel.shard_group ({}) must divide the replicas (parallel.dp x parallel.cp = {})",
+                        p.shard_group, replicas));
+    c.check(level >= ShardLevel::Gradients || p.shard_group == replicas,
+            fmt::format("parallel.shard_group ({}) applies to parallel.shard = \"gradients\" and \"weights\"; "
+                        "parallel.shard is {}",
+                        p.shard_group, quote(to_string(level))));
+  }
+}
+
 void check_parallel(const Checker& c, const Config& cfg) {
   const auto& m = cfg.model;
   const auto& p = cfg.parallel;
   c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
   c.check(p.dp_bucket_mb > 0, fmt::format("parallel.dp_bucket_mb ({}) must be > 0", format_double(p.dp_bucket_mb)));
+  check_shard(c, cfg);
   c.rule(grid_problem(cfg));
   const int64_t stages = int64_t{p.pp} * p.virtual_stages;
   if (!p.layers_per_stage.empty()) {

@@ -85,6 +85,7 @@ std::string grid_problem(const Config& cfg) {
       [&] { return sequence_parallel_problem(cfg); },
       [&] { return context_parallel_problem(cfg); },
       [&] { return expert_parallel_problem(cfg.model, p); },
+      [&] { return shard_problem(cfg); },
       [&] { return p.vocab_parallel == Toggle::On ? vocab_parallel_problem(cfg) : ""; },
       [&] {
         return p.layers_per_stage.empty() ? stage_split_problem(cfg.model, int64_t{p.pp} * p.virtual_stages) : "";
@@ -125,7 +126,25 @@ std::string vocab_split_problem(const ModelConfig& m, int slices) {
       slices, m.padded_vocab());
 }
 
+std::string shard_problem(const Config& cfg) {
+  const ShardLevel level = shard_level(cfg.parallel);
+  if (level < ShardLevel::Gradients) return "";
+  const std::string key = fmt::format("parallel.shard = \"{}\"", to_string(level));
+  if (cfg.model.n_experts > 0) return key + " does not shard a mixture of experts' layers yet (\"optimizer\" does)";
+  if (level == ShardLevel::Weights && cfg.train.precision == "bf16")
+    return key +
+           " keeps fp32 weights only in this version (train.precision = \"fp32\", or parallel.shard = \"gradients\")";
+  if (cfg.runtime.device != "cpu")
+    return fmt::format("{} runs on CPUs only in this version (runtime.device = \"{}\")", key, cfg.runtime.device);
+  if (level == ShardLevel::Weights && cfg.runtime.pack_weights == Toggle::On)
+    return key + " keeps no whole weights to pack (runtime.pack_weights = \"auto\" or false)";
+  return "";
+}
+
 std::string vocab_parallel_problem(const Config& cfg) {
+  if (shard_level(cfg.parallel) >= ShardLevel::Gradients)
+    return fmt::format("parallel.vocab_parallel: parallel.shard = \"{}\" does not shard the vocabulary slices yet",
+                       to_string(shard_level(cfg.parallel)));
   if (auto problem = vocab_split_problem(cfg.model, cfg.parallel.pp * cfg.parallel.tp); !problem.empty())
     return problem;
   if (cfg.runtime.device != "cpu")

@@ -64,17 +64,25 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayo
   const auto padded = [](int64_t n, int64_t align) { return (n + align - 1) / align * align; };
   int64_t at = 0;  // every parameter 16-float aligned
   for (const bool experts : {false, true}) {
+    int unit = -1;
     for (auto& p : params_)
       if (p.expert_parallel == experts) {
+        if (layout.unit_align > 0 && p.unit != unit) {  // a unit's run starts and ends aligned
+          if (p.unit < unit)
+            fail("parameter {}: its unit {} comes after unit {} (units are declared in order)", p.name, p.unit, unit);
+          at = padded(at, layout.unit_align);
+          unit = p.unit;
+        }
         p.offset = at;
         at += padded(p.numel(), 16);
       }
+    if (layout.unit_align > 0) at = padded(at, layout.unit_align);
     if (!experts) at = expert_begin_ = std::max(padded(at, layout.align), layout.align);
   }
   total_ = expert_begin_ + padded(at - expert_begin_, layout.expert_align);
   const bool moments = layout.moments, grads = layout.grads;
   const int64_t n = total_;
-  values_ = Tensor::empty(pool, {n});
+  if (layout.values) values_ = Tensor::empty(pool, {n});
   if (grads) grads_ = Tensor::empty(pool, {n});
   int64_t moments_n = 0;  // the updated parameters', each 16-float aligned as in the flat buffers
   for (auto& p : params_)
@@ -89,7 +97,7 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayo
   for (const Tensor* t : {&values_, &grads_, &m_, &v_})
     if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(t->numel()));
   for (auto& p : params_) {
-    p.value = values_.view(p.offset, p.shape);
+    if (layout.values) p.value = values_.view(p.offset, p.shape);
     if (grads) p.grad = grads_.view(p.offset, p.shape);
     if (moments && p.updated) {
       p.m = m_.view(p.moment_offset, p.shape);
@@ -99,22 +107,23 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayo
 }
 
 void ParameterStore::initialize(uint64_t seed, Backend& backend) {
-  std::vector<float> host;
-  for (auto& p : params_) {
-    int64_t global_n = 1;
-    for (auto d : p.global_shape) global_n *= d;
-    host.assign(static_cast<size_t>(global_n), 0.0f);
-    if (p.init == Init::Ones) {
-      host.assign(host.size(), 1.0f);
-    } else if (p.init == Init::Normal) {
-      Rng rng = Rng::for_stream(seed, p.name);
-      const size_t row = static_cast<size_t>(global_n / p.global_shape[0]);
-      const size_t n = p.init_rows < 0 ? host.size() : static_cast<size_t>(p.init_rows) * row;
-      for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rng.normal() * p.init_std);
-    }
-    const std::vector<float> local = extract_shard(host, p.global_shape, p.shard);
-    backend.to_device(p.value.raw(), local.data(), local.size() * sizeof(float));
+  for (auto& p : params_) initialize(p, seed, backend);
+}
+
+void ParameterStore::initialize(Parameter& p, uint64_t seed, Backend& backend) {
+  int64_t global_n = 1;
+  for (auto d : p.global_shape) global_n *= d;
+  std::vector<float> host(static_cast<size_t>(global_n), 0.0f);
+  if (p.init == Init::Ones) {
+    host.assign(host.size(), 1.0f);
+  } else if (p.init == Init::Normal) {
+    Rng rng = Rng::for_stream(seed, p.name);
+    const size_t row = static_cast<size_t>(global_n / p.global_shape[0]);
+    const size_t n = p.init_rows < 0 ? host.size() : static_cast<size_t>(p.init_rows) * row;
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rng.normal() * p.init_std);
   }
+  const std::vector<float> local = extract_shard(host, p.global_shape, p.shard);
+  backend.to_device(p.value.raw(), local.data(), local.size() * sizeof(float));
 }
 
 bool ParameterStore::needs_widened_copy(const Parameter& p, bool native_bf16_products) {

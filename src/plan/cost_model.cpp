@@ -344,6 +344,16 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
   m.activations = in.largest_stash * in.peak_inflight + in.recompute + in.vocab_stash * in.vocab_inflight;
   m.buffers = in.activation_bytes * in.receive_buffers + in.vocab_buffers;
+  if (in.shard >= ShardLevel::Gradients && in.dp > 1) {  // a dp-th each, and what the program holds whole
+    const double part = in.params / in.dp;
+    m.gradients = 4.0 * (part + in.whole_gradients);
+    m.optimizer = 8.0 * part;
+    if (in.shard == ShardLevel::Weights) m.weights = 4.0 * (part + in.whole_weights);
+    // A reduce-scatter's scratch is twice its message (libnbc's), until it completes: at
+    // worst every open gradient's at once.
+    if (in.reduction_scratch) m.buffers += 8.0 * in.whole_gradients;
+    return m;
+  }
   if (in.reduction_scratch) {  // each gradient's reduction over its group of d ranks in flight at once
     const auto times = [&](int d) { return d <= 1 ? 0.0 : in.zero1 ? (2.0 * d - 1.0) / d : 1.0; };
     m.buffers += 4.0 * ((in.params - in.experts) * times(in.dp) + in.experts * times(in.expert_dp));

@@ -86,7 +86,20 @@ double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, doub
   const double t_red = l.zero1 ? t_gather : allreduce_seconds(grads, ranks, dp_link);
   const double last_bucket = t_red * std::min(1.0, cx.bucket_bytes / std::max(grads, 1.0));
   const double t_held = t_red * std::min(1.0, held / std::max(grads, 1.0));
-  return std::max({last_bucket, t_held, t_red - backward}) + (l.zero1 ? t_gather : 0.0);
+  // (Under "weights" the updated parts stay where they are: no gather after the update.)
+  const bool gathers_values = l.zero1 && l.shard != ShardLevel::Weights;
+  return std::max({last_bucket, t_held, t_red - backward}) + (gathers_values ? t_gather : 0.0);
+}
+
+// parallel.shard = "weights": each unit's weights all-gathered once per window — once a step
+// under "keep", else for each microbatch's forward and backward — posted ahead of their work:
+// exposed where the gathers outlast the rank's compute, and the first unit's always.
+double gather_exposed_seconds(const Context& cx, const Layout& l, double weights, double busy, double largest) {
+  const int ranks = l.dp * l.cp;
+  const LinkSpec& link = group_link(cx.cluster, l.tp, ranks);
+  const double windows = cx.cfg.parallel.shard_reuse == "keep" ? 1.0 : 2.0 * l.microbatches;
+  const double total = windows * allgather_seconds(weights, ranks, link);
+  return allgather_seconds(largest, ranks, link) + std::max(0.0, total - busy);
 }
 
 // Vocabulary parallelism: one rank's slice per microbatch (Costs::vocab, EF OF OB EB). OF
@@ -253,6 +266,8 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
+    if (l.shard == ShardLevel::Weights && l.dp * l.cp > 1)
+      out.dp[r] += gather_exposed_seconds(cx, l, 4.0 * params, out.busy[r], 4.0 * h.largest_piece);
     const double updated = params - (tied_pair && h.embedding ? up_head.sharded / tp : 0.0);
     const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =

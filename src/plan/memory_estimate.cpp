@@ -51,6 +51,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Placemen
       h.widened += p.native_bf16 ? widened_params(model, piece.kind, l.tp, true, piece.block) : params;
       pieces.push_back(piece);
       h.params += params;
+      h.largest_piece = std::max(h.largest_piece, params);
       if (!table) h.experts += unit_params(model, piece.kind, piece.block).experts / (l.ep * l.tp);
       h.embedding = h.embedding || piece.kind == UnitKind::Embedding;
       h.head = h.head || piece.kind == UnitKind::Head;
@@ -90,6 +91,19 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   in.dp = l.replicas();  // the ranks holding the same parameters (ZeRO-1 shares their moments)
   in.ep = l.ep;
   in.zero1 = l.zero1;
+  in.shard = l.shard;
+  if (l.shard >= ShardLevel::Gradients) {
+    // Before a program is placed, a bound on what it holds whole (placed_memory's program
+    // gives the figure): a gradient is open from a unit's first backward of the step to its
+    // reduce-scatter after the last, so with more than one microbatch every unit's at once;
+    // "regather" holds the layer at work and those prefetched, "keep" every unit.
+    const bool one_pass = l.microbatches == 1 && s.num_stages == 1;
+    in.whole_gradients = one_pass ? 2.0 * h.largest_piece : h.params;
+    if (l.shard == ShardLevel::Weights)
+      in.whole_weights = cfg.parallel.shard_reuse == "keep"
+                             ? h.params
+                             : std::min(h.params, (cfg.parallel.shard_prefetch + 2.0) * h.largest_piece);
+  }
   in.bf16 = bf16;
   in.widened = h.widened;
   in.largest_stash = h.largest_stash;
@@ -126,6 +140,10 @@ RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p,
                        T, storage, in);
     else if (l.vocab_parallel)
       add_vocab_memory_bound(h.head, l.microbatches, cfg.model, l.vocab_slices(), l.microbatch_size, T, storage, in);
+    if (program && !program->shard_peak.empty()) {  // the units the program holds whole at most
+      in.whole_weights = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].weights);
+      in.whole_gradients = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].gradients);
+    }
     const RankMemory mem = rank_memory(in);
     if (mem.total() > largest.total()) largest = mem;
   }

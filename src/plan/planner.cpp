@@ -19,6 +19,7 @@
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/model/stage.hpp"
 #include "pipetrain/plan/run_plan.hpp"
+#include "pipetrain/plan/shard_plan.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/schedule/program.hpp"
@@ -75,6 +76,28 @@ class ScheduleCache {
   std::map<ScheduleKey, std::unique_ptr<Built>> cache_;
 };
 
+// Sharded data parallelism: the units the layout's program holds whole at most (its shard
+// collectives placed on its split), in place of the bound that pruned.
+RankMemory sharded_memory(const Context& cx, const Costed& k) {
+  const ModelConfig& model = cx.cfg.model;
+  const Layout& l = k.layout;
+  const Schedule& s = k.built->schedule;
+  ProgramRecipe recipe = program_recipe(model, l, s.num_stages, INT_MAX, false);
+  recipe.shard = shard_placement(cx.cfg.parallel, l.shard);
+  const auto split = stage_split(model, s.num_stages, l.blocks_per_stage, l.vocab_parallel, UnitCosts{});
+  recipe.units = shard_units(model, l, s, split);
+  const Program prog = build_program(s, recipe);
+  RankMemory largest;
+  for (int r = 0; r < prog.num_ranks; ++r) {
+    MemoryInputs in = k.inputs[static_cast<size_t>(r)];
+    in.whole_weights = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].weights);
+    in.whole_gradients = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].gradients);
+    const RankMemory mem = rank_memory(in);
+    if (mem.total() > largest.total()) largest = mem;
+  }
+  return largest;
+}
+
 Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   const bool vp = k.layout.vocab_parallel;
   const Program& prog = cache.program(*k.built, cx.cfg.model, k.layout);
@@ -105,6 +128,7 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   p.flops_per_device = model_flops_per_token(model, static_cast<int64_t>(params), T) * p.tokens_per_s / cx.devices;
   p.mfu = p.flops_per_device / cx.cluster.device.peak_flops.at(k.layout.precision);
   p.memory = k.memory;
+  if (k.layout.shard >= ShardLevel::Gradients) p.memory = sharded_memory(cx, k);
   if (vp) {  // the placed program's own stashes and slices, in place of the bound that pruned
     p.memory = RankMemory{};
     const DType storage = k.layout.precision == "bf16" ? DType::BF16 : DType::F32;
@@ -192,11 +216,12 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  return fmt::format("dp {} x pp {} x {}tp {}{}, {}, {} x {} seq, recompute {}, ZeRO-1 {}, {}{}{}", l.dp, l.pp,
+  const std::string shard = l.shard >= ShardLevel::Gradients ? fmt::format("shard {}", to_string(l.shard))
+                                                             : fmt::format("ZeRO-1 {}", l.zero1 ? "on" : "off");
+  return fmt::format("dp {} x pp {} x {}tp {}{}, {}, {} x {} seq, recompute {}, {}, {}{}{}", l.dp, l.pp,
                      l.cp > 1 ? fmt::format("cp {} x ", l.cp) : "", l.tp, l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "",
-                     sched, l.microbatches, l.microbatch_size, to_string(l.recompute), l.zero1 ? "on" : "off",
-                     l.precision, l.vocab_parallel ? ", vocabulary parallel" : "",
-                     l.sequence_parallel ? ", sequence parallel" : "");
+                     sched, l.microbatches, l.microbatch_size, to_string(l.recompute), shard, l.precision,
+                     l.vocab_parallel ? ", vocabulary parallel" : "", l.sequence_parallel ? ", sequence parallel" : "");
 }
 
 Layout layout_of(const Config& cfg) {
@@ -207,7 +232,8 @@ Layout layout_of(const Config& cfg) {
   l.microbatches = cfg.train.microbatches;
   l.microbatch_size = cfg.train.global_batch / std::max(1, cfg.parallel.dp * cfg.train.microbatches);
   l.recompute = parse_recompute(cfg.train.recompute);
-  l.zero1 = cfg.parallel.zero1 && cfg.parallel.replicas() > 1;
+  l.shard = cfg.parallel.replicas() > 1 ? shard_level(cfg.parallel) : ShardLevel::None;
+  l.zero1 = l.shard >= ShardLevel::Optimizer;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
   l.sequence_parallel = sequence_parallel_on(cfg);
@@ -256,6 +282,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
           fmt::format("parallel.virtual_stages={}", l.virtual_stages),
           "parallel.layers_per_stage=auto",
           fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
+          fmt::format("parallel.shard={}", to_string(l.shard)),
           fmt::format("schedule.name={}", l.schedule),
           fmt::format("train.microbatches={}", l.microbatches),
           fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
@@ -296,6 +323,15 @@ std::vector<bool> vocab_options(const Context& cx, const Layout& l) {
   return can && l.pp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
 }
 
+// The shard levels a search tries (PlanOptions::shard).
+std::vector<ShardLevel> shard_levels(const Context& cx, const PlanOptions& o) {
+  if (!o.shard.empty()) return o.shard;
+  std::vector<ShardLevel> out;
+  for (bool z : o.zero1) out.push_back(z ? ShardLevel::Optimizer : ShardLevel::None);
+  if (const ShardLevel asked = shard_level(cx.cfg.parallel); asked >= ShardLevel::Gradients) out.push_back(asked);
+  return out;
+}
+
 // The layout `l` (its grid, schedule and microbatches set) in each precision, recompute
 // mode, ZeRO-1 and vocabulary-parallel setting asked for: costed, kept in `fits` where it
 // fits in memory, and the smallest of all remembered for the error that none fits.
@@ -304,11 +340,14 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
   const std::vector<bool> vocab = vocab_options(cx, l);
   for (const auto& prec : precisions)
     for (const auto& rc : o.recompute)
-      for (bool z : o.zero1)
+      for (ShardLevel level : shard_levels(cx, o))
         for (bool vp : vocab) {
-          if (z && l.dp * l.cp == 1) continue;
+          if (level != ShardLevel::None && l.dp * l.cp == 1) continue;
+          if (level >= ShardLevel::Gradients && vp) continue;            // (the slices are not sharded yet)
+          if (level == ShardLevel::Weights && prec == "bf16") continue;  // (fp32 weights only yet)
           Layout v = l;
-          v.recompute = parse_recompute(rc), v.zero1 = z, v.precision = prec, v.vocab_parallel = vp;
+          v.recompute = parse_recompute(rc), v.shard = level, v.zero1 = level >= ShardLevel::Optimizer;
+          v.precision = prec, v.vocab_parallel = vp;
           ++res.candidates;
           Costed k = cost_layout(cx, std::move(v), b);
           const double need = k.memory.total() + cx.cluster.device.reserve_bytes;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pipetrain/core/error.hpp"
+#include "pipetrain/plan/shard_plan.hpp"
 #include "pipetrain/plan/vocab_choice.hpp"
 #include "pipetrain/schedule/csv.hpp"
 #include "pipetrain/schedule/program_csv.hpp"
@@ -90,6 +91,14 @@ ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub,
   r.comms_csv = plan.comms_csv;
   r.file = cfg.schedule.file;
   r.placement = cfg.schedule.placement;
+  r.shard = shard_placement(cfg.parallel, plan.layout.shard);
+  if (r.shard.any()) {  // (a plan not yet split, `check`'s: the config's split, or the cost model's balance)
+    const std::vector<StageUnits> split =
+        plan.split.empty() ? stage_split(cfg.model, plan.schedule.num_stages, cfg.parallel.layers_per_stage,
+                                         plan.layout.vocab_parallel, UnitCosts{})
+                           : plan.split;
+    r.units = shard_units(cfg.model, plan.layout, plan.schedule, split);
+  }
   return r;
 }
 

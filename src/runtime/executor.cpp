@@ -268,6 +268,10 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
       grouped = true;
     }
     switch (in.op) {
+      case InstrOp::Shard:  // (inside ones run in their compute)
+        close_group();
+        if (in.at_layer < 0) st.shard(in);
+        continue;
       case InstrOp::Recv:
         st.post(in);
         continue;
@@ -294,6 +298,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     const Action& a = in.action;
     watchdog::set_position(
         fmt::format("step {}, instruction {} of {} ({})", hooks.step, i, program.size(), to_string(a)));
+    st.take_inside(program, i);
     if (in.overlaps_next) {
       i = st.pair(program, i, pairs_.overlap);
     } else if (a.op == Op::W) {
@@ -302,6 +307,7 @@ ExecutorStats PipelineExecutor::run(const std::vector<Instr>& program, const Mic
     } else {
       st.drive(st.compute(in, i), to_string(a));
     }
+    st.inside_done(a);
     if (hooks.poll) hooks.poll();
   }
   close_group();

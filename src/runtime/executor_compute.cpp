@@ -34,8 +34,10 @@ Steps<> PipelineExecutor::Impl::forward(Action a, bool frees, Communicator* ep) 
     x = layer_util::to_rows(ss.ctx, x, rows, want);
     rows = want;
     if (again) ss.inputs[i] = x;
+    unit_work(a, static_cast<int>(i));
     x = co_await layers[i]->forward_steps(ss.ctx, x, ss.layers[i]);
     if (again) ss.layers[i].reset();  // only the input stays: forward runs again at backward_input
+    unit_done(static_cast<int>(i));
     between_layers();
   }
   if (st.has_head() && !vocab()) {
@@ -82,6 +84,7 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
     const bool want = layer_util::takes_rows(ss.ctx, *layers[i]);
     dy = layer_util::to_rows(ss.ctx, dy, rows, want);
     rows = want;
+    unit_work(a, static_cast<int>(i));
     if (!ss.layers[i]) {  // full recomputation: the same forward on the same input
       co_await layers[i]->forward_steps(ss.ctx, ss.inputs[i], ss.layers[i]);
       ss.inputs[i] = {};
@@ -107,6 +110,7 @@ Steps<> PipelineExecutor::Impl::backward_input(Action a, bool frees, size_t inde
     } else {
       between_layers();
     }
+    unit_done(static_cast<int>(i));
   }
   while (weight_work.size() > deferred) run_weight_work();
   if (a.stage > 0)
@@ -127,9 +131,11 @@ void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t
   StageStash& ss = stash_of(a);
   auto& layers = st.layers();
   for (size_t i = layers.size(); i-- > 0;) {
+    unit_work(a, static_cast<int>(i));
     layers[i]->backward_weight(ss.ctx, *ss.layers[i]);
     weights_done(a, i, index);
     if (frees) ss.layers[i].reset();
+    unit_done(static_cast<int>(i));
   }
   if (frees) stashes.erase({a.microbatch, a.stage});
   compute_done(to_string(a), c0);
@@ -138,6 +144,37 @@ void PipelineExecutor::Impl::backward_weight(const Action& a, bool frees, size_t
 Steps<> PipelineExecutor::Impl::compute(const Instr& in, size_t index, bool beside_forward) {
   if (in.action.op == Op::F) return forward(in.action, in.frees_stash, beside_forward ? ex.ep_backward_ : ex.ep_);
   return backward_input(in.action, in.frees_stash, index);
+}
+
+void PipelineExecutor::Impl::shard(const Instr& in) {
+  if (!hooks.shard) fail("{}: a shard instruction, but this run shards nothing", to_string(in));
+  hooks.shard(in);
+}
+
+void PipelineExecutor::Impl::take_inside(const std::vector<Instr>& program, size_t i) {
+  inside.clear();
+  inside_next = 0;
+  for (size_t j = i + 1; j < program.size() && program[j].op == InstrOp::Shard && program[j].at_layer >= 0; ++j)
+    inside.push_back(&program[j]);
+}
+
+void PipelineExecutor::Impl::inside_done(const Action& a) {
+  if (inside_next < inside.size())
+    fail("rank {}: {} left {} of its shard instructions unrun", me, to_string(a), inside.size() - inside_next);
+}
+
+void PipelineExecutor::Impl::unit_work(const Action& a, int layer) {
+  for (; inside_next < inside.size() && inside[inside_next]->at_layer == layer &&
+         inside[inside_next]->shard == ShardOp::GatherW;
+       ++inside_next)
+    shard(*inside[inside_next]);
+  // (Evaluation writes no gradients.)
+  if (hooks.layer_units) hooks.layer_units(a.stage, layer, a.op != Op::W, a.op != Op::F && loss_scale != 0);
+}
+
+void PipelineExecutor::Impl::unit_done(int layer) {
+  for (; inside_next < inside.size() && inside[inside_next]->at_layer == layer; ++inside_next)
+    shard(*inside[inside_next]);
 }
 
 void PipelineExecutor::Impl::run_weight_work() {

@@ -76,6 +76,17 @@ struct PipelineExecutor::Impl {
   const ExecutorHooks& hooks;
   std::map<int, size_t> last_weight_action;  // stage -> index of its last B or W in the program
   size_t current = 0;                        // index of the running instruction
+  // The SHARD instructions inside the running compute (at its layers, in order; none in an
+  // overlapped pair), and the next to run. unit_work before a layer's work runs its gathers
+  // and readies its units; unit_done after it runs its frees and reduce-scatters.
+  std::vector<const Instr*> inside;
+  size_t inside_next = 0;
+  void unit_work(const Action& a, int layer);
+  void unit_done(int layer);
+  void shard(const Instr& in);  // through hooks.shard
+  // The compute at i takes the instructions inside it; after it, they must all have run.
+  void take_inside(const std::vector<Instr>& program, size_t i);
+  void inside_done(const Action& a);
   Clock::time_point t0 = Clock::now();
   ExecutorStats stats;
   std::map<std::pair<int, int>, StageStash> stashes;  // (microbatch, stage)

@@ -7,12 +7,34 @@
 
 namespace pipetrain {
 
-GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>& mine, bool zero1) : parts_(parts) {
+GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>& mine, ShardLevel level,
+                           RankUnits units)
+    : parts_(parts) {
   ParameterStore& params = parts.params;
   DeviceComms& comms = parts.comms;
   Grid& grid = parts.grid;
   const Config& cfg = parts.cfg;
   Communicator* pair = comms.tied();  // the tied copies' pair, when on two ranks
+  if (level >= ShardLevel::Gradients) {
+    Communicator* group = &comms.dp();
+    const int g = cfg.parallel.shard_group, replicas = grid.comm("dp-cp").size();
+    if (g > 0 && g < replicas) {  // hybrid: shard over consecutive replicas, all-reduce across the groups
+      MPI_Comm mine_group = MPI_COMM_NULL, across = MPI_COMM_NULL;
+      const MPI_Comm dp = grid.comm("dp-cp").comm();
+      const int r = grid.comm("dp-cp").rank();
+      MPI_Comm_split(dp, r / g, r, &mine_group);
+      MPI_Comm_split(dp, r % g, r, &across);
+      shard_group_ = std::make_unique<MpiCommunicator>(mine_group, "dp-shard");
+      across_ = std::make_unique<MpiCommunicator>(across, "dp-replicate");
+      group = shard_group_.get();
+    }
+    units_ = std::make_unique<UnitShards>(params, std::move(units), *group, across_.get(), level == ShardLevel::Weights,
+                                          parts.pool, parts.backend);
+    pair_ = pair;
+    for (const auto& [s, stage] : mine) holds_head_ = holds_head_ || stage->has_head();
+    return;
+  }
+  const bool zero1 = level == ShardLevel::Optimizer;
   if (zero1)  // this rank's ranges of the flat buffer: their gradients (reduced in place) and moments
     shards_ = std::make_unique<OptimizerShards>(params, grid.shape(), grid.comm("dp-cp").rank(), grid.coords().edp,
                                                 parts.pool, parts.backend);
@@ -44,7 +66,27 @@ GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>&
   }
 }
 
+void GradientSync::initialize(uint64_t seed) {
+  if (units_ && units_->shards_weights())
+    units_->initialize(seed);
+  else
+    parts_.params.initialize(seed, parts_.backend);
+}
+
+void GradientSync::shard_hooks(ExecutorHooks& hooks) {
+  if (!units_) return;
+  hooks.shard = [this](const Instr& in) { units_->run(in); };
+  hooks.layer_units = [this](int stage, int layer, bool reads, bool writes) {
+    units_->layer_work(stage, layer, reads, writes);
+  };
+  hooks.poll = [this] { units_->poll(); };
+}
+
 void GradientSync::begin_step(ExecutorHooks& hooks) {
+  if (units_) {  // gradients open zeroed, unit by unit
+    units_->begin_step();
+    return shard_hooks(hooks);
+  }
   if (tied_) tied_->settle();  // the previous step's sum is out before wte.grad is zeroed
   parts_.params.zero_grads(parts_.backend);
   if (tied_) tied_->begin_step();
@@ -62,6 +104,13 @@ void GradientSync::begin_step(ExecutorHooks& hooks) {
 // Each replica's loss is already scaled by 1/global tokens, so summing gradients over
 // the dp replicas (and the two tied-embedding copies) gives the mean gradient.
 void GradientSync::reduce() {
+  if (units_) {
+    units_->finish();
+    if (pair_)  // the tied table's two copies' parts: laid out alike, so one sum
+      if (const Tensor g = units_->grad_part(*parts_.params.find("wte")); g.defined())
+        pair_->allreduce_sum(g, parts_.backend.stream())->wait();
+    return;
+  }
   if (shards_) {  // ZeRO-1: the pair sum first, then the held-back wte goes to its owners
     if (tied_) {
       tied_->finish();
@@ -85,11 +134,13 @@ bool GradientSync::once_over_tp(const Parameter& p) const {
 }
 
 bool GradientSync::counts_in_norm(const Parameter& p) const {
+  if (units_) return once_over_tp(p) && !(pair_ && holds_head_ && p.name == "wte");
   if (p.name == "wte" && tied_ && tied_->updates_table()) return false;  // the first stage's copy counts
   return once_over_tp(p);
 }
 
 bool GradientSync::writes_moments(const Parameter& p) const {
+  if (units_ && pair_ && p.name == "wte") return holds_head_ && once_over_tp(p);
   if (tied_ && p.name == "wte") return tied_->updates_table() && once_over_tp(p);
   return counts_in_norm(p);
 }
@@ -99,6 +150,13 @@ double GradientSync::local_squares() {
   ParameterStore& params = parts_.params;
   Backend& backend = parts_.backend;
   double sq = 0;
+  if (units_) {  // each rank its parts (the first shard group's, where groups repeat them)
+    if (units_->first_group())
+      units_->for_each([&](Parameter& p, const UnitShards::Piece& x) {
+        if (counts(p)) sq += backend.sum_squares(x.grad, static_cast<size_t>(x.hi - x.lo));
+      });
+    return sq;
+  }
   if (shards_) {  // ZeRO-1: each rank holds the reduced gradients of its ranges
     const float* g = params.grads().f32();
     for (const auto& r : shards_->ranges()) sq += backend.sum_squares(g + r.lo, static_cast<size_t>(r.hi - r.lo));
@@ -132,7 +190,7 @@ double GradientSync::local_squares() {
 
 double GradientSync::local_expert_squares() {
   double sq = 0;
-  if (shards_) return sq;  // local_squares counts the owned ranges, expert parts included
+  if (shards_ || units_) return sq;  // local_squares counts the owned ranges, expert parts included
   for (const auto& p : parts_.params.params())
     if (p.expert_parallel) sq += parts_.backend.sum_squares(p.grad.f32(), static_cast<size_t>(p.numel()));
   return sq;
@@ -142,6 +200,7 @@ void GradientSync::update(AdamW& optimizer, int step, double lr, float grad_scal
   fault::point("optimizer");
   ParameterStore& params = parts_.params;
   Backend& backend = parts_.backend;
+  if (units_) return update_units(step, lr, grad_scale);
   Parameter* wte = tied_ ? params.find("wte") : nullptr;  // the tied table: updated on the last stage only
   if (!shards_) {
     if (tied_) {
@@ -166,8 +225,26 @@ void GradientSync::update(AdamW& optimizer, int step, double lr, float grad_scal
   params.refresh_compute(parts_.pool, backend);
 }
 
+// Each rank its parts; under "gradients" every unit's new values gathered after (the whole
+// weights stay), under "weights" the parts are the weights.
+void GradientSync::update_units(int step, double lr, float grad_scale) {
+  const TrainConfig& t = parts_.cfg.train;
+  Backend& backend = parts_.backend;
+  units_->for_each([&](Parameter& p, const UnitShards::Piece& x) {
+    if (!p.trained) return;
+    const float wd = decays(t, p) ? static_cast<float>(t.weight_decay) : 0.0f;
+    backend.adamw(x.value, x.grad, x.m, x.v, static_cast<size_t>(x.hi - x.lo), static_cast<float>(lr),
+                  static_cast<float>(t.beta1), static_cast<float>(t.beta2), static_cast<float>(t.eps), wd, step + 1,
+                  grad_scale);
+  });
+  if (units_->shards_weights()) return;
+  units_->gather_values();
+  parts_.params.refresh_compute(parts_.pool, backend);
+}
+
 std::vector<float> GradientSync::reduced_gradients() {
   ParameterStore& params = parts_.params;
+  if (units_) return units_->whole_gradients();
   if (tied_) tied_->receive_sum();
   std::vector<float> out(static_cast<size_t>(params.numel()));
   if (!shards_) {

@@ -56,6 +56,12 @@ RunPlan resolve_run_plan(const Config& cfg, Grid& grid, Backend& backend, Traine
   // run will multiply ("auto" weighs the copies once the split is known, below).
   plan.dense = apply_dense_paths(cfg, backend, grid.shape().tp, mb * tokens, training ? cfg.train.microbatches : 0,
                                  grid.world().comm(), training ? product_times_cache(cfg) : "");
+  if (training && grid.comm("dp-cp").size() > 1 && plan.layout.shard == ShardLevel::Weights &&
+      !plan.dense.paths.packed.empty()) {  // (a unit's weights are whole only around its work)
+    plan.dense.paths.packed.clear();
+    plan.dense.why += "; not packed: parallel.shard = \"weights\" gathers each unit's weights around its work";
+    backend.set_dense_paths(plan.dense.paths);
+  }
   UnitCosts costs;  // parallel.layers_per_stage = "auto": balance the stages by the units' measured costs
   if (cfg.parallel.layers_per_stage.empty() && plan.schedule.num_stages > 1)
     costs = measure_unit_costs(cfg.model, backend, grid, mb, tokens,

@@ -31,22 +31,29 @@ Trainer::Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, 
   if (cfg.model.n_experts > 0 && training) moe_stats_ = std::make_unique<MoeStepStats>(cfg.model);
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
-  const bool zero1 = plan_.layout.zero1;
+  // parallel.shard over the replicas (training only: inference holds the whole weights).
+  const ShardLevel level = training && grid.comm("dp-cp").size() > 1 ? plan_.layout.shard : ShardLevel::None;
+  const bool units = level >= ShardLevel::Gradients;
   // The tied table on two ranks is updated on the last stage only (GradientSync::update):
-  // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer.)
+  // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer;
+  // under unit shards both copies take the same update.)
   const int first = plan_.schedule.stage_to_rank.front();
   // (Under vocabulary parallelism each rank's slice serves both roles: no pair.)
   const int last = cfg.model.tied() && !plan_.layout.vocab_parallel ? plan_.schedule.stage_to_rank.back() : first;
-  if (training && !zero1 && first != last && me == first)
+  if (training && level == ShardLevel::None && first != last && me == first)
     if (Parameter* wte = params_.find("wte")) wte->updated = false;
+  RankUnits rank_units = units ? number_units(mine, cfg.model.tied()) : RankUnits{};
   // (ZeRO-1 shards the part every ep rank holds alike over dp, the expert-parallel part over
-  // the dp / ep ranks holding the same experts.)
+  // the dp / ep ranks holding the same experts; unit shards each unit's run over dp x cp.)
   params_.allocate(*pool_, backend_,
-                   {.moments = training && !zero1,
-                    .grads = training,
+                   {.moments = training && level == ShardLevel::None,
+                    .grads = training && !units,
                     .align = 16 * grid.comm("dp-cp").size(),
-                    .expert_align = 16 * grid.shape().expert_dp()});
-  if (training) params_.initialize(cfg.train.seed, backend_);  // inference: a checkpoint's weights come next
+                    .expert_align = 16 * grid.shape().expert_dp(),
+                    .unit_align = units ? 16 * grid.comm("dp-cp").size() : 0,  // (a multiple of a shard group's)
+                    .values = level != ShardLevel::Weights});
+  // (Sharded weights: the initial values go into the unit shards, made below.)
+  if (training && level != ShardLevel::Weights) params_.initialize(cfg.train.seed, backend_);
   const bool bf16 = cfg.train.precision == "bf16";
   if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
   // The tied embedding lives on the first and the last stage; when those are different
@@ -63,12 +70,18 @@ Trainer::Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, 
   // The step's program (and evaluation's, when configured): every transfer and tag is
   // fixed, checked against the MPI's bound and proven deadlock-free now, before any compute.
   recipe_ = pipetrain::program_recipe(cfg, plan_, grid.comm("pp").tag_ub(), comms_->pp_in_order());
+  if (units)  // the units' collectives are placed from the plan's units: this rank's must be them
+    check_units(rank_units, recipe_.units.layers.at(static_cast<size_t>(me)));
+  else
+    recipe_.shard = {};  // (inference, one replica: nothing sharded)
   train_program_ = build_program(plan_.schedule, recipe_);
   if (!cfg.data.val.empty() && cfg.train.eval_every > 0)
     eval_program(cfg.train.eval_batches * cfg.train.global_batch / grid.shape().dp / microbatch_size());
   sync_ = std::make_unique<GradientSync>(GradientSync::Parts{params_, backend_, *pool_, *comms_, grid_, cfg_,
                                                              [this] { return mpi_progress(); }, vocab_slice_.get()},
-                                         mine, zero1);
+                                         mine, level, std::move(rank_units));
+  // Inference: a checkpoint's weights come next.
+  if (training && level == ShardLevel::Weights) sync_->initialize(cfg.train.seed);
   model_params_ = count_model_params();
 }
 
@@ -112,6 +125,7 @@ StepMetrics Trainer::train_step(int step) {
                                local_seq_len(), 1.0f / static_cast<float>(step_targets), trace_, hooks);
   backend_.defer_checks(false);
   out.phases.program_s = since();
+  if (const UnitShards* units = sync_->units()) out.gather_wait_s = units->gather_wait_s();
   watchdog::set_position(fmt::format("step {}, gradient reduction", step));
   sync_->reduce();
   out.phases.reduce_s = since();
@@ -125,7 +139,7 @@ StepMetrics Trainer::train_step(int step) {
   double sums[4] = {grid_.coords().tp == 0 ? last_stats_.loss_sum : 0.0,
                     last_stats_.total_s > 0 ? 1.0 - last_stats_.compute_s / last_stats_.total_s : 0.0,
                     sync_->local_expert_squares(), sync_->local_squares()};
-  if (zero1() || grid_.comm("dp-cp").size() == 1) {
+  if (sync_->partitions_norm() || grid_.comm("dp-cp").size() == 1) {
     grid_.world().allreduce_sum(sums, 4);
   } else {
     grid_.world().allreduce_sum(sums, 3);
@@ -160,6 +174,10 @@ StepMetrics Trainer::train_step(int step) {
 }
 
 std::vector<float> Trainer::reduced_gradients() { return sync_->reduced_gradients(); }
+
+void Trainer::gather_weights() {
+  if (UnitShards* units = sync_->units(); units && units->shards_weights()) units->gather_all();
+}
 
 const Program& Trainer::eval_program(int microbatches) {
   if (microbatches > 0 && eval_program_.num_microbatches != microbatches) {

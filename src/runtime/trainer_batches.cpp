@@ -48,8 +48,10 @@ double Trainer::evaluate(const BatchSource& source, int64_t first, int count) {
          source.is_packed() ? "packs" : "does not pack", source_.is_packed() ? "does" : "does not");
   const MicrobatchLoader load = loader(source, mine);
   const Program& program = eval_program(per_replica);
+  ExecutorHooks hooks;
+  sync_->shard_hooks(hooks);
   const ExecutorStats st = executor_->run(program.per_rank[static_cast<size_t>(grid_.coords().pp)], load,
-                                          microbatch_size(), local_seq_len(), 0.0f, false);
+                                          microbatch_size(), local_seq_len(), 0.0f, false, hooks);
   double sum = grid_.coords().tp == 0 ? st.loss_sum : 0.0;
   grid_.world().allreduce_sum(&sum, 1);
   const int64_t samples = static_cast<int64_t>(per_replica) * dp * microbatch_size();

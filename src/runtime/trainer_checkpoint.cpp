@@ -71,7 +71,19 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
       t.global_shape = g.global_shape;
       if (Parameter* p = params_.find(g.name)) {
         t.shard = p->shard;
-        if (kind == 0 || !zero1()) {
+        UnitShards* units = sync_->units();
+        if (units && (kind != 0 || units->shards_weights())) {
+          // Unit shards: this rank's part of the tensor, written and read where it is.
+          const UnitShards::Piece x = units->piece(*p);
+          if (x.hi > x.lo) {
+            t.data = kind == 0 ? x.value : kind == 1 ? x.m : x.v;
+            if (x.hi - x.lo < p->numel()) {
+              t.flat_begin = x.lo - p->offset;
+              t.flat_end = x.hi - p->offset;
+            }
+            t.write = units->first_group() && (kind == 0 ? sync_->counts_in_norm(*p) : sync_->writes_moments(*p));
+          }
+        } else if (kind == 0 || !zero1()) {
           const Tensor& src = kind == 0 ? p->value : kind == 1 ? p->m : p->v;
           t.data = src.defined() ? src.f32() : nullptr;  // no moments: another rank's copy is updated
           // The first replica writes (of dp x cp: context-parallel ranks hold the same values);

@@ -153,6 +153,11 @@ std::string to_string(const Instr& i) {
     static const char* names[] = {"REDUCE_E", "BCAST_X", "ALLGATHER_S", "REDUCE_DX", "BCAST_DE"};
     return fmt::format("{}{}", names[static_cast<int>(i.coll)], i.microbatch);
   }
+  if (i.op == InstrOp::Shard) {
+    static const char* names[] = {"GATHER_W", "FREE_W", "REDUCE_SCATTER_G"};
+    const std::string at = i.at_layer < 0 ? "" : fmt::format("@{}", i.at_layer);
+    return fmt::format("{}{}.{}{}", names[static_cast<int>(i.shard)], i.stage, i.unit, at);
+  }
   const char k = i.kind == Transfer::Activation ? 'F' : 'B';
   const int producer = producer_stage(i);
   switch (i.op) {

@@ -23,7 +23,9 @@ Program source_program(const Schedule& s, const ProgramRecipe& r) {
 }
 }  // namespace
 
-Program build_program(const Schedule& s, const ProgramRecipe& r) {
+namespace {
+// Steps 1 to 3.
+Program transfers_program(const Schedule& s, const ProgramRecipe& r) {
   Program p = source_program(s, r);
   validate_program(p, r.tag_ub);  // step 2
   if (!r.in_order) return p;
@@ -33,6 +35,15 @@ Program build_program(const Schedule& s, const ProgramRecipe& r) {
   }
   p = post_for_in_order(std::move(p));
   validate_program(p, r.tag_ub);
+  return p;
+}
+}  // namespace
+
+Program build_program(const Schedule& s, const ProgramRecipe& r) {
+  Program p = transfers_program(s, r);
+  if (!r.shard.any()) return p;
+  p = place_shard_collectives(std::move(p), r.units, r.shard);  // step 4
+  p.shard_peak = validate_shards(p, r.units, r.shard);
   return p;
 }
 

@@ -3,12 +3,62 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/schedule/program.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
+
+namespace {
+
+// Each rank's data-parallel link under sharded data parallelism: its collectives one after
+// the other, and when each gathered unit arrives.
+class ShardLink {
+ public:
+  ShardLink(const Program& p, const Costs& costs) : p_(p), costs_(costs), free_(static_cast<size_t>(p.num_ranks)) {}
+  void post(int rank, const Instr& in, double t) {
+    if (in.shard == ShardOp::FreeW) return;
+    double& link = free_[static_cast<size_t>(rank)];
+    const double start = std::max(link, t);
+    link = start + (in.shard == ShardOp::GatherW ? costs_.gather : costs_.scatter);
+    if (in.shard == ShardOp::GatherW) arrives_[{rank, in.stage, in.unit}] = link;
+    events.push_back({Action{}, rank, start, link, to_string(in)});
+  }
+  std::vector<SimEvent> events;
+  // The end of the compute `in` (taking `d` alone) started at `start`: its layers in order,
+  // each after its unit's gather and the collectives posted inside it.
+  double compute(int rank, const Instr& in, double start, double d) {
+    const auto s = static_cast<size_t>(in.action.stage);
+    if (s >= p_.stage_layers.size() || p_.stage_layers[s] < 1) return start + d;
+    const auto& prog = p_.per_rank[static_cast<size_t>(rank)];
+    size_t q = static_cast<size_t>(&in - prog.data()) + 1;
+    const int n = p_.stage_layers[s];
+    double t = start;
+    for (int j = 0; j < n; ++j) {
+      const int k = in.action.op == Op::F ? j : n - 1 - j;
+      for (; q < prog.size() && prog[q].op == InstrOp::Shard && prog[q].at_layer == k &&
+             prog[q].shard == ShardOp::GatherW;
+           ++q)
+        post(rank, prog[q], t);
+      if (const auto it = arrives_.find({rank, in.action.stage, k}); it != arrives_.end() && in.action.op != Op::W)
+        t = std::max(t, it->second);
+      t += d / n;
+      for (; q < prog.size() && prog[q].op == InstrOp::Shard && prog[q].at_layer == k; ++q) post(rank, prog[q], t);
+    }
+    return t;
+  }
+  double free_at(int rank) const { return free_[static_cast<size_t>(rank)]; }
+
+ private:
+  const Program& p_;
+  const Costs& costs_;
+  std::vector<double> free_;
+  std::map<std::tuple<int, int, int>, double> arrives_;  // (rank, stage, unit) -> its latest gather's end
+};
+
+}  // namespace
 
 SimResult simulate_program(const Program& p, const Costs& costs, const TransferCosts& transfer) {
   const auto R = static_cast<size_t>(p.num_ranks);
@@ -21,6 +71,7 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   std::vector<std::vector<SimEvent>> events(R);
   std::map<std::pair<int, int>, double> posted;  // (collective, microbatch) -> its last post
   std::map<std::pair<int, int>, double> root_post;  // (broadcast, microbatch) -> its root's post
+  ShardLink link(p, costs);
   const std::vector<size_t> next = walk_program(p, [&](int rank, const Instr& in) {
     const auto r = static_cast<size_t>(rank);
     if (in.op == InstrOp::Send) send_at[value_key(in)] = now[r];
@@ -30,6 +81,7 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
       t = std::max(t, now[r]);
       if (rank == awaited_post(p, in.coll)) root_post[{static_cast<int>(in.coll), in.microbatch}] = now[r];
     }
+    if (in.op == InstrOp::Shard && in.at_layer < 0) link.post(rank, in, now[r]);
     if (in.op != InstrOp::Compute && in.op != InstrOp::Vocab) return;
     double start = now[r];
     Instr v;
@@ -55,8 +107,9 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
       return;
     }
     const double d = costs.of(in.action);
-    events[r].push_back({in.action, rank, start, start + d, {}});
-    now[r] = start + d;
+    const double end = link.compute(rank, in, start, d);
+    events[r].push_back({in.action, rank, start, end, {}});
+    now[r] = end;
     out.busy[r] += d;
     const std::pair<int, int> cell{in.action.microbatch, in.action.stage};
     if (in.action.op == Op::F) live[r].insert(cell);
@@ -65,9 +118,10 @@ SimResult simulate_program(const Program& p, const Costs& costs, const TransferC
   });
   for (size_t r = 0; r < R; ++r) {
     if (next[r] < p.per_rank[r].size()) fail("simulate_program: {} does not make progress (validate it first)", p.name);
-    out.makespan = std::max(out.makespan, now[r]);
+    out.makespan = std::max({out.makespan, now[r], link.free_at(static_cast<int>(r))});
     out.events.insert(out.events.end(), events[r].begin(), events[r].end());
   }
+  out.link_events = std::move(link.events);
   double busy = 0;
   for (double b : out.busy) busy += b;
   out.bubble_fraction = out.makespan > 0 ? 1.0 - busy / (static_cast<double>(R) * out.makespan) : 0.0;

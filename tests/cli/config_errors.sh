@@ -37,4 +37,12 @@ write_config good.toml ""
 train_fails override_type "$tmp/good.toml" "train.steps" -- "$tmp/good.toml" --set train.steps=2.5
 train_fails override_unknown "model.n_layr" -- "$tmp/good.toml" --set model.n_layr=2
 
+# Sharded data parallelism: a level the grid cannot take, a group that does not divide dp.
+train_fails shard_one_replica "$tmp/good.toml" "parallel.shard" "more than one replica" -- "$tmp/good.toml" \
+  --set parallel.shard=weights
+train_fails shard_unknown "$tmp/good.toml" "parallel.shard" "unknown level" -- "$tmp/good.toml" \
+  --set parallel.shard=everything
+train_fails shard_group "$tmp/good.toml" "parallel.shard_group (3) must divide" -- "$tmp/good.toml" \
+  --set parallel.dp=4 --set parallel.shard=weights --set parallel.shard_group=3
+
 exit_with_failures

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One memory estimate: the run header (`train`), `check` and `plan` print the same figure for
-# the same layout — pp with the config's split, dp with ZeRO-1, tp, cp, ep and the vocabulary
+# the same layout — pp with the config's split, dp with ZeRO-1 and the shard levels, tp, cp, ep and the vocabulary
 # slices — because all three assemble it in one place (plan/memory_estimate.hpp). `plan`
 # prices its own balanced split, so it is compared where there is no split to choose (pp 1).
 # Each figure is held to the run's measured peak too (below).
@@ -82,6 +82,13 @@ zero=(--set parallel.dp=2 --set parallel.zero1=true)
 h=$(header_mib dp 2 "${gpt2[@]}" "${zero[@]}"); c=$(check_mib dp "${gpt2[@]}" "${zero[@]}")
 p=$(plan_mib dp 4 true --pp 1 --tp 1 -- "${gpt2[@]}")
 same "dp 2, ZeRO-1" dp "$h" "$c" "$p"
+# Sharded data parallelism: a dp-th of the state, and the units the program holds whole.
+for level in gradients weights; do
+  shard=(--set parallel.dp=2 --set parallel.shard=$level)
+  h=$(header_mib "$level" 2 "${gpt2[@]}" "${shard[@]}"); c=$(check_mib "$level" "${gpt2[@]}" "${shard[@]}")
+  p=$(plan_mib "$level" 4 true --pp 1 --tp 1 --shard "$level" -- "${gpt2[@]}")
+  same "dp 2, shard $level" "$level" "$h" "$c" "$p"
+done
 h=$(header_mib tp 2 "${gpt2[@]}" --set parallel.tp=2); c=$(check_mib tp "${gpt2[@]}" --set parallel.tp=2)
 p=$(plan_mib tp 4 false --pp 1 --tp 2 -- "${gpt2[@]}")
 same "tp 2" tp "$h" "$c" "$p"

@@ -1,6 +1,6 @@
 // The lines `pipetrain train` prints before step 0 that `pipetrain check` prints too, so
 // that a checked config shows the header its run will show.
-// Exports: human, model_line, grid_line, plan_line.
+// Exports: human, model_line, shard_line, grid_line, plan_line.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,6 +8,7 @@
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/plan/cluster.hpp"
 #include "pipetrain/plan/planner.hpp"
+#include "pipetrain/schedule/program.hpp"
 
 namespace pipetrain {
 
@@ -30,6 +31,9 @@ struct GridSummary {
   std::string vocab_reason;  // why on or off (plan/vocab_choice.hpp); "" = off as set
   bool sequence_parallel = false;  // parallel.sequence_parallel in effect (tp > 1)
 };
+// parallel.shard = "gradients" | "weights": what each rank keeps, and the most the program's
+// shard collectives hold whole on one rank (Program::shard_peak); empty below those levels.
+std::string shard_line(const Config& cfg, const Program& program);
 std::string grid_line(const GridSummary& g);
 
 // "  plan: LAYOUT; predicted step ... (cluster SOURCE)"; `note` follows "plan" (the

@@ -81,7 +81,7 @@ struct ModelConfig {
 struct ParallelConfig : GridShape {
   int virtual_stages = 1;               // stages per pipeline rank
   std::vector<double> layers_per_stage;  // blocks per stage (x.5: a half block); empty = "auto" (balanced by cost)
-  bool zero1 = false;                   // shard AdamW moments over the dp replicas
+  bool zero1 = false;                    // shard AdamW moments over the dp replicas (parallel.shard = "optimizer")
   std::vector<int> recompute_stages;    // stages train.recompute applies to; empty = "all"
   double dp_bucket_mb = 25;             // most MiB of gradients one dp all-reduce carries
   // Every pipeline x tensor-parallel rank of a replica holds a slice of the vocabulary of
@@ -94,7 +94,23 @@ struct ParallelConfig : GridShape {
   // leave the row-parallel ones. "auto": on wherever tp > 1 divides a rank's tokens
   // (sequence_parallel_on).
   Toggle sequence_parallel = Toggle::Auto;
+  // Sharded data parallelism over the replicas (dp x cp; schedule/shard_pass.hpp): "none";
+  // "optimizer" (ZeRO-1: the AdamW moments); "gradients" (ZeRO-2: and each unit's gradient,
+  // reduce-scattered after its last work of the step); "weights" (ZeRO-3: and the weights,
+  // each unit all-gathered around its work). shard_group: the replicas one shard spans,
+  // replicated across the groups (0: all of them); shard_reuse: "regather" (a unit's weights
+  // gathered for each run of work, the least memory) or "keep" (once per step);
+  // shard_prefetch: layers of work a gather is posted ahead of its use.
+  std::string shard = "none";
+  int shard_group = 0;
+  std::string shard_reuse = "regather";
+  int shard_prefetch = 1;
 };
+
+// parallel.shard, with parallel.zero1 = true meaning at least "optimizer".
+enum class ShardLevel { None, Optimizer, Gradients, Weights };
+ShardLevel shard_level(const ParallelConfig& p);
+const char* to_string(ShardLevel level);
 
 struct ScheduleConfig {
   std::string name = "1f1b";

@@ -25,6 +25,10 @@ struct FlatLayout {
   bool grads = true;          // without: no gradients either (inference: the values alone)
   int64_t align = 16;         // the first part's length is a multiple of this
   int64_t expert_align = 16;  // and the expert-parallel part's
+  // Sharded data parallelism (parallel.shard): each run of parameters of one unit
+  // (Parameter::unit) starts at, and is padded to, a multiple of this (0: no units).
+  int64_t unit_align = 0;
+  bool values = true;  // without: no whole weights either (sharded: each unit's, while gathered)
 };
 
 struct Parameter {
@@ -50,6 +54,7 @@ struct Parameter {
   // (the experts' per-expert products; ParameterStore::needs_widened_copy).
   bool f32_products = false;
   int64_t moment_offset = 0;  // into the moment buffers (updated parameters only)
+  int unit = -1;              // sharded data parallelism: the rank's unit it belongs to (runtime/shard_units.hpp)
   Tensor value, grad, m, v;  // m, v: undefined when !updated
   // The weights kernels use: undefined in fp32 (they use `value`); in bf16, `value`
   // rounded to bf16 after every update, as bf16 (compute_bf16: the operands of bf16
@@ -77,6 +82,8 @@ class ParameterStore {
   // global shape, then this rank's shard taken out, so the values do not depend on
   // which rank, stage or tensor-parallel slice holds the parameter.
   void initialize(uint64_t seed, Backend& backend);
+  // The same for one parameter (its `value` bound first).
+  static void initialize(Parameter& p, uint64_t seed, Backend& backend);
   void zero_grads(Backend& backend);
   // Mixed precision: allocates the compute copies (allocate() first) and keeps them equal
   // to bf16(value) — call refresh_compute after every change of the values. The widened

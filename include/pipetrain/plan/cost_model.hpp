@@ -168,6 +168,11 @@ struct MemoryInputs {
   double vocab_stash = 0;
   int vocab_inflight = 0;
   double vocab_buffers = 0;
+  // Sharded data parallelism (parallel.shard "gradients" | "weights"): the rank keeps a dp-th
+  // of the gradients and moments (and of the weights under "weights") between steps, plus the
+  // units the program holds whole at most (schedule/shard_pass.hpp: Program::shard_peak).
+  ShardLevel shard = ShardLevel::None;
+  double whole_weights = 0, whole_gradients = 0;  // elements
 };
 struct RankMemory {
   double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, packed_copies = 0, activations = 0, buffers = 0;

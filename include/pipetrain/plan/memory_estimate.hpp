@@ -26,6 +26,7 @@ struct Holdings {
   double params = 0, widened = 0, dense = 0, largest_stash = 0;
   double experts = 0;  // of params, the routed experts' (expert-parallel under ep > 1)
   double blocks = 0;   // the blocks on the rank (a half-block counts a half)
+  double largest_piece = 0;  // the most parameters one of its layers holds
   bool embedding = false, head = false, block = false;
 };
 
@@ -51,7 +52,8 @@ Holdings rank_holdings(const Config& cfg, const Layout& l, const Placement& p, i
 MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& p, const Holdings& h, int r);
 
 // The largest pipeline rank's estimate of a placed run, the slices' share from `program`
-// (a vocabulary-parallel layout's placed program; null: its bound).
+// (a vocabulary-parallel layout's placed program; null: its bound), and the units its shard
+// collectives hold whole (Program::shard_peak; null or none: no sharded units counted).
 RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p, const Program* program);
 
 }  // namespace pipetrain

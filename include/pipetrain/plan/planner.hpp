@@ -26,6 +26,9 @@ struct PlanOptions {
   std::vector<std::string> schedules;   // empty: every registered schedule
   std::vector<std::string> recompute{"none", "selective", "full"};
   std::vector<bool> zero1{false, true};
+  // parallel.shard levels to try; empty: those of `zero1` (none, optimizer), and the
+  // config's parallel.shard where it asks for more.
+  std::vector<ShardLevel> shard;
   std::vector<int> only_tp, only_pp;  // empty: any that divides
   std::vector<int> only_ep;           // empty: any ep_options allows (a model with experts)
   std::vector<int> only_cp;           // empty: any cp_options allows (sequences of kMinRingChunk x 2 tokens on)
@@ -48,7 +51,8 @@ struct Layout : GridShape {
   int microbatches = 1;      // per replica
   int microbatch_size = 1;   // sequences
   Recompute recompute = Recompute::None;
-  bool zero1 = false;
+  bool zero1 = false;                   // the AdamW moments sharded over the replicas (every shard level)
+  ShardLevel shard = ShardLevel::None;  // parallel.shard
   std::string precision = "fp32";
   bool vocab_parallel = false;           // parallel.vocab_parallel: the vocabulary sliced over pp x tp ranks
   // parallel.sequence_parallel: on wherever tp > 1 divides the sequence (the same bytes as

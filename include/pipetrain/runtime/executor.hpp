@@ -75,7 +75,13 @@ struct ExecutorHooks {
   // Called after every action (lets nonblocking collectives progress).
   std::function<void()> poll;
   int step = -1;  // for the hang watchdog's report
-  MoeStepStats* moe = nullptr;  // the step's routing, from every mixture-of-experts layer
+  MoeStepStats* moe = nullptr;
+  // Sharded data parallelism (schedule/shard_pass.hpp): a SHARD instruction to run now —
+  // between computes where the program has it, inside one at its layer — and, before each
+  // layer's work, its units made ready: the weights it reads, the gradient it writes.
+  std::function<void(const Instr&)> shard;
+  std::function<void(int stage, int layer, bool reads, bool writes)>
+      layer_units;  // the step's routing, from every mixture-of-experts layer
 };
 
 class PipelineExecutor {

@@ -2,8 +2,11 @@
 // Summed over the replicas holding the same parameters (dp x cp: DataParallelReducer, its
 // buckets overlapping the backward) and over the two copies of a tied embedding on two ranks
 // (TiedGradientExchange); then AdamW — every parameter on every replica, or, under ZeRO-1
-// (OptimizerShards), each rank its ranges, their new values gathered after. A new mode of
-// synchronisation (sharded gradients, sharded weights) is one more case of this class.
+// (OptimizerShards), each rank its ranges, their new values gathered after. Under sharded
+// gradients or weights (parallel.shard; UnitShards) the program's own instructions reduce
+// each unit into this rank's part, and the rank updates its parts: a tied table on two ranks
+// is laid out alike on both, so its parts' sum is one all-reduce over the pair, and both
+// copies then take the same update.
 #pragma once
 #include <functional>
 #include <map>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/mpi_communicator.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/memory_pool.hpp"
 #include "pipetrain/model/parameters.hpp"
@@ -20,6 +24,7 @@
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/runtime/optimizer_shards.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
+#include "pipetrain/runtime/unit_shards.hpp"
 #include "pipetrain/topology/device_comms.hpp"
 #include "pipetrain/topology/grid.hpp"
 
@@ -41,12 +46,17 @@ class GradientSync {
     std::function<ProgressThread*()> progress;
     VocabSlice* vocab_slice;  // its parameters are reduced last (vocabulary parallelism)
   };
-  // `mine`: this rank's stages; `zero1`: parallel.zero1 over more than one replica.
-  GradientSync(const Parts& parts, const std::map<int, ModelStage*>& mine, bool zero1);
+  // `mine`: this rank's stages; `level`: parallel.shard over more than one replica;
+  // `units`: the rank's units (runtime/shard_units.hpp), for "gradients" and "weights".
+  GradientSync(const Parts& parts, const std::map<int, ModelStage*>& mine, ShardLevel level, RankUnits units = {});
+  // "weights": the initial values, into this rank's parts (ParameterStore::initialize otherwise).
+  void initialize(uint64_t seed);
 
   // Before the step's program: the tied pair's previous sum is out, the gradients zeroed,
   // and the hooks that start each layer's reductions as its gradients become final.
   void begin_step(ExecutorHooks& hooks);
+  // The program's shard instructions and the units' readiness (evaluation's too).
+  void shard_hooks(ExecutorHooks& hooks);
   // After the program: every reduction this rank started is complete (the tied table's sum
   // may still arrive on the last stage, for its update).
   void reduce();
@@ -69,6 +79,10 @@ class GradientSync {
 
   bool sharded() const { return shards_ != nullptr; }
   OptimizerShards* shards() { return shards_.get(); }
+  UnitShards* units() { return units_.get(); }
+  // Whether the gradient norm's squares are split over the whole grid (each value on one
+  // rank: ZeRO-1 and the unit shards), or repeated on every replica.
+  bool partitions_norm() const { return shards_ || units_; }
   const DataParallelReducer* reducer() const { return reducer_.get(); }
   const TiedGradientExchange* tied() const { return tied_.get(); }
 
@@ -77,6 +91,13 @@ class GradientSync {
   std::unique_ptr<DataParallelReducer> reducer_;  // dp x cp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   std::unique_ptr<OptimizerShards> shards_;       // ZeRO-1
+  // parallel.shard_group below the replicas: the group a part spans, and the ranks holding
+  // the same part in the other groups (declared before units_, which uses them).
+  std::unique_ptr<MpiCommunicator> shard_group_, across_;
+  std::unique_ptr<UnitShards> units_;  // "gradients" and "weights"
+  Communicator* pair_ = nullptr;       // under units_: the tied table's two ranks
+  bool holds_head_ = false;            // under units_: this rank's copy of a tied table is the head's
+  void update_units(int step, double lr, float grad_scale);
   void gather(const Tensor& src, const Tensor& dst);
   // A tensor-parallel shard, or a replicated parameter on tp rank 0: each value once over tp.
   bool once_over_tp(const Parameter& p) const;

@@ -24,6 +24,7 @@
 #include "pipetrain/runtime/gradient_sync.hpp"
 #include "pipetrain/runtime/optimizer.hpp"
 #include "pipetrain/runtime/resolve_run_plan.hpp"
+#include "pipetrain/runtime/shard_units.hpp"
 #include "pipetrain/runtime/tied_gradients.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
 #include "pipetrain/schedule/schedule.hpp"
@@ -78,6 +79,9 @@ struct StepMetrics {
   struct Phases {
     double program_s = 0, reduce_s = 0, norm_s = 0, optimizer_s = 0;
   } phases;
+  // Under parallel.shard = "weights": of program_s, the time layers waited for their units'
+  // gathers (what the prefetch did not hide).
+  double gather_wait_s = 0;
   // Mixture of experts (model/moe_stats.hpp), over the whole step: the mean auxiliary
   // losses before their coefficients, and each MoE block's busiest expert's rows over the
   // mean (empty, and the losses < 0, in a dense model).
@@ -138,6 +142,9 @@ class Trainer {
   // before clipping, as one flat buffer in this rank's parameter layout (params().grads()
   // order). Collective over the dp communicator under ZeRO-1 (gathers the shards).
   std::vector<float> reduced_gradients();
+  // Under parallel.shard = "weights": every unit's whole weights gathered and kept, so each
+  // parameter's `value` is readable (after training; collective over the replicas). Else nothing.
+  void gather_weights();
 
   // Collective: writes parameters, AdamW moments and the run's state as of the start of
   // step `next_step` to `path` (see io/checkpoint.hpp).

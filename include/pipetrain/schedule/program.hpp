@@ -16,11 +16,17 @@
 // "OF0" output forward, "OB0" output backward, "EB0" embedding backward), and COLL, the
 // post of a nonblocking collective over the pipeline group ("REDUCE_E0", "BCAST_X0",
 // "ALLGATHER_S0", "REDUCE_DX0", "BCAST_DE0"), which every rank posts in the same order.
-// Exports: InstrOp, VocabOp, Coll, Instr, Program, LowerOptions, lower, forward_only_schedule,
+//
+// Sharded data parallelism (shard_pass.hpp) adds SHARD, a collective over the data-parallel
+// ranks of one unit's weights or gradients: "GATHER_W0.3" (all-gather stage 0's unit 3),
+// "FREE_W0.3" (drop the gathered copy), "REDUCE_SCATTER_G0.3" (sum its gradient, each rank
+// keeping its shard); "@k" when it runs inside the compute before it, at that compute's layer k.
+// Exports: InstrOp, VocabOp, Coll, ShardOp, Instr, Program, LowerOptions, lower, forward_only_schedule,
 // validate_program, validate_in_order, post_for_in_order, program_position, walk_program, value_key,
 // collective_input, to_string(Instr). Files: lower.cpp, validate_program.cpp, validate_in_order.cpp,
 // walk_program.cpp, validate_vocab.cpp.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -31,7 +37,7 @@
 
 namespace pipetrain {
 
-enum class InstrOp { Compute, Send, Recv, Move, Vocab, Coll };
+enum class InstrOp { Compute, Send, Recv, Move, Vocab, Coll, Shard };
 
 // A rank's vocabulary slice for one microbatch: the partial input embedding of its rows
 // (EF), the logits of its columns with their local softmax statistics and its softmax
@@ -51,6 +57,9 @@ enum class VocabOp { EmbedForward, OutputForward, OutputBackward, EmbedBackward 
 //   EmbedGrad     BCAST_DE   the first stage's input gradient (root: the first stage's
 //                            rank, posted after its backward; sent to each rank); every rank's EB
 enum class Coll { EmbedSum, Hidden, Stats, HiddenGrad, EmbedGrad };
+
+// The data-parallel shard collectives of one unit (a layer's weights) of a stage.
+enum class ShardOp { GatherW, FreeW, ReduceScatterG };
 
 struct Instr {
   InstrOp op = InstrOp::Compute;
@@ -72,7 +81,19 @@ struct Instr {
   bool overlaps_next = false;
   VocabOp vocab = VocabOp::EmbedForward;  // Vocab: which slice (of `microbatch`)
   Coll coll = Coll::EmbedSum;             // Coll: which collective (of `microbatch`; `peer`: its root or -1)
+  // Shard: which collective, of unit `unit` of `stage`; `at_layer` -1: between computes,
+  // k >= 0: inside the compute it follows (the Shard instructions right after a compute, in
+  // the order they run), at that compute's layer k — a gather before the layer's work, a
+  // free or a reduce-scatter after it.
+  ShardOp shard = ShardOp::GatherW;
+  int unit = -1, at_layer = -1;
   bool operator==(const Instr&) const = default;
+};
+
+// Sharded data parallelism: the most elements of gathered weights and of open (not yet
+// reduce-scattered) gradients a rank holds at once (validate_shards).
+struct ShardPeak {
+  int64_t weights = 0, gradients = 0;
 };
 
 struct Program {
@@ -85,6 +106,10 @@ struct Program {
   std::vector<int> stage_to_rank;
   std::vector<std::vector<Instr>> per_rank;
   bool vocab_parallel = false;
+  // Sharded data parallelism (shard_pass.hpp): the layers of each stage (the units' inside
+  // positions refer to them); empty in a program without SHARD instructions.
+  std::vector<int> stage_layers;
+  std::vector<ShardPeak> shard_peak;  // per rank
 };
 
 // The value (kind, microbatch, consumer stage) a compute action takes from another stage

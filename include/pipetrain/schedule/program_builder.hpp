@@ -9,7 +9,9 @@
 //   2. validate_program: transfers matched, tags, stashes, no deadlock;
 //   3. in-order transports (NCCL's): lowered with receives one action ahead, then moved
 //      into one order on every pair (post_for_in_order) and validated again; a file's
-//      program must already run in order (validate_in_order).
+//      program must already run in order (validate_in_order);
+//   4. sharded data parallelism (shard_pass.hpp): the shard collectives placed and proven
+//      (validate_shards), the working set they leave in Program::shard_peak.
 //
 // Exports: kRecvLookahead, ProgramRecipe, build_program.
 #pragma once
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/shard_pass.hpp"
 #include "pipetrain/schedule/simulate.hpp"
 
 namespace pipetrain {
@@ -36,6 +39,9 @@ struct ProgramRecipe {
   // A compute+comms CSV (program_csv.hpp): its text, name and stage placement. Its program
   // runs exactly as written.
   std::string comms_csv, file, placement = "loop";
+  // parallel.shard: the collectives to place and the units they move (shard_pass.hpp).
+  ShardPlacement shard;
+  ShardUnits units;
 };
 
 // The receives a program of this recipe posts ahead (1 under in-order transports).

@@ -20,6 +20,9 @@ struct Costs {
   // Vocabulary parallelism: one rank's slice per microbatch of EF, OF, OB and EB
   // (VocabOp order), the same on every rank.
   std::array<double, 4> vocab{};
+  // Sharded data parallelism (shard_pass.hpp): one unit's weight all-gather and gradient
+  // reduce-scatter, each running on the rank's data-parallel link one after the other.
+  double gather = 0, scatter = 0;
   double of(Op op) const;
   double of(const Action& a) const;
   // Per-stage costs from each stage's forward + backward time per microbatch: F a third
@@ -31,7 +34,7 @@ struct SimEvent {
   Action action;
   int rank = 0;
   double start = 0, end = 0;
-  std::string vocab;  // a vocabulary slice ("OF3"); empty: the action
+  std::string vocab;  // a vocabulary slice ("OF3") or a shard collective ("GATHER_W0.1"); empty: the action
   std::string name() const { return vocab.empty() ? to_string(action) : vocab; }
   char category() const { return vocab.empty() ? op_char(action.op) : 'V'; }
 };
@@ -43,6 +46,9 @@ struct SimResult {
   std::vector<int> peak_inflight; // per rank: most (microbatch, stage) pairs whose F ran
                                   // and whose B (or W) has not completed
   std::vector<SimEvent> events;   // rank by rank, each in program order
+  // Sharded data parallelism: each rank's collectives on its data-parallel link (named
+  // "GATHER_W0.1", ...), in the order they ran (simulate_program only).
+  std::vector<SimEvent> link_events;
 };
 
 // Validates the schedule (throws pipetrain::Error like validate()), lowers it with every
@@ -62,6 +68,9 @@ struct Program;
 // SEND, RECV and MOVE take no rank time; a transfer moves once both its SEND has been
 // issued and its RECV posted (rendezvous) and takes transfer.time() — so where the
 // lowering posts receives shows in the result. costs.comm is ignored (see transfer).
+// Shard collectives occupy the rank's data-parallel link in the order they are posted; a
+// compute's layer k waits for the gather of its stage's unit k (a compute runs its layers
+// for equal parts of its time), and the step ends when the link is done.
 SimResult simulate_program(const Program& p, const Costs& costs, const TransferCosts& transfer = {});
 
 }  // namespace pipetrain

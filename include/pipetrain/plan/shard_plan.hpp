@@ -1,0 +1,28 @@
+// Sharded data parallelism in a run's plan: the collectives parallel.shard places
+// (ShardPlacement) and the units they move on every rank (ShardUnits), from the model, the
+// layout and the stage split alone — so the trainer, `check` and the planner build the same
+// program (schedule/shard_pass.hpp) and count the same working set. A unit is one layer's
+// parameters (a stage_pieces entry: the embedding, a block or a half block, the head), a
+// tied table a unit of its own; a rank numbers its units per stage, a layer's by its index,
+// the table after the stage's layers (on the first stage that holds it on that rank). The
+// runtime numbers the parameters it declares by the same rule (runtime/shard_units.hpp) and
+// checks that the two agree.
+#pragma once
+#include <vector>
+
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/model/partition.hpp"
+#include "pipetrain/plan/planner.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/shard_pass.hpp"
+
+namespace pipetrain {
+
+// What `level` places (nothing below "gradients"), with parallel.shard_prefetch and shard_reuse.
+ShardPlacement shard_placement(const ParallelConfig& p, ShardLevel level);
+
+// Every rank's units of a layout run with schedule `s` and stage split `split`.
+ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule& s,
+                       const std::vector<StageUnits>& split);
+
+}  // namespace pipetrain

@@ -1,0 +1,101 @@
+// One rank's state under sharded data parallelism (parallel.shard = "gradients" |
+// "weights"; schedule/shard_pass.hpp). Each unit (runtime/shard_units.hpp) is a run
+// [lo, hi) of the flat parameter buffers, a multiple of 16 x the shard group's ranks long;
+// group rank r holds its r-th part — of the gradient and the AdamW moments and, under
+// "weights", of the weights too, where no whole copy is kept. The program's instructions
+// move a unit between whole and shards:
+//   GATHER_W  all-gathers the unit's weights into a pooled buffer the parameters point at
+//             (waited for at the first layer that reads them);
+//   FREE_W    gives the buffer back (the parameters point at nothing);
+//   REDUCE_SCATTER_G  sums the unit's gradient, opened (pooled, zeroed) at the first
+//             layer that writes it, into this rank's part; the buffer goes back when done.
+// Across shard groups (parallel.shard_group), the parts are then all-reduced over the
+// ranks that hold the same one.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "pipetrain/backend/backend.hpp"
+#include "pipetrain/comm/communicator.hpp"
+#include "pipetrain/core/config.hpp"
+#include "pipetrain/core/memory_pool.hpp"
+#include "pipetrain/model/parameters.hpp"
+#include "pipetrain/runtime/shard_units.hpp"
+
+namespace pipetrain {
+
+class UnitShards {
+ public:
+  struct Piece {
+    int64_t lo = 0, hi = 0;                                               // [lo, hi) of the flat buffers
+    float *value = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;  // at lo
+  };
+  // `group`: the ranks one shard spans; `across`: the ranks holding the same part in other
+  // groups (null: one group). `weights`: the weights are sharded too (the store allocated
+  // no whole values).
+  UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
+             MemoryPool& pool, Backend& backend);
+  ~UnitShards();
+
+  // "weights": each unit's initial values, made whole one unit at a time and cut.
+  void initialize(uint64_t seed);
+  // A SHARD instruction of the program.
+  void run(const Instr& in);
+  // Before a layer's work: the units it reads gathered (waited for), those it writes open.
+  void layer_work(int stage, int layer, bool reads, bool writes);
+  void poll();  // gives back the gradients whose reduce-scatter is done
+  // Seconds the step's layers waited for their units' gathers (the exposed part), from 0
+  // at begin_step.
+  void begin_step() { gather_wait_s_ = 0; }
+  double gather_wait_s() const { return gather_wait_s_; }
+  // After the program: every reduce-scatter done, summed across the groups.
+  void finish();
+
+  // This rank's part of `p` (lo == hi: none).
+  Piece piece(const Parameter& p);
+  // f(param, piece) over every parameter's part.
+  void for_each(const std::function<void(Parameter&, const Piece&)>& f);
+  // "gradients": every unit's new values from each rank's part (the whole weights are kept).
+  void gather_values();
+  // "weights": every unit gathered and kept (a run's weights to read after training).
+  void gather_all();
+  // The whole reduced gradient of every unit, as a flat buffer of the store's layout.
+  std::vector<float> whole_gradients();
+  bool shards_weights() const { return weights_; }
+  // The first group's parts count once where groups repeat them.
+  bool first_group() const { return !across_ || across_->rank() == 0; }
+  // This rank's part of p's reduced gradient, as a tensor (undefined: none).
+  Tensor grad_part(const Parameter& p);
+
+ private:
+  struct Unit {
+    UnitRef ref;
+    std::vector<Parameter*> params;
+    int64_t lo = 0, hi = 0, at = 0;  // its range of the flat buffers; its part's place in the part buffers
+    Tensor whole_w, whole_g;
+    std::unique_ptr<CommRequest> gather, scatter;
+  };
+  int64_t part(const Unit& u) const { return (u.hi - u.lo) / group_.size(); }
+  int64_t part_lo(const Unit& u) const { return u.lo + group_.rank() * part(u); }
+  void post_gather(Unit& u);
+  void free_weights(Unit& u);
+  void open_gradient(Unit& u);
+  void close_gradient(Unit& u);
+
+  ParameterStore& params_;
+  Communicator& group_;
+  Communicator* across_;
+  bool weights_;
+  MemoryPool& pool_;
+  Backend& backend_;
+  std::vector<Unit> units_;
+  std::map<UnitRef, int> index_;
+  std::map<std::pair<int, int>, std::vector<int>> layers_;  // (stage, layer) -> units
+  Tensor w_, g_, m_, v_;                                    // this rank's parts, unit after unit
+  double gather_wait_s_ = 0;
+};
+
+}  // namespace pipetrain

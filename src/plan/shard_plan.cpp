@@ -1,0 +1,57 @@
+#include "pipetrain/plan/shard_plan.hpp"
+
+#include "pipetrain/plan/cost_model.hpp"
+
+namespace pipetrain {
+
+ShardPlacement shard_placement(const ParallelConfig& p, ShardLevel level) {
+  ShardPlacement o;
+  o.gradients = level >= ShardLevel::Gradients;
+  o.weights = level == ShardLevel::Weights;
+  o.prefetch = p.shard_prefetch;
+  o.keep = p.shard_reuse == "keep";
+  return o;
+}
+
+ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule& s,
+                       const std::vector<StageUnits>& split) {
+  ShardUnits out;
+  out.layers.resize(static_cast<size_t>(s.num_ranks));
+  out.elems.resize(static_cast<size_t>(s.num_ranks));
+  const bool tied = model.tied() && !l.vocab_parallel;
+  const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
+  for (int r = 0; r < s.num_ranks; ++r) {
+    auto& layers = out.layers[static_cast<size_t>(r)];
+    auto& elems = out.elems[static_cast<size_t>(r)];
+    bool have_table = false;
+    UnitRef table_unit;
+    for (int st = 0; st < s.num_stages; ++st) {
+      if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
+      const auto pieces = stage_pieces(model, split[static_cast<size_t>(st)]);
+      auto& uses = layers[st];
+      uses.resize(pieces.size());
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        const StagePiece& x = pieces[k];
+        const bool end = x.kind == UnitKind::Embedding || x.kind == UnitKind::Head;
+        double own = unit_params(model, x.kind, x.block).on_rank(l.tp, l.ep);
+        if (tied && end) {
+          if (!have_table) {  // declared at its first layer on this rank, numbered after the stage's layers
+            table_unit = {st, static_cast<int>(pieces.size())};
+            elems[table_unit] = static_cast<int64_t>(table);
+            have_table = true;
+          }
+          own -= table;
+        }
+        if (own > 0) {
+          const UnitRef mine{st, static_cast<int>(k)};
+          elems[mine] = static_cast<int64_t>(own);
+          uses[k].push_back(mine);
+        }
+        if (tied && end) uses[k].push_back(table_unit);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,208 @@
+#include "pipetrain/runtime/unit_shards.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+
+UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
+                       MemoryPool& pool, Backend& backend)
+    : params_(params), group_(group), across_(across), weights_(weights), pool_(pool), backend_(backend) {
+  const int64_t align = 16 * static_cast<int64_t>(group.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < units.units.size(); ++i) {
+    Unit u;
+    u.ref = units.units[i];
+    u.params = units.params[i];
+    if (u.params.empty()) fail("sharded data parallelism: unit {}.{} has no parameters", u.ref.stage, u.ref.unit);
+    u.lo = u.params.front()->offset;
+    const Parameter* last = u.params.back();
+    u.hi = (last->offset + last->numel() + align - 1) / align * align;
+    for (const Parameter* p : u.params)
+      if (p->unit != static_cast<int>(i) || p->offset < u.lo || p->offset + p->numel() > u.hi || p->expert_parallel)
+        fail("sharded data parallelism: parameter {} lies outside its unit {}.{}'s run of the flat buffers", p->name,
+             u.ref.stage, u.ref.unit);
+    if ((u.lo % align) != 0 || (!units_.empty() && u.lo < units_.back().hi))
+      fail("sharded data parallelism: unit {}.{} does not start on its own aligned run", u.ref.stage, u.ref.unit);
+    u.at = at;
+    at += part(u);
+    index_[u.ref] = static_cast<int>(units_.size());
+    units_.push_back(std::move(u));
+  }
+  for (const auto& [s, layers] : units.layers)
+    for (size_t l = 0; l < layers.size(); ++l)
+      for (const UnitRef& r : layers[l]) layers_[{s, static_cast<int>(l)}].push_back(index_.at(r));
+  const int64_t n = std::max<int64_t>(at, 16);
+  for (Tensor* t : {&g_, &m_, &v_}) {
+    *t = Tensor::empty(pool, {n});
+    backend.fill(t->f32(), 0.0f, static_cast<size_t>(n));
+  }
+  if (weights) {
+    w_ = Tensor::empty(pool, {n});
+    backend.fill(w_.f32(), 0.0f, static_cast<size_t>(n));
+  }
+  for (auto& p : params.params()) p.grad = Tensor{};  // each unit's, while open
+}
+
+UnitShards::~UnitShards() {
+  for (Unit& u : units_) {  // abandon nothing in flight: the buffers stay until it ends
+    if (u.gather) u.gather->wait();
+    if (u.scatter) u.scatter->wait();
+  }
+}
+
+void UnitShards::initialize(uint64_t seed) {
+  for (Unit& u : units_) {
+    u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
+    backend_.fill(u.whole_w.f32(), 0.0f, static_cast<size_t>(u.hi - u.lo));
+    for (Parameter* p : u.params) {
+      p->value = u.whole_w.view(p->offset - u.lo, p->shape);
+      ParameterStore::initialize(*p, seed, backend_);
+    }
+    backend_.copy(w_.f32() + u.at, u.whole_w.f32() + (part_lo(u) - u.lo), static_cast<size_t>(part(u)) * sizeof(float));
+    free_weights(u);
+  }
+}
+
+void UnitShards::post_gather(Unit& u) {
+  u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
+  for (Parameter* p : u.params) p->value = u.whole_w.view(p->offset - u.lo, p->shape);
+  u.gather = group_.all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
+}
+
+void UnitShards::free_weights(Unit& u) {
+  if (u.gather) u.gather->wait();
+  u.gather.reset();
+  for (Parameter* p : u.params) p->value = Tensor{};
+  u.whole_w = Tensor{};
+}
+
+void UnitShards::open_gradient(Unit& u) {
+  u.whole_g = Tensor::empty(pool_, {u.hi - u.lo});
+  backend_.fill(u.whole_g.f32(), 0.0f, static_cast<size_t>(u.hi - u.lo));
+  for (Parameter* p : u.params) p->grad = u.whole_g.view(p->offset - u.lo, p->shape);
+}
+
+void UnitShards::close_gradient(Unit& u) {
+  u.scatter.reset();
+  for (Parameter* p : u.params) p->grad = Tensor{};
+  u.whole_g = Tensor{};
+}
+
+void UnitShards::run(const Instr& in) {
+  const auto it = index_.find({in.stage, in.unit});
+  if (it == index_.end()) fail("{}: unit {}.{} is not on this rank", to_string(in), in.stage, in.unit);
+  Unit& u = units_[static_cast<size_t>(it->second)];
+  switch (in.shard) {
+    case ShardOp::GatherW:
+      if (!weights_ || u.whole_w.defined())
+        fail("{}: the unit's weights are not sharded, or already gathered", to_string(in));
+      post_gather(u);
+      return;
+    case ShardOp::FreeW:
+      free_weights(u);
+      return;
+    case ShardOp::ReduceScatterG:
+      if (!u.whole_g.defined()) fail("{}: no work wrote the unit's gradient this step", to_string(in));
+      u.scatter = group_.reduce_scatter_sum(u.whole_g, g_.view(u.at, {part(u)}), backend_.stream());
+      return;
+  }
+}
+
+void UnitShards::layer_work(int stage, int layer, bool reads, bool writes) {
+  const auto it = layers_.find({stage, layer});
+  if (it == layers_.end()) return;
+  for (int i : it->second) {
+    Unit& u = units_[static_cast<size_t>(i)];
+    if (reads && weights_) {
+      if (!u.whole_w.defined())
+        fail("stage {}, layer {}: reads unit {}.{}, which is not gathered", stage, layer, u.ref.stage, u.ref.unit);
+      if (u.gather) {
+        const auto t0 = std::chrono::steady_clock::now();
+        u.gather->wait();
+        u.gather.reset();
+        gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+    if (writes && !u.whole_g.defined()) {
+      if (u.scatter)
+        fail("stage {}, layer {}: writes unit {}.{}'s gradient after its reduce-scatter", stage, layer, u.ref.stage,
+             u.ref.unit);
+      open_gradient(u);
+    }
+  }
+}
+
+void UnitShards::poll() {
+  for (Unit& u : units_)
+    if (u.scatter && u.scatter->test()) close_gradient(u);
+}
+
+void UnitShards::finish() {
+  for (Unit& u : units_) {
+    if (u.scatter) u.scatter->wait();
+    if (u.whole_g.defined() && !u.scatter)
+      fail("unit {}.{}: its gradient was never reduce-scattered", u.ref.stage, u.ref.unit);
+    close_gradient(u);
+  }
+  if (across_ && across_->size() > 1) across_->allreduce_sum(g_, backend_.stream())->wait();
+}
+
+UnitShards::Piece UnitShards::piece(const Parameter& p) {
+  Piece out;
+  if (p.unit < 0 || static_cast<size_t>(p.unit) >= units_.size()) return out;
+  const Unit& u = units_[static_cast<size_t>(p.unit)];
+  const int64_t a = part_lo(u), b = a + part(u);
+  out.lo = std::max(a, p.offset);
+  out.hi = std::max(out.lo, std::min(b, p.offset + p.numel()));
+  const int64_t at = u.at + (out.lo - a);
+  out.grad = g_.f32() + at;
+  out.m = m_.f32() + at;
+  out.v = v_.f32() + at;
+  out.value = weights_ ? w_.f32() + at : params_.values().f32() + out.lo;
+  return out;
+}
+
+void UnitShards::for_each(const std::function<void(Parameter&, const Piece&)>& f) {
+  for (Unit& u : units_)
+    for (Parameter* p : u.params)
+      if (const Piece x = piece(*p); x.hi > x.lo) f(*p, x);
+}
+
+Tensor UnitShards::grad_part(const Parameter& p) {
+  const Piece x = piece(p);
+  if (x.hi <= x.lo) return {};
+  return g_.view(x.grad - g_.f32(), {x.hi - x.lo});
+}
+
+void UnitShards::gather_values() {
+  std::vector<std::unique_ptr<CommRequest>> parts;
+  for (Unit& u : units_)
+    parts.push_back(group_.all_gather(params_.values().view(part_lo(u), {part(u)}),
+                                      params_.values().view(u.lo, {u.hi - u.lo}), backend_.stream()));
+  for (auto& r : parts) r->wait();
+}
+
+void UnitShards::gather_all() {
+  for (Unit& u : units_)
+    if (!u.whole_w.defined()) post_gather(u);
+  for (Unit& u : units_)
+    if (u.gather) {
+      u.gather->wait();
+      u.gather.reset();
+    }
+}
+
+std::vector<float> UnitShards::whole_gradients() {
+  std::vector<float> out(static_cast<size_t>(params_.numel()), 0.0f);
+  for (Unit& u : units_) {
+    Tensor whole = Tensor::empty(pool_, {u.hi - u.lo});
+    group_.all_gather(g_.view(u.at, {part(u)}), whole, backend_.stream())->wait();
+    backend_.to_host(out.data() + u.lo, whole.raw(), whole.bytes());
+  }
+  return out;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,158 @@
+// Sharded data parallelism (parallel.shard = "gradients" | "weights"): every level on every
+// dp x pp x tp grid of the world's size, under 1f1b, zb-h1 (its split weight-gradient work),
+// dualpipev and interleaved placements, GPT-2 (tied table on two ranks) and Llama, gives the
+// single-rank run's losses, gradients and parameters within the grid suite's bounds; a run
+// saved at one level resumes at any other bit for bit; and the weights a rank stores under
+// "weights" are its shard.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mpi/mpi_fixtures.hpp"
+#include "pipetrain/core/error.hpp"
+
+namespace pipetrain {
+namespace {
+
+using namespace testing;
+
+struct GridCase {
+  int dp, pp, tp;
+};
+
+Config shard_config(GridCase g, const std::string& schedule, const std::string& level, bool llama = false) {
+  Config c = tiny_run_config();
+  c.model.n_layer = 4;
+  c.model.vocab_size = 100;
+  if (llama) {
+    make_tiny_llama(c);
+    c.model.tie_embeddings = true;
+  }
+  c.train.microbatches = 2;
+  c.train.lr = 3e-3;  // the grid suite's: rounding noise moves near-zero elements by O(lr)
+  c.train.grad_clip = 0.05;
+  c.parallel.dp = g.dp;
+  c.parallel.pp = g.pp;
+  c.parallel.tp = g.tp;
+  c.parallel.shard = level;
+  c.schedule.name = schedule;
+  if (schedule == "dualpipev" || schedule == "interleaved-1f1b") c.parallel.virtual_stages = 2;
+  if (schedule == "dualpipev") c.train.microbatches = 2 * g.pp;  // its least
+  return c;
+}
+
+std::vector<GridCase> sharded_grids(int world) {
+  std::vector<GridCase> out;
+  for (GridCase g : std::vector<GridCase>{{2, 1, 1}, {2, 2, 1}, {2, 1, 2}, {4, 1, 1}, {2, 2, 2}})
+    if (g.dp * g.pp * g.tp == world) out.push_back(g);
+  return out;
+}
+
+TEST(ShardedDataParallel, EveryLevelOnEveryGridMatchesTheSingleRankRun) {
+  const auto grids = sharded_grids(world_size());
+  if (grids.empty()) GTEST_SKIP() << "no grid with dp > 1 has " << world_size() << " ranks";
+  for (bool llama : {false, true}) {
+    Config single = shard_config({1, 1, 1}, "1f1b", "none", llama);
+    const RunResult ref = run(single, MPI_COMM_SELF);
+    for (GridCase g : grids) {
+      struct Case {
+        const char* schedule;
+        const char* level;
+        const char* reuse;
+        int group = 0;  // parallel.shard_group
+      };
+      std::vector<Case> cases = {
+          {"1f1b", "gradients", "regather"}, {"1f1b", "weights", "regather"}, {"zb-h1", "weights", "keep"}};
+      if (g.dp == 4) cases.insert(cases.end(), {{"1f1b", "weights", "regather", 2}, {"zb-h1", "gradients", "keep", 2}});
+      if (g.pp == 2)
+        cases.insert(cases.end(), {{"dualpipev", "weights", "regather"}, {"interleaved-1f1b", "gradients", "keep"}});
+      for (const Case& c : cases) {
+        if (llama && std::string(c.schedule) == "interleaved-1f1b") continue;
+        SCOPED_TRACE(::testing::Message()
+                     << (llama ? "llama" : "gpt2") << ", grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp << ", "
+                     << c.schedule << ", shard " << c.level << " (" << c.reuse << ", group " << c.group << ")");
+        Config cfg = shard_config(g, c.schedule, c.level, llama);
+        cfg.parallel.shard_reuse = c.reuse;
+        cfg.parallel.shard_group = c.group;
+        expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+      }
+    }
+  }
+}
+
+// A run's losses and final weights from step `first` to `last`, resumed from `from` (if
+// given); saved to `save` (if given) at `last` (with no step run when first == last).
+struct Leg {
+  std::vector<double> losses;
+  std::vector<float> weights;  // every parameter this rank holds, in store order
+};
+Leg leg(const Config& cfg, int first, int last, const std::string& from, const std::string& save) {
+  Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
+  const int T = cfg.train.seq_len;
+  auto backend = make_cpu_backend();
+  Trainer trainer(cfg, grid, *backend, [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); });
+  if (!from.empty()) {
+    EXPECT_EQ(trainer.load_checkpoint(from, false), first);
+  }
+  Leg out;
+  for (int s = first; s < last; ++s) out.losses.push_back(trainer.train_step(s).loss);
+  if (!save.empty()) trainer.save_checkpoint(save, last);
+  trainer.gather_weights();
+  for (const auto& p : trainer.params().params())
+    out.weights.insert(out.weights.end(), p.value.f32(), p.value.f32() + p.numel());
+  return out;
+}
+
+// A state saved at any level, resumed at any level, continues exactly as the same state
+// saved at any other: checkpoints hold global tensors, and a load puts every element back
+// where that level keeps it. (The levels' runs differ in the last bits: "none" and
+// "optimizer" add a step's embedding rows to the reduced table, or sum a tied table's copies
+// first, the unit levels reduce each copy with its rows in it; "gradients" and "weights" are
+// the same sums in the same order.)
+TEST(ShardedDataParallel, ACheckpointResumesAtAnyOtherLevelBitForBit) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "runs on 2 ranks (dp 2) and 4 (dp 2, pp 2)";
+  const GridCase g{2, world_size() / 2, 1};
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pipetrain_shard_resume";
+  if (world_rank() == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<std::string> levels = {"none", "optimizer", "gradients", "weights"};
+  const auto config = [&](const std::string& level) { return shard_config(g, "1f1b", level); };
+  const auto file = [&](const std::string& name) { return (dir / (name + ".h5")).string(); };
+  leg(config("none"), 0, 2, "", file("start"));
+  for (const std::string& level : levels) leg(config(level), 2, 2, file("start"), file("saved-" + level));
+  for (const std::string& resumed : levels) {
+    const Leg want = leg(config(resumed), 2, 4, file("start"), "");
+    for (const std::string& saved : levels) {
+      SCOPED_TRACE("saved at " + saved + ", resumed at " + resumed);
+      const Leg got = leg(config(resumed), 2, 4, file("saved-" + saved), "");
+      EXPECT_EQ(got.losses, want.losses);
+      EXPECT_TRUE(got.weights == want.weights) << "the final weights differ";
+    }
+  }
+  EXPECT_TRUE(leg(config("gradients"), 2, 4, file("start"), "").weights ==
+              leg(config("weights"), 2, 4, file("start"), "").weights);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Under "weights" a rank stores its part of each unit (a dp-th of it) and no whole weights
+// between steps; a read outside the program's windows finds no weights.
+TEST(ShardedDataParallel, WeightsLiveAsShardsBetweenSteps) {
+  if (world_size() != 2) GTEST_SKIP() << "runs on 2 ranks (dp 2)";
+  const Config cfg = shard_config({2, 1, 1}, "1f1b", "weights");
+  Grid grid(MPI_COMM_WORLD, cfg.parallel, cfg.source);
+  const int T = cfg.train.seq_len;
+  auto backend = make_cpu_backend();
+  Trainer trainer(cfg, grid, *backend, [T](int64_t f, int n, int32_t* in, int32_t* tgt) { pattern(f, n, in, tgt, T); });
+  trainer.train_step(0);
+  for (const auto& p : trainer.params().params()) {
+    EXPECT_FALSE(p.value.defined()) << p.name << " is whole between steps";
+    EXPECT_FALSE(p.grad.defined()) << p.name << "'s gradient is whole between steps";
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain
