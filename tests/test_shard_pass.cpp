@@ -100,8 +100,12 @@ TEST(ShardPass, TheWorkingSetFollowsTheReusePolicy) {
     const Program keep = sharded(s, {true, true, prefetch, true}, 6);
     EXPECT_EQ(keep.shard_peak[0].weights, 6);
   }
-  // The gradient of each unit is open from its backward to its reduce-scatter, right after.
-  EXPECT_EQ(sharded(s, {false, true, 1, false}, 6).shard_peak[0].gradients, 1);
+  // The gradient of each unit is open from its backward to its reduce-scatter, right after,
+  // and stays (as the copies the reduce-scatter sends) until it ends: kScattersInFlight more
+  // at most, and one more while the newest is copied.
+  const ShardPeak grads = sharded(s, {false, true, 1, false}, 6).shard_peak[0];
+  EXPECT_EQ(grads.gradients, 2 + kScattersInFlight);
+  EXPECT_EQ(grads.in_flight, kScattersInFlight + 1);
 }
 
 TEST(ShardPass, TheSimulatorPricesTheCollectives) {

@@ -346,12 +346,14 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.buffers = in.activation_bytes * in.receive_buffers + in.vocab_buffers;
   if (in.shard >= ShardLevel::Gradients && in.dp > 1) {  // a dp-th each, and what the program holds whole
     const double part = in.params / in.dp;
-    m.gradients = 4.0 * (part + in.whole_gradients);
+    // What is whole at once: the program's joint most where it is known.
+    const double together = in.whole_together > 0 ? in.whole_together : in.whole_weights + in.whole_gradients;
+    const double weights = in.shard == ShardLevel::Weights ? std::min(in.whole_weights, together) : 0.0;
+    m.gradients = 4.0 * (part + std::min(in.whole_gradients, together - weights));
     m.optimizer = 8.0 * part;
-    if (in.shard == ShardLevel::Weights) m.weights = 4.0 * (part + in.whole_weights);
-    // A reduce-scatter's scratch is twice its message (libnbc's), until it completes: at
-    // worst every open gradient's at once.
-    if (in.reduction_scratch) m.buffers += 8.0 * in.whole_gradients;
+    if (in.shard == ShardLevel::Weights) m.weights = 4.0 * (part + weights);
+    // A reduce-scatter's scratch is twice its message (libnbc's), until it completes.
+    if (in.reduction_scratch) m.buffers += 8.0 * in.in_flight;
     return m;
   }
   if (in.reduction_scratch) {  // each gradient's reduction over its group of d ranks in flight at once

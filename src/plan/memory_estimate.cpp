@@ -98,7 +98,8 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
     // reduce-scatter after the last, so with more than one microbatch every unit's at once;
     // "regather" holds the layer at work and those prefetched, "keep" every unit.
     const bool one_pass = l.microbatches == 1 && s.num_stages == 1;
-    in.whole_gradients = one_pass ? 2.0 * h.largest_piece : h.params;
+    in.in_flight = kScattersInFlight * h.largest_piece;
+    in.whole_gradients = (one_pass ? 2.0 * h.largest_piece : h.params) + in.in_flight;
     if (l.shard == ShardLevel::Weights)
       in.whole_weights = cfg.parallel.shard_reuse == "keep"
                              ? h.params
@@ -143,6 +144,8 @@ RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p,
     if (program && !program->shard_peak.empty()) {  // the units the program holds whole at most
       in.whole_weights = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].weights);
       in.whole_gradients = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].gradients);
+      in.in_flight = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].in_flight);
+      in.whole_together = static_cast<double>(program->shard_peak[static_cast<size_t>(r)].together);
     }
     const RankMemory mem = rank_memory(in);
     if (mem.total() > largest.total()) largest = mem;

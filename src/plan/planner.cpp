@@ -92,6 +92,8 @@ RankMemory sharded_memory(const Context& cx, const Costed& k) {
     MemoryInputs in = k.inputs[static_cast<size_t>(r)];
     in.whole_weights = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].weights);
     in.whole_gradients = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].gradients);
+    in.in_flight = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].in_flight);
+    in.whole_together = static_cast<double>(prog.shard_peak[static_cast<size_t>(r)].together);
     const RankMemory mem = rank_memory(in);
     if (mem.total() > largest.total()) largest = mem;
   }

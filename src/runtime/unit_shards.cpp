@@ -49,7 +49,7 @@ UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& gr
 UnitShards::~UnitShards() {
   for (Unit& u : units_) {  // abandon nothing in flight: the buffers stay until it ends
     if (u.gather) u.gather->wait();
-    if (u.scatter) u.scatter->wait();
+    end_scatter(u);
   }
 }
 
@@ -86,9 +86,35 @@ void UnitShards::open_gradient(Unit& u) {
 }
 
 void UnitShards::close_gradient(Unit& u) {
-  u.scatter.reset();
   for (Parameter* p : u.params) p->grad = Tensor{};
   u.whole_g = Tensor{};
+}
+
+void UnitShards::post_scatter(Unit& u) {
+  const int64_t k = part(u), d = group_.size(), q = std::max<int64_t>(16, kScatterChunk / d);
+  for (int64_t t = 0; t < k; t += q) {  // chunk t: each rank's piece [t, t + n) of its part
+    const int64_t n = std::min(q, k - t);
+    Tensor stage = Tensor::empty(pool_, {d * n});
+    for (int64_t r = 0; r < d; ++r)
+      backend_.copy(stage.f32() + r * n, u.whole_g.f32() + r * k + t, static_cast<size_t>(n) * sizeof(float));
+    u.scatter.push_back(group_.reduce_scatter_sum(stage, g_.view(u.at + t, {n}), backend_.stream()));
+    u.staging.push_back(std::move(stage));
+  }
+  close_gradient(u);
+}
+
+bool UnitShards::scatter_done(Unit& u) {
+  for (auto& r : u.scatter)
+    if (!r->test()) return false;
+  u.scatter.clear();
+  u.staging.clear();
+  return true;
+}
+
+void UnitShards::end_scatter(Unit& u) {
+  for (auto& r : u.scatter) r->wait();
+  u.scatter.clear();
+  u.staging.clear();
 }
 
 void UnitShards::run(const Instr& in) {
@@ -106,7 +132,12 @@ void UnitShards::run(const Instr& in) {
       return;
     case ShardOp::ReduceScatterG:
       if (!u.whole_g.defined()) fail("{}: no work wrote the unit's gradient this step", to_string(in));
-      u.scatter = group_.reduce_scatter_sum(u.whole_g, g_.view(u.at, {part(u)}), backend_.stream());
+      post_scatter(u);
+      scattering_.push_back(it->second);
+      while (scattering_.size() > static_cast<size_t>(kScattersInFlight)) {  // its buffers bound the memory
+        end_scatter(units_[static_cast<size_t>(scattering_.front())]);
+        scattering_.pop_front();
+      }
       return;
   }
 }
@@ -127,7 +158,7 @@ void UnitShards::layer_work(int stage, int layer, bool reads, bool writes) {
       }
     }
     if (writes && !u.whole_g.defined()) {
-      if (u.scatter)
+      if (!u.scatter.empty())
         fail("stage {}, layer {}: writes unit {}.{}'s gradient after its reduce-scatter", stage, layer, u.ref.stage,
              u.ref.unit);
       open_gradient(u);
@@ -136,16 +167,17 @@ void UnitShards::layer_work(int stage, int layer, bool reads, bool writes) {
 }
 
 void UnitShards::poll() {
-  for (Unit& u : units_)
-    if (u.scatter && u.scatter->test()) close_gradient(u);
+  while (!scattering_.empty()) {
+    if (!scatter_done(units_[static_cast<size_t>(scattering_.front())])) return;
+    scattering_.pop_front();
+  }
 }
 
 void UnitShards::finish() {
+  scattering_.clear();
   for (Unit& u : units_) {
-    if (u.scatter) u.scatter->wait();
-    if (u.whole_g.defined() && !u.scatter)
-      fail("unit {}.{}: its gradient was never reduce-scattered", u.ref.stage, u.ref.unit);
-    close_gradient(u);
+    end_scatter(u);
+    if (u.whole_g.defined()) fail("unit {}.{}: its gradient was never reduce-scattered", u.ref.stage, u.ref.unit);
   }
   if (across_ && across_->size() > 1) across_->allreduce_sum(g_, backend_.stream())->wait();
 }

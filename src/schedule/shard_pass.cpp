@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <set>
 
 #include "pipetrain/core/error.hpp"
@@ -268,13 +269,28 @@ class ShardReplay {
                             program_position(p_, rank_, scattered_[u])));
         if (!open_.erase(u)) at(i, fmt::format("no work wrote the gradient of unit {} before it", unit_name(u)));
         scattered_[u] = i;
-        grads_ -= elems(u);
+        scatter(u);
         return;
     }
   }
-  static void add(int64_t& now, int64_t& peak, int64_t n) {
+  // The unit's gradient stays (as the copies its reduce-scatter sends) until the
+  // reduce-scatter ends: at the latest when kScattersInFlight newer ones are posted (the
+  // runtime waits for it then).
+  void scatter(const UnitRef& u) {
+    peak_.gradients = std::max(peak_.gradients, grads_ + elems(u));  // its chunks copied while it is whole
+    peak_.together = std::max(peak_.together, weights_ + grads_ + elems(u));
+    in_flight_.push_back(u);
+    add(flying_, peak_.in_flight, elems(u));
+    if (in_flight_.size() <= static_cast<size_t>(kScattersInFlight)) return;
+    const int64_t n = elems(in_flight_.front());
+    in_flight_.pop_front();
+    flying_ -= n;
+    grads_ -= n;
+  }
+  void add(int64_t& now, int64_t& peak, int64_t n) {
     now += n;
     peak = std::max(peak, now);
+    peak_.together = std::max(peak_.together, weights_ + grads_);
   }
 
   const Program& p_;
@@ -283,7 +299,8 @@ class ShardReplay {
   int rank_;
   const std::vector<Instr>& prog_;
   std::map<UnitRef, size_t> gathered_, freed_, open_, scattered_;  // -> the position that did it
-  int64_t weights_ = 0, grads_ = 0;
+  int64_t weights_ = 0, grads_ = 0, flying_ = 0;
+  std::deque<UnitRef> in_flight_;
   ShardPeak peak_;
 };
 

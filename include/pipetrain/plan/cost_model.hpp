@@ -16,6 +16,7 @@
 #include "pipetrain/model/layer.hpp"
 #include "pipetrain/model/partition.hpp"
 #include "pipetrain/plan/cluster.hpp"
+#include "pipetrain/schedule/shard_pass.hpp"
 
 namespace pipetrain {
 
@@ -172,7 +173,9 @@ struct MemoryInputs {
   // of the gradients and moments (and of the weights under "weights") between steps, plus the
   // units the program holds whole at most (schedule/shard_pass.hpp: Program::shard_peak).
   ShardLevel shard = ShardLevel::None;
-  double whole_weights = 0, whole_gradients = 0;  // elements
+  double whole_weights = 0, whole_gradients = 0;  // elements (the gradients open or reduce-scattering)
+  double in_flight = 0;                           // of those, reduce-scattering (ShardPeak::in_flight): the scratch
+  double whole_together = 0;                      // both at the same moment at most (0: their sum)
 };
 struct RankMemory {
   double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0, packed_copies = 0, activations = 0, buffers = 0;

@@ -8,11 +8,15 @@
 //             (waited for at the first layer that reads them);
 //   FREE_W    gives the buffer back (the parameters point at nothing);
 //   REDUCE_SCATTER_G  sums the unit's gradient, opened (pooled, zeroed) at the first
-//             layer that writes it, into this rank's part; the buffer goes back when done.
+//             layer that writes it, into this rank's part, in chunks of kScatterChunk
+//             elements (each call's transport scratch stays below the malloc threshold, so a
+//             step takes no page faults for it); beyond kScattersInFlight units in flight
+//             the oldest is waited for.
 // Across shard groups (parallel.shard_group), the parts are then all-reduced over the
 // ranks that hold the same one.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,6 +30,9 @@
 #include "pipetrain/runtime/shard_units.hpp"
 
 namespace pipetrain {
+
+// Elements one reduce-scatter call carries at most (libnbc's scratch: twice that, 16 MiB).
+inline constexpr int64_t kScatterChunk = int64_t{2} << 20;
 
 class UnitShards {
  public:
@@ -76,7 +83,11 @@ class UnitShards {
     std::vector<Parameter*> params;
     int64_t lo = 0, hi = 0, at = 0;  // its range of the flat buffers; its part's place in the part buffers
     Tensor whole_w, whole_g;
-    std::unique_ptr<CommRequest> gather, scatter;
+    std::unique_ptr<CommRequest> gather;
+    // The reduce-scatter in flight: one call per chunk of the unit, each on a pooled copy of
+    // its pieces (the whole gradient goes back as soon as they are copied).
+    std::vector<std::unique_ptr<CommRequest>> scatter;
+    std::vector<Tensor> staging;
   };
   int64_t part(const Unit& u) const { return (u.hi - u.lo) / group_.size(); }
   int64_t part_lo(const Unit& u) const { return u.lo + group_.rank() * part(u); }
@@ -84,6 +95,9 @@ class UnitShards {
   void free_weights(Unit& u);
   void open_gradient(Unit& u);
   void close_gradient(Unit& u);
+  void post_scatter(Unit& u);
+  bool scatter_done(Unit& u);  // tests, without waiting
+  void end_scatter(Unit& u);   // waits
 
   ParameterStore& params_;
   Communicator& group_;
@@ -93,6 +107,7 @@ class UnitShards {
   Backend& backend_;
   std::vector<Unit> units_;
   std::map<UnitRef, int> index_;
+  std::deque<int> scattering_;                              // the units whose reduce-scatter is in flight, oldest first
   std::map<std::pair<int, int>, std::vector<int>> layers_;  // (stage, layer) -> units
   Tensor w_, g_, m_, v_;                                    // this rank's parts, unit after unit
   double gather_wait_s_ = 0;

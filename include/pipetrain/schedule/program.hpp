@@ -90,10 +90,14 @@ struct Instr {
   bool operator==(const Instr&) const = default;
 };
 
-// Sharded data parallelism: the most elements of gathered weights and of open (not yet
-// reduce-scattered) gradients a rank holds at once (validate_shards).
+// Sharded data parallelism: the most elements of gathered weights and of whole gradients
+// (open, or reduce-scattering) a rank holds at once (validate_shards).
 struct ShardPeak {
   int64_t weights = 0, gradients = 0;
+  // Of the gradients, those whose reduce-scatter is in flight (kScattersInFlight at most: the
+  // transport's scratch), at their most.
+  int64_t in_flight = 0;
+  int64_t together = 0;  // weights and gradients whole at the same moment, at their most
 };
 
 struct Program {

@@ -39,6 +39,12 @@
 
 namespace pipetrain {
 
+// The reduce-scatters a rank keeps in flight at most: a unit's whole gradient (and the
+// transport's scratch, twice the message under MPI's libnbc) stays until its reduce-scatter
+// completes, so the runtime waits for the oldest beyond these, and the memory estimate counts
+// them beside the program's open gradients (ShardPeak::largest).
+inline constexpr int kScattersInFlight = 1;
+
 struct UnitRef {
   int stage = 0, unit = 0;
   auto operator<=>(const UnitRef&) const = default;
