@@ -21,20 +21,10 @@ namespace {
 
 #define EXPECT_HAS(text, needle) EXPECT_NE((text).find(needle), std::string::npos) << (text)
 
-// Every stage `layers` layers, layer k touching its unit k of one element; with `tied`, the
-// first stage's layer 0 and the last stage's last layer also touch the first stage's table
-// unit (k = layers) where one rank holds both.
+// uniform_units; with `tied`, the first stage's layer 0 and the last stage's last layer also
+// touch the first stage's table unit (k = layers) where one rank holds both.
 ShardUnits units_of(const Schedule& s, int layers, bool tied = false) {
-  ShardUnits u;
-  u.layers.resize(static_cast<size_t>(s.num_ranks));
-  u.elems.resize(static_cast<size_t>(s.num_ranks));
-  for (int st = 0; st < s.num_stages; ++st) {
-    const auto r = static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)]);
-    for (int k = 0; k < layers; ++k) {
-      u.layers[r][st].push_back({UnitRef{st, k}});
-      u.elems[r][UnitRef{st, k}] = 1;
-    }
-  }
+  ShardUnits u = uniform_units(s, layers);
   const auto first = static_cast<size_t>(s.stage_to_rank.front());
   if (tied && s.stage_to_rank.back() == s.stage_to_rank.front()) {
     const UnitRef table{0, layers};

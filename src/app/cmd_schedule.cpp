@@ -55,21 +55,6 @@ struct ScheduleOptions {
   int shard_layers = 2, shard_prefetch = 1;
 };
 
-// --shard: every stage `layers` layers, layer k reading and writing its unit k.
-ShardUnits synthetic_units(const Schedule& s, int layers) {
-  ShardUnits u;
-  u.layers.resize(static_cast<size_t>(s.num_ranks));
-  u.elems.resize(static_cast<size_t>(s.num_ranks));
-  for (int st = 0; st < s.num_stages; ++st) {
-    const auto r = static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)]);
-    for (int k = 0; k < layers; ++k) {
-      u.layers[r][st].push_back({UnitRef{st, k}});
-      u.elems[r][UnitRef{st, k}] = 1;
-    }
-  }
-  return u;
-}
-
 // --shard-costs G,S.
 std::pair<double, double> parse_shard_costs(const std::string& text) {
   double g = -1, sc = -1;
@@ -218,7 +203,7 @@ int run(const ScheduleOptions& o) {
       fail("--shard {}: expected gradients or weights (the levels whose collectives are instructions)", o.shard);
     if (o.shard_layers < 1) fail("--shard-layers {}: at least 1", o.shard_layers);
     recipe.shard = {o.shard == "weights", true, o.shard_prefetch, o.shard_reuse == "keep"};
-    recipe.units = synthetic_units(s, o.shard_layers);
+    recipe.units = uniform_units(s, o.shard_layers);
     std::tie(costs.gather, costs.scatter) = parse_shard_costs(o.shard_costs);
   }
   const Program program = build_program(s, recipe);

@@ -159,6 +159,20 @@ std::vector<Instr> place_on_rank(const Program& p, const ShardUnits& units, cons
 
 }  // namespace
 
+ShardUnits uniform_units(const Schedule& s, int layers) {
+  ShardUnits u;
+  u.layers.resize(static_cast<size_t>(s.num_ranks));
+  u.elems.resize(static_cast<size_t>(s.num_ranks));
+  for (int st = 0; st < s.num_stages; ++st) {
+    const auto r = static_cast<size_t>(s.stage_to_rank[static_cast<size_t>(st)]);
+    for (int k = 0; k < layers; ++k) {
+      u.layers[r][st].push_back({UnitRef{st, k}});
+      u.elems[r][UnitRef{st, k}] = 1;
+    }
+  }
+  return u;
+}
+
 Program place_shard_collectives(Program p, const ShardUnits& units, const ShardPlacement& placement) {
   if (!placement.any()) return p;
   if (placement.prefetch < 0) fail("program {}: a prefetch of {} layers (at least 0)", p.name, placement.prefetch);

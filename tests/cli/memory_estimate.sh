@@ -84,7 +84,7 @@ p=$(plan_mib dp 4 true --pp 1 --tp 1 -- "${gpt2[@]}")
 same "dp 2, ZeRO-1" dp "$h" "$c" "$p"
 # Sharded data parallelism: a dp-th of the state, and the units the program holds whole.
 for level in gradients weights; do
-  shard=(--set parallel.dp=2 --set parallel.shard=$level)
+  shard=(--set parallel.dp=2 --set "parallel.shard=$level")
   h=$(header_mib "$level" 2 "${gpt2[@]}" "${shard[@]}"); c=$(check_mib "$level" "${gpt2[@]}" "${shard[@]}")
   p=$(plan_mib "$level" 4 true --pp 1 --tp 1 --shard "$level" -- "${gpt2[@]}")
   same "dp 2, shard $level" "$level" "$h" "$c" "$p"

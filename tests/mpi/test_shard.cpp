@@ -1,9 +1,9 @@
 // Sharded data parallelism (parallel.shard = "gradients" | "weights"): every level on every
 // dp x pp x tp grid of the world's size, under 1f1b, zb-h1 (its split weight-gradient work),
-// dualpipev and interleaved placements, GPT-2 (tied table on two ranks) and Llama, gives the
-// single-rank run's losses, gradients and parameters within the grid suite's bounds; a run
-// saved at one level resumes at any other bit for bit; and the weights a rank stores under
-// "weights" are its shard.
+// dualpipev and interleaved placements, GPT-2 (tied table on two ranks) and Llama, hybrid
+// groups, recomputation and context parallelism, gives the single-rank run's losses,
+// gradients and parameters within the grid suite's bounds; a run saved at one level resumes
+// at any other bit for bit; and the weights a rank stores under "weights" are its shard.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -79,6 +79,27 @@ TEST(ShardedDataParallel, EveryLevelOnEveryGridMatchesTheSingleRankRun) {
         cfg.parallel.shard_group = c.group;
         expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
       }
+    }
+  }
+}
+
+// Recomputation, full (the backward runs each layer's forward again: it reads gathered
+// weights) and selective, and context parallelism (its ranks are replicas too: the units
+// shard over dp x cp), under "weights".
+TEST(ShardedDataParallel, RecomputationAndContextParallelism) {
+  if (world_size() != 4) GTEST_SKIP() << "runs on 4 ranks (dp 2 x pp 2, dp 2 x cp 2)";
+  for (const char* recompute : {"full", "selective"}) {
+    Config single = shard_config({1, 1, 1}, "1f1b", "none", true);
+    single.train.recompute = recompute;
+    const RunResult ref = run(single, MPI_COMM_SELF);
+    Config pipeline = shard_config({2, 2, 1}, "zb-h1", "weights", true),
+           context = shard_config({2, 1, 1}, "1f1b", "weights", true);
+    context.parallel.cp = 2;
+    for (Config* cfg : {&pipeline, &context}) {
+      SCOPED_TRACE(::testing::Message() << "recompute " << recompute << ", dp 2 x pp " << cfg->parallel.pp << " x cp "
+                                        << cfg->parallel.cp);
+      cfg->train.recompute = recompute;
+      expect_same_run(run(*cfg, MPI_COMM_WORLD), ref, *cfg);
     }
   }
 }

@@ -28,7 +28,8 @@
 // after its reduce-scatter, each unit is reduce-scattered once per step, nothing stays
 // gathered at the end; and it returns each rank's most gathered weights and open gradients
 // at once (the working set the memory estimate counts).
-// Exports: UnitRef, ShardUnits, ShardPlacement, place_shard_collectives, validate_shards.
+// Exports: kScattersInFlight, UnitRef, ShardUnits, uniform_units, ShardPlacement, place_shard_collectives,
+// validate_shards.
 #pragma once
 #include <compare>
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "pipetrain/schedule/program.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace pipetrain {
 
@@ -57,6 +59,10 @@ struct ShardUnits {
   std::vector<std::map<int, std::vector<std::vector<UnitRef>>>> layers;  // [rank][stage][layer]
   std::vector<std::map<UnitRef, int64_t>> elems;                         // [rank][unit]
 };
+
+// Model-free units (`pipetrain schedule --shard`, the tests): every stage `layers` layers,
+// layer k touching its unit k of one element.
+ShardUnits uniform_units(const Schedule& s, int layers);
 
 struct ShardPlacement {
   bool weights = false;    // GATHER_W / FREE_W ("weights")
