@@ -83,6 +83,23 @@ TEST(ShardedDataParallel, EveryLevelOnEveryGridMatchesTheSingleRankRun) {
   }
 }
 
+// bf16 under "gradients": the whole weights and their bf16 copies stay (refreshed after each
+// update's gather), the gradients and moments are parts; the single-rank bf16 run within the
+// bound of runs that round at the same points.
+TEST(ShardedDataParallel, Bf16UnderGradientsMatchesTheSingleRankBf16Run) {
+  const auto grids = sharded_grids(world_size());
+  if (grids.empty()) GTEST_SKIP() << "no grid with dp > 1 has " << world_size() << " ranks";
+  Config single = shard_config({1, 1, 1}, "1f1b", "none");
+  single.train.precision = "bf16";
+  const RunResult ref = run(single, MPI_COMM_SELF);
+  for (GridCase g : grids) {
+    SCOPED_TRACE(::testing::Message() << "bf16, grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp);
+    Config cfg = shard_config(g, "1f1b", "gradients");
+    cfg.train.precision = "bf16";
+    expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+  }
+}
+
 // Recomputation, full (the backward runs each layer's forward again: it reads gathered
 // weights) and selective, and context parallelism (its ranks are replicas too: the units
 // shard over dp x cp), under "weights".
