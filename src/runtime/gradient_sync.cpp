@@ -228,14 +228,11 @@ void GradientSync::update(AdamW& optimizer, int step, double lr, float grad_scal
 // Each rank its parts; under "gradients" every unit's new values gathered after (the whole
 // weights stay), under "weights" the parts are the weights.
 void GradientSync::update_units(int step, double lr, float grad_scale) {
-  const TrainConfig& t = parts_.cfg.train;
   Backend& backend = parts_.backend;
   units_->for_each([&](Parameter& p, const UnitShards::Piece& x) {
-    if (!p.trained) return;
-    const float wd = decays(t, p) ? static_cast<float>(t.weight_decay) : 0.0f;
-    backend.adamw(x.value, x.grad, x.m, x.v, static_cast<size_t>(x.hi - x.lo), static_cast<float>(lr),
-                  static_cast<float>(t.beta1), static_cast<float>(t.beta2), static_cast<float>(t.eps), wd, step + 1,
-                  grad_scale);
+    if (p.trained)
+      adamw_elements(backend, parts_.cfg.train, p, x.value, x.grad, x.m, x.v, static_cast<size_t>(x.hi - x.lo),
+                     step + 1, lr, grad_scale);
   });
   if (units_->shards_weights()) return;
   units_->gather_values();

@@ -28,12 +28,17 @@ bool decays(const TrainConfig& cfg, const Parameter& p) {
   return !cfg.decay_2d_only || p.shape.size() >= 2;
 }
 
+void adamw_elements(Backend& backend, const TrainConfig& cfg, const Parameter& p, float* value, const float* grad,
+                    float* m, float* v, size_t n, int step_count, double lr, float grad_scale) {
+  const float wd = decays(cfg, p) ? static_cast<float>(cfg.weight_decay) : 0.0f;
+  backend.adamw(value, grad, m, v, n, static_cast<float>(lr), static_cast<float>(cfg.beta1),
+                static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps), wd, step_count, grad_scale);
+}
+
 void AdamW::update(Parameter& p, Backend& backend, int step_count, double lr, float grad_scale) {
   if (!p.m.defined()) fail("AdamW: parameter {} has no moments on this rank (another rank updates it)", p.name);
-  const float wd = decays(cfg_, p) ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-  backend.adamw(p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(), static_cast<size_t>(p.numel()),
-                static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
-                static_cast<float>(cfg_.eps), wd, step_count, grad_scale);
+  adamw_elements(backend, cfg_, p, p.value.f32(), p.grad.f32(), p.m.f32(), p.v.f32(), static_cast<size_t>(p.numel()),
+                 step_count, lr, grad_scale);
 }
 
 void AdamW::step(ParameterStore& params, Backend& backend, int step_count, double lr, float grad_scale,

@@ -37,10 +37,8 @@ void OptimizerShards::adamw(ParameterStore& params, Backend& backend, const Trai
                             float grad_scale, const std::function<bool(const Parameter&)>& updates) {
   for_each(params, [&](const Parameter& p, int64_t lo, int64_t hi, const Range& r) {
     if (!updates(p)) return;
-    const float wd = decays(t, p) ? static_cast<float>(t.weight_decay) : 0.0f;
-    backend.adamw(params.values().f32() + lo, params.grads().f32() + lo, m(r, lo), v(r, lo),
-                  static_cast<size_t>(hi - lo), static_cast<float>(lr), static_cast<float>(t.beta1),
-                  static_cast<float>(t.beta2), static_cast<float>(t.eps), wd, step, grad_scale);
+    adamw_elements(backend, t, p, params.values().f32() + lo, params.grads().f32() + lo, m(r, lo), v(r, lo),
+                   static_cast<size_t>(hi - lo), step, lr, grad_scale);
   });
 }
 

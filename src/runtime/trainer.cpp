@@ -32,7 +32,7 @@ Trainer::Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, 
   const std::map<int, ModelStage*> mine = build_stages();
   const int me = grid.coords().pp;
   // parallel.shard over the replicas (training only: inference holds the whole weights).
-  const ShardLevel level = training && grid.comm("dp-cp").size() > 1 ? plan_.layout.shard : ShardLevel::None;
+  const ShardLevel level = training ? plan_.layout.shard : ShardLevel::None;  // (none with one replica)
   const bool units = level >= ShardLevel::Gradients;
   // The tied table on two ranks is updated on the last stage only (GradientSync::update):
   // the first stage keeps no moments for its copy. (ZeRO-1's shards cover the flat buffer;

@@ -46,13 +46,6 @@ UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& gr
   for (auto& p : params.params()) p.grad = Tensor{};  // each unit's, while open
 }
 
-UnitShards::~UnitShards() {
-  for (Unit& u : units_) {  // abandon nothing in flight: the buffers stay until it ends
-    if (u.gather) u.gather->wait();
-    end_scatter(u);
-  }
-}
-
 void UnitShards::initialize(uint64_t seed) {
   for (Unit& u : units_) {
     u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});

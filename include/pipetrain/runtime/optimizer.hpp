@@ -18,6 +18,11 @@ float clip_scale(double norm, double max_norm);
 // Whether a parameter gets weight decay (all, or only matrices with decay_2d_only).
 bool decays(const TrainConfig& cfg, const Parameter& p);
 
+// AdamW on n elements of parameter p (its weight decay from `cfg`), wherever they live:
+// the whole tensor, or a rank's part of it (ZeRO-1's ranges, the unit shards).
+void adamw_elements(Backend& backend, const TrainConfig& cfg, const Parameter& p, float* value, const float* grad,
+                    float* m, float* v, size_t n, int step_count, double lr, float grad_scale);
+
 class AdamW {
  public:
   explicit AdamW(const TrainConfig& cfg) : cfg_(cfg) {}

@@ -45,7 +45,7 @@ class UnitShards {
   // no whole values).
   UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
              MemoryPool& pool, Backend& backend);
-  ~UnitShards();
+  // (Never waits: a step ended by an error abandons what is in flight, like every request.)
 
   // "weights": each unit's initial values, made whole one unit at a time and cut.
   void initialize(uint64_t seed);
