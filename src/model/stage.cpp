@@ -76,12 +76,15 @@ namespace pipetrain {
 
 namespace {
 
-// The stash of one block half (Attention or Mlp) or of a whole Block: what forward keeps
-// (under `mode`) and the gradients kept for the weight pass, in stored elements, and its
-// f32 norm statistics. A half counts its input where the other half's output is it (the
-// MLP's input r / h); under full recomputation each layer keeps its input only.
+// The stash of one block half (Attention or Mlp) or of a whole Block, in stored elements:
+// what forward keeps (under `mode`) until the backward, what the input-gradient pass adds
+// and keeps for the weight pass (the gradients it needs), the f32 norm statistics, and what
+// the input-gradient pass drops of the forward's stash without recomputation (attention's
+// probabilities, the MLP's inputs to its activation). A half counts its input where the
+// other half's output is it (the MLP's input r / h); under full recomputation each layer
+// keeps its input only.
 struct BlockBytes {
-  double stored, stats;
+  double stored, weight_pass, stats, dropped = 0;
 };
 // A mixture of experts' MLP (moe_mlp.cpp), N k routed rows: x, n (N x C), the logits (E,
 // on the host), the rows' inputs and outputs (2 C), gate, up and SwiGLU (3 F), the shared experts' (3 S);
@@ -91,7 +94,7 @@ struct BlockBytes {
 BlockBytes moe_stash(const ModelConfig& cfg, double N, int tp) {
   const double C = cfg.d_model, E = cfg.n_experts, k = cfg.top_k, F = double(cfg.expert_ffn()) / tp,
                S = static_cast<double>(cfg.n_shared_experts) * F;
-  return {N * (2 * C + E + k * (2 * C + 3 * F) + 3 * S) + N * (2 * C + E + k * (C + 2 * F) + 2 * S), N * (1 + 3 * k)};
+  return {N * (2 * C + E + k * (2 * C + 3 * F) + 3 * S), N * (2 * C + E + k * (C + 2 * F) + 2 * S), N * (1 + 3 * k)};
 }
 
 BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp, int B, int T, Recompute mode,
@@ -101,13 +104,17 @@ BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp
   // rows the weight pass keeps beyond them (the gathered norm output; sequence parallel only).
   const double C = cfg.d_model, Cr = sp ? C / tp : C, Cw = sp ? C : 0, rows = sp ? 1.0 / tp : 1.0;
   if (kind == PieceKind::Block) {
-    if (mode == Recompute::Full) return {static_cast<double>(B) * T * Cr, 0};
     const BlockBytes a = block_stash(cfg, PieceKind::Attention, block, tp, B, T, mode, keeps, sp),
                      m = block_stash(cfg, PieceKind::Mlp, block, tp, B, T, mode, keeps, sp);
-    return {a.stored + m.stored, a.stats + m.stats};
+    if (mode == Recompute::Full)
+      return {static_cast<double>(B) * T * Cr, a.weight_pass + m.weight_pass, 0, a.dropped + m.dropped};
+    return {a.stored + m.stored, a.weight_pass + m.weight_pass, a.stats + m.stats, a.dropped + m.dropped};
   }
   const double N = static_cast<double>(B) * T, Cl = C / tp;
-  if (mode == Recompute::Full) return {N * Cr, 0};
+  if (mode == Recompute::Full) {  // the weight pass's gradients as without recomputation
+    const BlockBytes none = block_stash(cfg, kind, block, tp, B, T, Recompute::None, keeps, sp);
+    return {N * Cr, none.weight_pass, 0, none.dropped};
+  }
   if (kind == PieceKind::Mlp && block >= 0 && cfg.moe(block)) return moe_stash(cfg, N, tp);  // sees whole rows
   const bool attention = kind == PieceKind::Attention, selective = mode == Recompute::Selective;
   const double NH = static_cast<double>(cfg.n_head) / tp;
@@ -122,16 +129,18 @@ BlockBytes block_stash(const ModelConfig& cfg, PieceKind kind, int block, int tp
     // (3 Fl); for the weight pass dy (N x C), dn2 (N x Cr), dg, du (2 Fl). RMSNorm
     // statistics: N (rows) each.
     if (attention)
-      return {N * (2 * Cr + Rl + (selective ? 0 : Cl)) + (selective ? 0 : probs) + N * (C + Cr + Cw + Rl), N * rows};
-    return {N * (2 * Cr + (selective ? 2 : 3) * Fl) + N * (C + Cr + Cw + 2 * Fl), N * rows};
+      return {N * (2 * Cr + Rl + (selective ? 0 : Cl)) + (selective ? 0 : probs), N * (C + Cr + Cw + Rl), N * rows,
+              probs};
+    return {N * (2 * Cr + (selective ? 2 : 3) * Fl), N * (C + Cr + Cw + 2 * Fl), N * rows, N * 2 * Fl};
   }
   // Attention: ln1 (N x Cr), qkv (3 Cl), atty (Cl), the probabilities (NH x per_head per
   // sequence); for the weight pass dr (N x C), dln1 (N x Cr), dqkv (3 Cl). MLP: r, ln2 (N x
   // Cr), fch and its GELU (4 Cl each); for the weight pass dy (N x C), dln2 (N x Cr), dfch
   // (4 Cl). LayerNorm statistics: 2 N (rows) each.
   if (attention)
-    return {N * (Cr + (selective ? 3 : 4) * Cl) + (selective ? 0 : probs) + N * (C + Cr + Cw + 3 * Cl), 2 * N * rows};
-  return {N * (2 * Cr + (selective ? 4 : 8) * Cl) + N * (C + Cr + Cw + 4 * Cl), 2 * N * rows};
+    return {N * (Cr + (selective ? 3 : 4) * Cl) + (selective ? 0 : probs), N * (C + Cr + Cw + 3 * Cl), 2 * N * rows,
+            probs};
+  return {N * (2 * Cr + (selective ? 4 : 8) * Cl), N * (C + Cr + Cw + 4 * Cl), 2 * N * rows, N * 4 * Cl};
 }
 
 }  // namespace
@@ -141,13 +150,14 @@ AttentionKeeps attention_keeps(std::string_view device_kind, int head_size) {
   return head_size > 128 ? AttentionKeeps::kSquare : AttentionKeeps::kLogSumExp;
 }
 
-double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
-                   Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel) {
-  const double N = static_cast<double>(B) * T, C = cfg.d_model;
+StashBytes stage_stash(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
+                       Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel) {
+  const double N = static_cast<double>(B) * T, C = cfg.d_model, bytes = static_cast<double>(dtype_size(storage));
   // Head: the final LayerNorm output and its gradient, the (d)logits slice, statistics.
   const double logits = vocab_parallel ? 0.0 : static_cast<double>(cfg.padded_vocab()) / tp;
   const double head = N * (2 * C + logits), head_stats = 2 * N;
   double stored = 0, stats = 0;
+  StashBytes out;
   for (const StagePiece& p : stage_pieces(cfg, {first_unit, last_unit})) {
     if (p.kind == PieceKind::Embedding) {
       stored += N * C;  // the embedding keeps its output gradient
@@ -156,11 +166,23 @@ double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp
       stats += head_stats;
     } else {
       const BlockBytes b = block_stash(cfg, p.kind, p.block, tp, B, T, mode, keeps, sequence_parallel);
+      const BlockBytes none = block_stash(cfg, p.kind, p.block, tp, B, T, Recompute::None, keeps, sequence_parallel);
       stored += b.stored;
       stats += b.stats;
+      // Between an input-gradient pass and its weight pass a piece also holds what
+      // recomputation rebuilt, less what the pass dropped.
+      out.weight_pass += (b.weight_pass + none.stored - b.stored - none.dropped) * bytes + (none.stats - b.stats) * 4.0;
+      out.largest_weight_pass = std::max(out.largest_weight_pass, b.weight_pass * bytes);
     }
   }
-  return stored * static_cast<double>(dtype_size(storage)) + stats * 4.0;
+  out.kept = stored * bytes + stats * 4.0;
+  return out;
+}
+
+double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
+                   Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel) {
+  return stage_stash(cfg, first_unit, last_unit, tp, B, T, storage, mode, keeps, vocab_parallel, sequence_parallel)
+      .kept;
 }
 
 double vocab_stash_bytes(const ModelConfig& cfg, int slices, int B, int T, DType storage) {

@@ -342,7 +342,8 @@ RankMemory rank_memory(const MemoryInputs& in) {
       8.0 * (in.zero1 && in.dp > 1 ? zero1_share(in.params, in.experts, in.dp, in.ep) : in.params - in.not_updated);
   m.compute_copy = in.bf16 ? 2.0 * in.params + 4.0 * in.widened : 0.0;  // bf16-rounded weights, some widened too
   m.packed_copies = 2.0 * 4.0 * in.packed;                                // two f32 copies (blocked layouts pad little)
-  m.activations = in.largest_stash * in.peak_inflight + in.recompute + in.vocab_stash * in.vocab_inflight;
+  m.activations =
+      std::max(in.largest_stash * in.peak_inflight + in.recompute, in.stash_peak) + in.vocab_stash * in.vocab_inflight;
   m.buffers = in.activation_bytes * in.receive_buffers + in.vocab_buffers;
   if (in.shard >= ShardLevel::Gradients && in.dp > 1) {  // a dp-th each, and what the program holds whole
     const double part = in.params / in.dp;

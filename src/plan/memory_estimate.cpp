@@ -26,6 +26,28 @@ bool carries_a_stash(const Config& cfg, const Layout& l, const Placement& p, int
   return pair_rule(l.tp, l.ep, l.vocab_parallel, cfg.schedule.overlap, p.device_kind != "cpu").defer_weights &&
          !s.pairs.empty() && !s.pairs[static_cast<size_t>(r)].empty();
 }
+
+// The most rank r's stashes hold at once, in the schedule's order (its largest stage's
+// sizes): each (microbatch, stage) keeps its forward stash from F to its last backward
+// action, and from an I to its W also the weight pass's gradients and what recomputation
+// rebuilt. A backward holds one layer's gradients in the making on top (bounded by its
+// weight pass's), a B also the one block it rebuilds (`recompute`; it frees each layer
+// after its weight pass).
+double stash_peak(const Schedule& s, int r, const Holdings& h, double recompute) {
+  int live = 0, pending = 0;
+  double peak = 0;
+  for (const Action& a : s.per_rank[static_cast<size_t>(r)]) {
+    live += a.op == Op::F;
+    pending += a.op == Op::I;
+    const double during = a.op == Op::B   ? h.largest_weight_pass + recompute
+                          : a.op == Op::I ? h.largest_weight_pass
+                                          : 0.0;
+    peak = std::max(peak, live * h.largest_stash + pending * h.weight_pass + during);
+    live -= a.op == Op::B || a.op == Op::W;
+    pending -= a.op == Op::W;
+  }
+  return peak;
+}
 }  // namespace
 
 Recompute Placement::recompute_of(const Layout& l, int stage) const {
@@ -42,8 +64,11 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Placemen
   for (int st = 0; st < s.num_stages; ++st) {
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
     const auto& u = (*p.units)[static_cast<size_t>(st)];
-    h.largest_stash = std::max(h.largest_stash, stash_bytes(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
-                                                            p.recompute_of(l, st), keeps, vp, l.sequence_parallel));
+    const StashBytes stash = stage_stash(model, u.first, u.last, l.tp, l.microbatch_size, T, storage,
+                                         p.recompute_of(l, st), keeps, vp, l.sequence_parallel);
+    h.largest_stash = std::max(h.largest_stash, stash.kept);
+    h.weight_pass = std::max(h.weight_pass, stash.weight_pass);
+    h.largest_weight_pass = std::max(h.largest_weight_pass, stash.largest_weight_pass);
     for (const StagePiece& piece : stage_pieces(model, u)) {
       const bool table = piece.kind == UnitKind::Embedding || piece.kind == UnitKind::Head;
       const double params = vp && table ? unit_params(model, piece.kind).replicated
@@ -108,7 +133,6 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   in.bf16 = bf16;
   in.widened = h.widened;
   in.largest_stash = h.largest_stash;
-  in.peak_inflight = p.peaks[static_cast<size_t>(r)] + (carries_a_stash(cfg, l, p, r) ? 1 : 0);
   const AttentionKeeps keeps = keeps_of(model, l, p);
   for (int st = 0; st < s.num_stages; ++st) {  // the one block recomputation rebuilds at a time
     if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
@@ -117,6 +141,9 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
       in.recompute = std::max(
           in.recompute, recompute_bytes(model, tp, B, T, storage, p.recompute_of(l, st), keeps, l.sequence_parallel));
   }
+  const bool carried = carries_a_stash(cfg, l, p, r);  // with its weight pass deferred
+  in.peak_inflight = p.peaks[static_cast<size_t>(r)] + (carried ? 1 : 0);
+  in.stash_peak = stash_peak(s, r, h, in.recompute) + (carried ? h.largest_stash + h.weight_pass : 0.0);
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
   const bool rows = stage_transfer(tp, l.sequence_parallel) == StageTransfer::Rows;  // a 1/tp share received
   in.activation_bytes = pipeline ? (rows ? act / tp : act) : 0.0;

@@ -98,3 +98,15 @@ experts=(--set parallel.dp=2 --set parallel.ep=2)
 h=$(header_mib ep 2 "${moe[@]}" "${experts[@]}"); c=$(check_mib ep "${moe[@]}" "${experts[@]}")
 p=$(plan_mib ep 4 false --pp 1 --tp 1 --ep 2 -- "${moe[@]}")
 same "dp 2, ep 2" ep "$h" "$c" "$p"
+# Where the stashes dominate (bytes, 8 microbatches of 8 x 256 tokens, pp 2): what each
+# microbatch keeps from F to its backward, the weight pass's gradients a ZB-H1 cell holds
+# from its I to its W, and the one layer's a full backward holds at a time.
+stash=("$SRC/inputs/austen-char.toml" --set data.train="$tmp/corpus.h5" --set train.steps=1 --set train.seq_len=256
+       --set model.max_seq_len=256 --set train.global_batch=64 --set train.microbatches=8 --set parallel.pp=2
+       --set runtime.pack_weights=false --set log.every=1)
+for run in "1f1b none 1" "1f1b selective 1" "zb-h1 none 1" "zb-h1 selective 1" "interleaved-1f1b selective 2"; do
+  read -r sched mode v <<<"$run"
+  layout=("${stash[@]}" --set "schedule.name=$sched" --set "train.recompute=$mode" --set "parallel.virtual_stages=$v")
+  h=$(header_mib "stash-$sched-$mode" 2 "${layout[@]}"); c=$(check_mib "stash-$sched-$mode" "${layout[@]}")
+  same "pp 2, $sched, recompute $mode: stashes" "stash-$sched-$mode" "$h" "$c"
+done

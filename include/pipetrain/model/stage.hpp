@@ -1,6 +1,6 @@
 // The model (GPT-2 or Llama, by model.arch) as a sequence of "units" a pipeline stage can
 // own a contiguous run of (partition.hpp: the embedding, each block's attention and MLP
-// halves, the head). Exports: ModelStage, model_flops_per_token, stash_bytes,
+// halves, the head). Exports: ModelStage, model_flops_per_token, stage_stash, stash_bytes,
 // recompute_bytes, kLayerNormEps.
 #pragma once
 #include <memory>
@@ -48,17 +48,24 @@ enum class AttentionKeeps { kCausalBlocks, kSquare, kLogSumExp };
 AttentionKeeps attention_keeps(std::string_view device_kind, int head_size);
 
 // Bytes of activations one microbatch (B sequences of T tokens) keeps stashed in units
-// [first, last) on one of `tp` tensor-parallel ranks, between its forward and its last
-// backward action (what the Block and LossHead stashes hold: activations in `storage`,
-// LayerNorm statistics in f32), under recomputation `mode`: selective drops a block's
-// attention probabilities and output and its GELU output; full keeps the input only of each
-// layer (a whole block, or a half block at the stage's ends).
+// [first, last) on one of `tp` tensor-parallel ranks (what the Block and LossHead stashes
+// hold: activations in `storage`, LayerNorm statistics in f32), under recomputation `mode`:
+// selective drops a block's attention probabilities and output and its GELU output; full
+// keeps the input only of each layer (a whole block, or a half block at the stage's ends).
 // `keeps`: what attention keeps per (sequence, head).
 // vocab_parallel: the head unit is its final norm only (the logits are the slices').
 // sequence_parallel (model/sequence_parallel.hpp): the blocks keep a tp-th of the rows
 // between their tensor-parallel regions (inputs, norm outputs and statistics, the norms'
 // input gradients), and whole rows only for the weight pass (the row-parallel products'
 // output gradients, the gathered norm outputs).
+struct StashBytes {
+  double kept = 0;                 // from its forward to its backward
+  double weight_pass = 0;          // what an input-gradient pass (I) adds until its weight pass (W)
+  double largest_weight_pass = 0;  // of one layer: a full backward (B) frees each layer after its weight pass
+};
+StashBytes stage_stash(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
+                       Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel);
+// stage_stash(...).kept
 double stash_bytes(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T,
                    DType storage = DType::F32, Recompute mode = Recompute::None,
                    AttentionKeeps keeps = AttentionKeeps::kCausalBlocks, bool vocab_parallel = false,

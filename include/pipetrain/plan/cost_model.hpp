@@ -154,6 +154,9 @@ struct MemoryInputs {
   double widened = 0;            // bf16: of the parameters, those also kept widened to f32
   double largest_stash = 0;      // the biggest of its stages' per-microbatch stash
   int peak_inflight = 0;
+  // The most its stashes hold at once with the weight pass's gradients and recomputation
+  // (memory_estimate.cpp: stash_peak); at least largest_stash x peak_inflight + recompute.
+  double stash_peak = 0;
   double recompute = 0;          // the one block recomputation rebuilds at a time
   double activation_bytes = 0;   // one transfer between stages (receive buffers)
   int receive_buffers = 0;       // receives posted ahead (the lowering's lookahead)
