@@ -68,9 +68,11 @@ std::vector<double> balanced_blocks(const ModelConfig& model, int S, const UnitC
            (s == S - 1 ? c.head : 0.0);
   };
   // Boundaries to try, latest first: of equal splits a stage takes as little as it can and
-  // earlier stages the remainder.
+  // earlier stages the remainder. Between blocks, then (halves) inside them: in each run a
+  // stage's start moves earlier, so its cost only grows.
   std::vector<int> bounds;
   for (int h = H; h >= 0; h -= 2) bounds.push_back(h);
+  const size_t whole_blocks = bounds.size();
   if (halves)
     for (int h = H - 1; h > 0; h -= 2) bounds.push_back(h);
   const auto rows = static_cast<size_t>(S), cols = static_cast<size_t>(H) + 1;
@@ -79,17 +81,24 @@ std::vector<double> balanced_blocks(const ModelConfig& model, int S, const UnitC
   // halves [0, b).
   std::vector<std::vector<double>> slowest(rows, std::vector<double>(cols, inf));
   for (int b : bounds) slowest[0][static_cast<size_t>(b)] = cost(0, 0, b);
-  auto for_each_stage = [&](auto&& visit) {  // visit(s, a, b): stage s holding halves [a, b)
+  // visit(s, a, b): stage s holding halves [a, b), in the bounds' order; a run of starts
+  // ends at the first that visit answers false for (a costlier stage would not do either).
+  auto for_each_stage = [&](auto&& visit) {
     for (int s = 1; s < S; ++s)
       for (int b : bounds) {
         if (s == S - 1 && b != H) continue;
-        for (int a : bounds)
-          if (b - a >= (s == S - 1 ? 0 : step)) visit(s, a, b);
+        for (size_t i = 0; i < bounds.size(); ++i) {
+          const int a = bounds[i];
+          if (b - a >= (s == S - 1 ? 0 : step) && !visit(s, a, b))
+            i = i < whole_blocks ? whole_blocks - 1 : bounds.size();  // on to the next run
+        }
       }
   };
   for_each_stage([&](int s, int a, int b) {
     double& v = slowest[static_cast<size_t>(s)][static_cast<size_t>(b)];
-    v = std::min(v, std::max(slowest[static_cast<size_t>(s - 1)][static_cast<size_t>(a)], cost(s, a, b)));
+    const double cs = cost(s, a, b);
+    v = std::min(v, std::max(slowest[static_cast<size_t>(s - 1)][static_cast<size_t>(a)], cs));
+    return cs < v;
   });
   const double limit = slowest[rows - 1][static_cast<size_t>(H)];
   // Then, among the splits whose every stage is within that, the fewest blocks cut in two,
@@ -108,12 +117,14 @@ std::vector<double> balanced_blocks(const ModelConfig& model, int S, const UnitC
   for_each_stage([&](int s, int a, int b) {
     const Score& prev = score[static_cast<size_t>(s - 1)][static_cast<size_t>(a)];
     const double cs = cost(s, a, b);
-    if (prev.cuts == none.cuts || cs > limit) return;
+    if (cs > limit) return false;
+    if (prev.cuts == none.cuts) return true;
     const Score v{prev.cuts + (b % 2), prev.squares + cs * cs};
     if (v < score[static_cast<size_t>(s)][static_cast<size_t>(b)]) {
       score[static_cast<size_t>(s)][static_cast<size_t>(b)] = v;
       from[static_cast<size_t>(s)][static_cast<size_t>(b)] = a;
     }
+    return true;
   });
   std::vector<double> blocks(rows);
   for (int s = S - 1, b = H; s >= 0; --s) {

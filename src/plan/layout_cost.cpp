@@ -169,7 +169,9 @@ std::vector<StageUnits> price_stages(const Context& cx, Layout& l, const Schedul
                              total(UnitKind::Attention) / total(UnitKind::Block)};
   // The config's own split where it gives one for these stages (check and train's
   // header price the run's layout), else the balanced one.
-  const std::vector<StageUnits> units = stage_split(model, S, cx.cfg.parallel.layers_per_stage, vp, unit_costs);
+  auto& split = cx.splits[{S, vp, unit_costs.embedding, unit_costs.block, unit_costs.head, unit_costs.attention_share}];
+  if (split.empty()) split = stage_split(model, S, cx.cfg.parallel.layers_per_stage, vp, unit_costs);
+  const std::vector<StageUnits>& units = split;
   l.blocks_per_stage = blocks_per_stage(model, units);
   out.costs.per_stage.resize(static_cast<size_t>(S));
   stage_tp.assign(static_cast<size_t>(S), 0.0);
@@ -237,6 +239,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   placement.schedule = &s;
   placement.units = &units;
   placement.peaks = built.peaks;
+  placement.stash_points = &built.stash_points;
   placement.packed = pack;
   placement.native_bf16 = native_bf16;
   placement.device_kind = c.device.kind;

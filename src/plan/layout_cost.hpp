@@ -5,11 +5,13 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/plan/cluster.hpp"
 #include "pipetrain/plan/cost_model.hpp"
+#include "pipetrain/plan/memory_estimate.hpp"
 #include "pipetrain/plan/planner.hpp"
 #include "pipetrain/schedule/program.hpp"
 #include "pipetrain/schedule/program_builder.hpp"
@@ -23,6 +25,7 @@ struct Built {
   bool ok = false;
   Schedule schedule;
   std::vector<int> peaks;
+  std::vector<std::vector<StashPoint>> stash_points;  // memory_estimate.hpp
   std::unique_ptr<Program> program;        // lowered on first simulation
   // With vocabulary slices, by tp: placed as the trainer places them (vocab_placement_costs),
   // which depends on the slices (pp x tp) and the model, not on the cluster.
@@ -48,6 +51,9 @@ struct Context {
   const ClusterSpec& cluster;
   int devices, global_batch;
   double bucket_bytes;
+  // The balanced splits found, by (stages, vocabulary parallel, unit costs): layouts that
+  // differ in dp, schedule or microbatches share them.
+  mutable std::map<std::tuple<int, bool, double, double, double, double>, std::vector<StageUnits>> splits = {};
 };
 
 // Costs everything but the timeline. `built` is the layout's schedule.

@@ -1,6 +1,7 @@
 #include "pipetrain/plan/memory_estimate.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "pipetrain/core/dtype.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
@@ -27,28 +28,46 @@ bool carries_a_stash(const Config& cfg, const Layout& l, const Placement& p, int
          !s.pairs.empty() && !s.pairs[static_cast<size_t>(r)].empty();
 }
 
-// The most rank r's stashes hold at once, in the schedule's order (its largest stage's
-// sizes): each (microbatch, stage) keeps its forward stash from F to its last backward
-// action, and from an I to its W also the weight pass's gradients and what recomputation
-// rebuilt. A backward holds one layer's gradients in the making on top (bounded by its
-// weight pass's), a B also the one block it rebuilds (`recompute`; it frees each layer
-// after its weight pass).
-double stash_peak(const Schedule& s, int r, const Holdings& h, double recompute) {
-  int live = 0, pending = 0;
+// The most rank r's stashes hold at once (its largest stage's sizes): each live cell keeps
+// its forward stash, each pending one also the weight pass's gradients and what
+// recomputation rebuilt. A backward holds one layer's gradients in the making on top
+// (bounded by its weight pass's), a B also the one block it rebuilds (`recompute`; it frees
+// each layer after its weight pass).
+double stash_peak(const std::vector<StashPoint>& points, const Holdings& h, double recompute) {
   double peak = 0;
-  for (const Action& a : s.per_rank[static_cast<size_t>(r)]) {
-    live += a.op == Op::F;
-    pending += a.op == Op::I;
-    const double during = a.op == Op::B   ? h.largest_weight_pass + recompute
-                          : a.op == Op::I ? h.largest_weight_pass
-                                          : 0.0;
-    peak = std::max(peak, live * h.largest_stash + pending * h.weight_pass + during);
-    live -= a.op == Op::B || a.op == Op::W;
-    pending -= a.op == Op::W;
+  for (const StashPoint& x : points) {
+    const double during = x.during == Op::B   ? h.largest_weight_pass + recompute
+                          : x.during == Op::I ? h.largest_weight_pass
+                                              : 0.0;
+    peak = std::max(peak, x.live * h.largest_stash + x.pending * h.weight_pass + during);
   }
   return peak;
 }
 }  // namespace
+
+std::vector<std::vector<StashPoint>> stash_points(const Schedule& s) {
+  std::vector<std::vector<StashPoint>> out;
+  for (const auto& actions : s.per_rank) {
+    std::set<StashPoint> seen;
+    StashPoint now;
+    for (const Action& a : actions) {
+      now.live += a.op == Op::F;
+      now.pending += a.op == Op::I;
+      now.during = a.op == Op::B || a.op == Op::I ? a.op : Op::F;
+      seen.insert(now);
+      now.live -= a.op == Op::B || a.op == Op::W;
+      now.pending -= a.op == Op::W;
+    }
+    std::vector<StashPoint> kept;
+    for (const StashPoint& x : seen)
+      if (std::none_of(seen.begin(), seen.end(), [&](const StashPoint& y) {
+            return y != x && y.during == x.during && y.live >= x.live && y.pending >= x.pending;
+          }))
+        kept.push_back(x);
+    out.push_back(std::move(kept));
+  }
+  return out;
+}
 
 Recompute Placement::recompute_of(const Layout& l, int stage) const {
   return stage_recompute.empty() ? l.recompute : stage_recompute[static_cast<size_t>(stage)];
@@ -143,7 +162,9 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   }
   const bool carried = carries_a_stash(cfg, l, p, r);  // with its weight pass deferred
   in.peak_inflight = p.peaks[static_cast<size_t>(r)] + (carried ? 1 : 0);
-  in.stash_peak = stash_peak(s, r, h, in.recompute) + (carried ? h.largest_stash + h.weight_pass : 0.0);
+  const auto points = p.stash_points ? std::vector<std::vector<StashPoint>>{} : stash_points(s);
+  const auto& mine = (p.stash_points ? *p.stash_points : points)[static_cast<size_t>(r)];
+  in.stash_peak = stash_peak(mine, h, in.recompute) + (carried ? h.largest_stash + h.weight_pass : 0.0);
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
   const bool rows = stage_transfer(tp, l.sequence_parallel) == StageTransfer::Rows;  // a 1/tp share received
   in.activation_bytes = pipeline ? (rows ? act / tp : act) : 0.0;

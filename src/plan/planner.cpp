@@ -56,6 +56,7 @@ class ScheduleCache {
       try {
         b->schedule = make_schedule(name, ScheduleParams{pp, v, m});
         b->peaks = peak_stashes(b->schedule);
+        b->stash_points = stash_points(b->schedule);
         b->ok = true;
       } catch (const Error&) {
         b->ok = false;  // the schedule cannot take these parameters

@@ -31,12 +31,25 @@ struct Holdings {
   bool embedding = false, head = false, block = false;
 };
 
+// A moment of a rank's schedule as its stashes see it: the (microbatch, stage) cells live
+// (F run, last backward action not), those pending (I run, W not), and the backward at work
+// (Op::B, Op::I, or Op::F for none).
+struct StashPoint {
+  int live = 0, pending = 0;
+  Op during = Op::F;
+  auto operator<=>(const StashPoint&) const = default;
+};
+// Per rank: the moments no other moment of the same kind matches or exceeds in both counts
+// (the stashes' most is at one of them, whatever the sizes).
+std::vector<std::vector<StashPoint>> stash_points(const Schedule& s);
+
 // What a rank's estimate depends on beyond the layout: how the run placed it.
 struct Placement {
   const Schedule* schedule = nullptr;
   const std::vector<StageUnits>* units = nullptr;  // the stage split
   std::vector<Recompute> stage_recompute;  // per stage (parallel.recompute_stages); empty: the layout's everywhere
   std::vector<int> peaks;                  // per rank: the schedule's most stashes alive
+  const std::vector<std::vector<StashPoint>>* stash_points = nullptr;  // the schedule's (null: made on demand)
   bool packed = false;                     // runtime.pack_weights resolved: two f32 copies of the matrices
   bool native_bf16 = false;                // the device multiplies bf16 without widened copies
   std::string device_kind = "cpu";         // what attention keeps for its backward, F&B pairs' turns
