@@ -13,7 +13,7 @@ table=$SRC/bench/published/megatron-sc21-table1.tsv
 while read -r p heads h layers tp pp gpus batch _ held; do
   [ "$held" = yes ] || continue
   schedule=1f1b
-  [ "$pp" -gt 1 ] && schedule=interleaved-1f1b
+  if [ "$pp" -gt 1 ]; then schedule=interleaved-1f1b; fi
   timeout 120 "$PIPETRAIN" plan "$SRC/inputs/gpt3-175b.toml" --set model.n_head="$heads" --set model.d_model="$h" \
     --set model.n_layer="$layers" --set model.vocab_size=51200 --set model.max_seq_len=2048 --set train.seq_len=2048 \
     --set train.global_batch="$batch" --set train.precision=bf16 --cluster "$SRC/inputs/clusters/dgx-a100.toml" \
