@@ -131,9 +131,6 @@ std::string shard_problem(const Config& cfg) {
   if (level < ShardLevel::Gradients) return "";
   const std::string key = fmt::format("parallel.shard = \"{}\"", to_string(level));
   if (cfg.model.n_experts > 0) return key + " does not shard a mixture of experts' layers yet (\"optimizer\" does)";
-  if (level == ShardLevel::Weights && cfg.train.precision == "bf16")
-    return key +
-           " keeps fp32 weights only in this version (train.precision = \"fp32\", or parallel.shard = \"gradients\")";
   if (cfg.runtime.device != "cpu")
     return fmt::format("{} runs on CPUs only in this version (runtime.device = \"{}\")", key, cfg.runtime.device);
   if (level == ShardLevel::Weights && cfg.runtime.pack_weights == Toggle::On)

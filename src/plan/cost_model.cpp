@@ -352,7 +352,13 @@ RankMemory rank_memory(const MemoryInputs& in) {
     const double weights = in.shard == ShardLevel::Weights ? std::min(in.whole_weights, together) : 0.0;
     m.gradients = 4.0 * (part + std::min(in.whole_gradients, together - weights));
     m.optimizer = 8.0 * part;
-    if (in.shard == ShardLevel::Weights) m.weights = 4.0 * (part + weights);
+    if (in.shard == ShardLevel::Weights) {
+      // bf16: gathered as bf16 (no whole f32 values), widened where kernels read f32, and
+      // each part rounded too.
+      const double wide = in.params > 0 ? in.widened / in.params : 0.0;
+      m.weights = in.bf16 ? 4.0 * part : 4.0 * (part + weights);
+      if (in.bf16) m.compute_copy = 2.0 * part + (2.0 + 4.0 * wide) * weights;
+    }
     // A reduce-scatter's scratch is twice its message (libnbc's), until it completes.
     if (in.reduction_scratch) m.buffers += 8.0 * in.in_flight;
     return m;

@@ -269,8 +269,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
     const bool tied_pair = model.tied() && h.embedding != h.head && !vp;
     out.dp[r] = dp_exposed_seconds(cx, l, 4.0 * params, stage_backward_on(r, s, out.costs),
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
-    if (l.shard == ShardLevel::Weights && l.dp * l.cp > 1)
-      out.dp[r] += gather_exposed_seconds(cx, l, 4.0 * params, out.busy[r], 4.0 * h.largest_piece);
+    if (l.shard == ShardLevel::Weights && l.dp * l.cp > 1) {  // bf16: the gathers carry the rounded parts
+      const double bytes = l.precision == "bf16" ? 2.0 : 4.0;
+      out.dp[r] += gather_exposed_seconds(cx, l, bytes * params, out.busy[r], bytes * h.largest_piece);
+    }
     const double updated = params - (tied_pair && h.embedding ? up_head.sharded / tp : 0.0);
     const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =

@@ -346,8 +346,7 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
       for (ShardLevel level : shard_levels(cx, o))
         for (bool vp : vocab) {
           if (level != ShardLevel::None && l.dp * l.cp == 1) continue;
-          if (level >= ShardLevel::Gradients && vp) continue;            // (the slices are not sharded yet)
-          if (level == ShardLevel::Weights && prec == "bf16") continue;  // (fp32 weights only yet)
+          if (level >= ShardLevel::Gradients && vp) continue;  // (the slices are not sharded yet)
           Layout v = l;
           v.recompute = parse_recompute(rc), v.shard = level, v.zero1 = level >= ShardLevel::Optimizer;
           v.precision = prec, v.vocab_parallel = vp;

@@ -29,7 +29,7 @@ GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>&
       group = shard_group_.get();
     }
     units_ = std::make_unique<UnitShards>(params, std::move(units), *group, across_.get(), level == ShardLevel::Weights,
-                                          parts.pool, parts.backend);
+                                          parts.pool, parts.backend, cfg.train.precision == "bf16");
     pair_ = pair;
     for (const auto& [s, stage] : mine) holds_head_ = holds_head_ || stage->has_head();
     return;
@@ -234,7 +234,7 @@ void GradientSync::update_units(int step, double lr, float grad_scale) {
       adamw_elements(backend, parts_.cfg.train, p, x.value, x.grad, x.m, x.v, static_cast<size_t>(x.hi - x.lo),
                      step + 1, lr, grad_scale);
   });
-  if (units_->shards_weights()) return;
+  if (units_->shards_weights()) return units_->refresh_bf16();
   units_->gather_values();
   parts_.params.refresh_compute(parts_.pool, backend);
 }

@@ -55,7 +55,9 @@ Trainer::Trainer(const Config& cfg, RunPlan plan, Grid& grid, Backend& backend, 
   // (Sharded weights: the initial values go into the unit shards, made below.)
   if (training && level != ShardLevel::Weights) params_.initialize(cfg.train.seed, backend_);
   const bool bf16 = cfg.train.precision == "bf16";
-  if (bf16) params_.allocate_compute(*pool_, backend_);  // the bf16-rounded weights products use
+  // The bf16-rounded weights products use; under sharded weights each gathered unit's
+  // (runtime/unit_shards.hpp).
+  if (bf16 && level != ShardLevel::Weights) params_.allocate_compute(*pool_, backend_);
   // The tied embedding lives on the first and the last stage; when those are different
   // ranks their gradients are summed every step (and the last stage's copy is not
   // counted again in the gradient norm).

@@ -139,6 +139,7 @@ int64_t Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   read_checkpoint_tensors(path, grid_.world().comm(), tensors);
   staged.copy_in();
   params_.refresh_compute(*pool_, backend_);  // checkpoints hold the f32 master weights
+  if (UnitShards* units = sync_->units()) units->refresh_bf16();
   if (weights_only) return 0;
   int64_t samples = 0, tokens = 0;  // what this run's shape implies for the checkpoint's step
   const bool overflow = __builtin_mul_overflow(meta.step, static_cast<int64_t>(cfg_.train.global_batch), &samples) ||

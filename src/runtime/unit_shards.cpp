@@ -8,8 +8,14 @@
 namespace pipetrain {
 
 UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
-                       MemoryPool& pool, Backend& backend)
-    : params_(params), group_(group), across_(across), weights_(weights), pool_(pool), backend_(backend) {
+                       MemoryPool& pool, Backend& backend, bool bf16)
+    : params_(params),
+      group_(group),
+      across_(across),
+      weights_(weights),
+      bf16_(bf16 && weights),
+      pool_(pool),
+      backend_(backend) {
   const int64_t align = 16 * static_cast<int64_t>(group.size());
   int64_t at = 0;
   for (size_t i = 0; i < units.units.size(); ++i) {
@@ -43,6 +49,10 @@ UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& gr
     w_ = Tensor::empty(pool, {n});
     backend.fill(w_.f32(), 0.0f, static_cast<size_t>(n));
   }
+  if (bf16_) {
+    wb_ = Tensor::empty(pool, {n}, DType::BF16);
+    refresh_bf16();
+  }
   for (auto& p : params.params()) p.grad = Tensor{};  // each unit's, while open
 }
 
@@ -57,19 +67,43 @@ void UnitShards::initialize(uint64_t seed) {
     backend_.copy(w_.f32() + u.at, u.whole_w.f32() + (part_lo(u) - u.lo), static_cast<size_t>(part(u)) * sizeof(float));
     free_weights(u);
   }
+  refresh_bf16();
+}
+
+void UnitShards::refresh_bf16() {
+  if (bf16_) backend_.cast_to_bf16(wb_.bf16_data(), w_.f32(), static_cast<size_t>(w_.numel()));
 }
 
 void UnitShards::post_gather(Unit& u) {
+  if (bf16_) {
+    u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
+    for (Parameter* p : u.params) p->compute_bf16 = u.whole_b.view(p->offset - u.lo, p->shape);
+    u.gather = group_.all_gather(wb_.view(u.at, {part(u)}), u.whole_b, backend_.stream());
+    return;
+  }
   u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
   for (Parameter* p : u.params) p->value = u.whole_w.view(p->offset - u.lo, p->shape);
   u.gather = group_.all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
 }
 
+void UnitShards::end_gather(Unit& u) {
+  if (!u.gather) return;
+  u.gather->wait();
+  u.gather.reset();
+  if (!u.whole_b.defined()) return;
+  const bool native = backend_.bf16_products_native();
+  for (Parameter* p : u.params)
+    if (ParameterStore::needs_widened_copy(*p, native)) {
+      p->compute = Tensor::empty(pool_, p->shape);
+      backend_.cast_to_f32(p->compute.f32(), p->compute_bf16.bf16_data(), static_cast<size_t>(p->numel()));
+    }
+}
+
 void UnitShards::free_weights(Unit& u) {
   if (u.gather) u.gather->wait();
   u.gather.reset();
-  for (Parameter* p : u.params) p->value = Tensor{};
-  u.whole_w = Tensor{};
+  for (Parameter* p : u.params) p->value = p->compute = p->compute_bf16 = Tensor{};
+  u.whole_w = u.whole_b = Tensor{};
 }
 
 void UnitShards::open_gradient(Unit& u) {
@@ -116,8 +150,7 @@ void UnitShards::run(const Instr& in) {
   Unit& u = units_[static_cast<size_t>(it->second)];
   switch (in.shard) {
     case ShardOp::GatherW:
-      if (!weights_ || u.whole_w.defined())
-        fail("{}: the unit's weights are not sharded, or already gathered", to_string(in));
+      if (!weights_ || gathered(u)) fail("{}: the unit's weights are not sharded, or already gathered", to_string(in));
       post_gather(u);
       return;
     case ShardOp::FreeW:
@@ -141,12 +174,11 @@ void UnitShards::layer_work(int stage, int layer, bool reads, bool writes) {
   for (int i : it->second) {
     Unit& u = units_[static_cast<size_t>(i)];
     if (reads && weights_) {
-      if (!u.whole_w.defined())
+      if (!gathered(u))
         fail("stage {}, layer {}: reads unit {}.{}, which is not gathered", stage, layer, u.ref.stage, u.ref.unit);
       if (u.gather) {
         const auto t0 = std::chrono::steady_clock::now();
-        u.gather->wait();
-        u.gather.reset();
+        end_gather(u);
         gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
     }
@@ -211,13 +243,27 @@ void UnitShards::gather_values() {
 }
 
 void UnitShards::gather_all() {
-  for (Unit& u : units_)
-    if (!u.whole_w.defined()) post_gather(u);
-  for (Unit& u : units_)
-    if (u.gather) {
-      u.gather->wait();
-      u.gather.reset();
+  for (Unit& u : units_) {
+    if (u.whole_w.defined()) continue;
+    free_weights(u);  // (bf16: the values too, and the copies made from them)
+    u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
+    for (Parameter* p : u.params) p->value = u.whole_w.view(p->offset - u.lo, p->shape);
+    u.gather = group_.all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
+  }
+  const bool native = backend_.bf16_products_native();
+  for (Unit& u : units_) {
+    if (u.gather) u.gather->wait();
+    u.gather.reset();
+    if (!bf16_ || u.whole_b.defined()) continue;
+    u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
+    backend_.cast_to_bf16(u.whole_b.bf16_data(), u.whole_w.f32(), static_cast<size_t>(u.hi - u.lo));
+    for (Parameter* p : u.params) {
+      p->compute_bf16 = u.whole_b.view(p->offset - u.lo, p->shape);
+      if (!ParameterStore::needs_widened_copy(*p, native)) continue;
+      p->compute = Tensor::empty(pool_, p->shape);
+      backend_.cast_to_f32(p->compute.f32(), p->compute_bf16.bf16_data(), static_cast<size_t>(p->numel()));
     }
+  }
 }
 
 std::vector<float> UnitShards::whole_gradients() {

@@ -44,7 +44,7 @@ train_fails shard_unknown "$tmp/good.toml" "parallel.shard" "unknown level" -- "
   --set parallel.shard=everything
 train_fails shard_group "$tmp/good.toml" "parallel.shard_group (3) must divide" -- "$tmp/good.toml" \
   --set parallel.dp=4 --set parallel.shard=weights --set parallel.shard_group=3
-train_fails shard_bf16 "$tmp/good.toml" 'parallel.shard = "weights"' "fp32 weights only" -- "$tmp/good.toml" \
-  --set parallel.dp=2 --set parallel.shard=weights --set train.precision=bf16
+train_fails shard_packed "$tmp/good.toml" 'parallel.shard = "weights"' "no whole weights to pack" -- "$tmp/good.toml" \
+  --set parallel.dp=2 --set parallel.shard=weights --set runtime.pack_weights=true
 
 exit_with_failures

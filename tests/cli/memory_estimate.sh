@@ -89,6 +89,10 @@ for level in gradients weights; do
   p=$(plan_mib "$level" 4 true --pp 1 --tp 1 --shard "$level" -- "${gpt2[@]}")
   same "dp 2, shard $level" "$level" "$h" "$c" "$p"
 done
+# bf16 under "weights": the parts rounded too, the gathered units as bf16 and widened copies.
+shard=(--set parallel.dp=2 --set parallel.shard=weights --set train.precision=bf16)
+h=$(header_mib weights-bf16 2 "${gpt2[@]}" "${shard[@]}"); c=$(check_mib weights-bf16 "${gpt2[@]}" "${shard[@]}")
+same "dp 2, shard weights, bf16" weights-bf16 "$h" "$c"
 h=$(header_mib tp 2 "${gpt2[@]}" --set parallel.tp=2); c=$(check_mib tp "${gpt2[@]}" --set parallel.tp=2)
 p=$(plan_mib tp 4 false --pp 1 --tp 2 -- "${gpt2[@]}")
 same "tp 2" tp "$h" "$c" "$p"

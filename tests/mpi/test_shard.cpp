@@ -84,19 +84,26 @@ TEST(ShardedDataParallel, EveryLevelOnEveryGridMatchesTheSingleRankRun) {
 }
 
 // bf16 under "gradients": the whole weights and their bf16 copies stay (refreshed after each
-// update's gather), the gradients and moments are parts; the single-rank bf16 run within the
-// bound of runs that round at the same points.
-TEST(ShardedDataParallel, Bf16UnderGradientsMatchesTheSingleRankBf16Run) {
+// update's gather), the gradients and moments are parts. Under "weights": each rank rounds
+// its part, the gathers carry bf16 and make the unit's bf16 and widened copies (no whole f32
+// values). Both give the single-rank bf16 run within the bound of runs that round at the
+// same points, under 1f1b and zb-h1 (its weight passes read the copies later).
+TEST(ShardedDataParallel, Bf16MatchesTheSingleRankBf16Run) {
   const auto grids = sharded_grids(world_size());
   if (grids.empty()) GTEST_SKIP() << "no grid with dp > 1 has " << world_size() << " ranks";
-  Config single = shard_config({1, 1, 1}, "1f1b", "none");
-  single.train.precision = "bf16";
-  const RunResult ref = run(single, MPI_COMM_SELF);
-  for (GridCase g : grids) {
-    SCOPED_TRACE(::testing::Message() << "bf16, grid dp " << g.dp << " pp " << g.pp << " tp " << g.tp);
-    Config cfg = shard_config(g, "1f1b", "gradients");
-    cfg.train.precision = "bf16";
-    expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+  for (bool llama : {false, true}) {
+    Config single = shard_config({1, 1, 1}, "1f1b", "none", llama);
+    single.train.precision = "bf16";
+    const RunResult ref = run(single, MPI_COMM_SELF);
+    for (GridCase g : grids)
+      for (const auto& [schedule, level] :
+           {std::pair{"1f1b", "gradients"}, {"1f1b", "weights"}, {"zb-h1", "weights"}}) {
+        SCOPED_TRACE(::testing::Message() << (llama ? "llama" : "gpt2") << ", bf16, grid dp " << g.dp << " pp " << g.pp
+                                          << " tp " << g.tp << ", " << schedule << ", shard " << level);
+        Config cfg = shard_config(g, schedule, level, llama);
+        cfg.train.precision = "bf16";
+        expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+      }
   }
 }
 

@@ -14,6 +14,11 @@
 //             the oldest is waited for.
 // Across shard groups (parallel.shard_group), the parts are then all-reduced over the
 // ranks that hold the same one.
+// Under bf16 with "weights" (gather in bf16, reduce in f32) each rank also keeps its part
+// rounded to bf16, and GATHER_W all-gathers those: the unit's parameters get their bf16
+// copies (compute_bf16) and, once the gather is waited for, the widened f32 copies kernels
+// read (compute; ParameterStore::needs_widened_copy) — the products' operands of an
+// unsharded bf16 run, bit for bit; no whole f32 value is made.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -44,11 +49,13 @@ class UnitShards {
   // groups (null: one group). `weights`: the weights are sharded too (the store allocated
   // no whole values).
   UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
-             MemoryPool& pool, Backend& backend);
+             MemoryPool& pool, Backend& backend, bool bf16 = false);
   // (Never waits: a step ended by an error abandons what is in flight, like every request.)
 
   // "weights": each unit's initial values, made whole one unit at a time and cut.
   void initialize(uint64_t seed);
+  // bf16 with "weights": the bf16 parts from the f32 ones (after every change of them).
+  void refresh_bf16();
   // A SHARD instruction of the program.
   void run(const Instr& in);
   // Before a layer's work: the units it reads gathered (waited for), those it writes open.
@@ -83,6 +90,7 @@ class UnitShards {
     std::vector<Parameter*> params;
     int64_t lo = 0, hi = 0, at = 0;  // its range of the flat buffers; its part's place in the part buffers
     Tensor whole_w, whole_g;
+    Tensor whole_b;  // bf16 with "weights": the gathered bf16 copies
     std::unique_ptr<CommRequest> gather;
     // The reduce-scatter in flight: one call per chunk of the unit, each on a pooled copy of
     // its pieces (the whole gradient goes back as soon as they are copied).
@@ -92,6 +100,8 @@ class UnitShards {
   int64_t part(const Unit& u) const { return (u.hi - u.lo) / group_.size(); }
   int64_t part_lo(const Unit& u) const { return u.lo + group_.rank() * part(u); }
   void post_gather(Unit& u);
+  void end_gather(Unit& u);  // waits; bf16: then the widened copies
+  bool gathered(const Unit& u) const { return u.whole_w.defined() || u.whole_b.defined(); }
   void free_weights(Unit& u);
   void open_gradient(Unit& u);
   void close_gradient(Unit& u);
@@ -102,7 +112,7 @@ class UnitShards {
   ParameterStore& params_;
   Communicator& group_;
   Communicator* across_;
-  bool weights_;
+  bool weights_, bf16_;
   MemoryPool& pool_;
   Backend& backend_;
   std::vector<Unit> units_;
@@ -110,6 +120,7 @@ class UnitShards {
   std::deque<int> scattering_;                              // the units whose reduce-scatter is in flight, oldest first
   std::map<std::pair<int, int>, std::vector<int>> layers_;  // (stage, layer) -> units
   Tensor w_, g_, m_, v_;                                    // this rank's parts, unit after unit
+  Tensor wb_;                                               // bf16 with "weights": w_ rounded
   double gather_wait_s_ = 0;
 };
 
