@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -409,6 +410,45 @@ TEST(Planner, PrunesWhatDoesNotFitAndNamesTheSmallest) {
   expect_one_line_error([&] { plan(cfg, node_of(2, lo / 2 / 1073741824.0), o); },
                         {"tiny.toml", "no layout", "fits", "the smallest needs", fmt::format("{:.1f} GiB",
                                                                                               lo / 1073741824.0)});
+}
+
+// The shard levels: tried by default where the device runs them (the CPU), each costed by its
+// own memory, and the one that fits chosen where memory binds; on a device that does not run
+// them (CUDA, this version) only ZeRO-1 off and on, unless --shard names them.
+TEST(Planner, TriesTheShardLevelsWhereTheDeviceRunsThem) {
+  Config cfg = tiny_config(8);
+  cfg.model.n_layer = 8, cfg.model.d_model = 256;  // many units of like size: the states dominate
+  PlanOptions o;
+  o.top = 100000;
+  o.only_pp = {1};
+  o.only_tp = {1};
+  ClusterSpec cpu = node_of(4);
+  cpu.device.kind = "cpu";
+  const PlanResult all = plan(cfg, cpu, o);
+  std::map<ShardLevel, double> least;  // each level's smallest memory over the grids
+  for (const auto& [l, p] : all.ranked) {
+    const double m = p.memory.total();
+    least[l.shard] = least.count(l.shard) ? std::min(least[l.shard], m) : m;
+  }
+  ASSERT_EQ(least.size(), 4u) << "none, optimizer, gradients and weights";
+  const double others = std::min({least[ShardLevel::None], least[ShardLevel::Optimizer], least[ShardLevel::Gradients]});
+  ASSERT_LT(least[ShardLevel::Weights], others);
+  // Room for the weights level's layouts only: the plan picks one.
+  const double limit = 0.99 * others;
+  const PlanResult tight = plan(
+      cfg,
+      [&] {
+        ClusterSpec c = cpu;
+        c.device.memory_bytes = limit;
+        return c;
+      }(),
+      o);
+  ASSERT_FALSE(tight.ranked.empty());
+  for (const auto& [l, p] : tight.ranked) {
+    EXPECT_EQ(l.shard, ShardLevel::Weights);
+    EXPECT_LE(p.memory.total(), limit) << to_string(l.shard) << " dp " << l.dp << " m " << l.microbatches;
+  }
+  for (const auto& [l, p] : plan(cfg, node_of(4), o).ranked) EXPECT_LE(l.shard, ShardLevel::Optimizer);
 }
 
 TEST(Planner, NoGridIsAnError) {

@@ -131,7 +131,6 @@ Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
   p.flops_per_device = model_flops_per_token(model, static_cast<int64_t>(params), T) * p.tokens_per_s / cx.devices;
   p.mfu = p.flops_per_device / cx.cluster.device.peak_flops.at(k.layout.precision);
   p.memory = k.memory;
-  if (k.layout.shard >= ShardLevel::Gradients) p.memory = sharded_memory(cx, k);
   if (vp) {  // the placed program's own stashes and slices, in place of the bound that pruned
     p.memory = RankMemory{};
     const DType storage = k.layout.precision == "bf16" ? DType::BF16 : DType::F32;
@@ -327,11 +326,21 @@ std::vector<bool> vocab_options(const Context& cx, const Layout& l) {
 }
 
 // The shard levels a search tries (PlanOptions::shard).
+// The levels tried: --shard's; else ZeRO-1 off and on (--zero1), and where ZeRO-1 may be on
+// and the grid rules let the model run them on the cluster's device the gradients' and the
+// weights' too; the config's own level always.
 std::vector<ShardLevel> shard_levels(const Context& cx, const PlanOptions& o) {
   if (!o.shard.empty()) return o.shard;
   std::vector<ShardLevel> out;
   for (bool z : o.zero1) out.push_back(z ? ShardLevel::Optimizer : ShardLevel::None);
-  if (const ShardLevel asked = shard_level(cx.cfg.parallel); asked >= ShardLevel::Gradients) out.push_back(asked);
+  Config probe = cx.cfg;
+  probe.parallel.shard = "weights", probe.parallel.zero1 = true;
+  probe.runtime.device = cx.cluster.device.kind, probe.runtime.pack_weights = Toggle::Auto;
+  const bool zero1 = std::find(o.zero1.begin(), o.zero1.end(), true) != o.zero1.end();
+  if (zero1 && shard_problem(probe).empty()) out.insert(out.end(), {ShardLevel::Gradients, ShardLevel::Weights});
+  if (const ShardLevel asked = shard_level(cx.cfg.parallel);
+      asked >= ShardLevel::Gradients && std::find(out.begin(), out.end(), asked) == out.end())
+    out.push_back(asked);
   return out;
 }
 
@@ -352,6 +361,9 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
           v.precision = prec, v.vocab_parallel = vp;
           ++res.candidates;
           Costed k = cost_layout(cx, std::move(v), b);
+          // What the placed program holds whole, where a level places collectives (the
+          // bound before placement can be below it).
+          if (level >= ShardLevel::Gradients) k.memory = sharded_memory(cx, k);
           const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
           if (res.smallest_memory == 0 || need < res.smallest_memory)
             res.smallest = k.layout, res.smallest_memory = need;

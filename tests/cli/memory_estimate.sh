@@ -80,7 +80,7 @@ h=$(header_mib vp 2 "${gpt2[@]}" "${vocab[@]}"); c=$(check_mib vp "${gpt2[@]}" "
 same "pp 2, vocabulary slices" vp "$h" "$c"
 zero=(--set parallel.dp=2 --set parallel.zero1=true)
 h=$(header_mib dp 2 "${gpt2[@]}" "${zero[@]}"); c=$(check_mib dp "${gpt2[@]}" "${zero[@]}")
-p=$(plan_mib dp 4 true --pp 1 --tp 1 -- "${gpt2[@]}")
+p=$(plan_mib dp 4 true --pp 1 --tp 1 --shard optimizer -- "${gpt2[@]}")
 same "dp 2, ZeRO-1" dp "$h" "$c" "$p"
 # Sharded data parallelism: a dp-th of the state, and the units the program holds whole.
 for level in gradients weights; do

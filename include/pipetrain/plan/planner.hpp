@@ -26,8 +26,9 @@ struct PlanOptions {
   std::vector<std::string> schedules;   // empty: every registered schedule
   std::vector<std::string> recompute{"none", "selective", "full"};
   std::vector<bool> zero1{false, true};
-  // parallel.shard levels to try; empty: those of `zero1` (none, optimizer), and the
-  // config's parallel.shard where it asks for more.
+  // parallel.shard levels to try; empty: those of `zero1` (none, optimizer), with ZeRO-1 on
+  // "gradients" and "weights" too where the device runs them (CPUs), and the config's
+  // parallel.shard where it asks for more.
   std::vector<ShardLevel> shard;
   std::vector<int> only_tp, only_pp;  // empty: any that divides
   std::vector<int> only_ep;           // empty: any ep_options allows (a model with experts)
