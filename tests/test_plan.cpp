@@ -431,6 +431,19 @@ TEST(Planner, TriesTheShardLevelsWhereTheDeviceRunsThem) {
     least[l.shard] = least.count(l.shard) ? std::min(least[l.shard], m) : m;
   }
   ASSERT_EQ(least.size(), 4u) << "none, optimizer, gradients and weights";
+  // Under "weights" its windows too: regathered with the gather posted ahead or not, or kept
+  // for the step. Keeping holds every unit; posting at the work exposes every gather.
+  std::map<std::pair<bool, int>, std::pair<double, double>> windows;  // -> least memory, least step
+  for (const auto& [l, p] : all.ranked)
+    if (l.shard == ShardLevel::Weights) {
+      auto [it, fresh] = windows.try_emplace({l.shard_keep, l.shard_prefetch}, p.memory.total(), p.step_s);
+      it->second = {std::min(it->second.first, p.memory.total()), std::min(it->second.second, p.step_s)};
+    }
+  ASSERT_EQ(windows.size(), 3u);
+  const auto kept = windows[std::pair{true, 1}], at_work = windows[std::pair{false, 0}],
+             ahead = windows[std::pair{false, 1}];
+  EXPECT_GT(kept.first, at_work.first);
+  EXPECT_GT(at_work.second, ahead.second);
   const double others = std::min({least[ShardLevel::None], least[ShardLevel::Optimizer], least[ShardLevel::Gradients]});
   ASSERT_LT(least[ShardLevel::Weights], others);
   // Room for the weights level's layouts only: the plan picks one.

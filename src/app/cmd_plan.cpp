@@ -48,6 +48,8 @@ nlohmann::json to_json(const Layout& l, const Prediction& p) {
           {"recompute", to_string(l.recompute)},
           {"zero1", l.zero1},
           {"shard", to_string(l.shard)},
+          {"shard_reuse", l.shard_keep ? "keep" : "regather"},
+          {"shard_prefetch", l.shard_prefetch},
           {"precision", l.precision},
           {"blocks_per_stage", l.blocks_per_stage},
           {"step_s", p.step_s},

@@ -92,13 +92,15 @@ double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, doub
 }
 
 // parallel.shard = "weights": each unit's weights all-gathered once per window — once a step
-// under "keep", else for each microbatch's forward and backward — posted ahead of their work:
-// exposed where the gathers outlast the rank's compute, and the first unit's always.
+// under "keep", else for each microbatch's forward and backward. Posted ahead of their work
+// (prefetch ≥ 1): exposed where the gathers outlast the rank's compute, and the first unit's
+// always; posted at their work (prefetch 0): every one waited for.
 double gather_exposed_seconds(const Context& cx, const Layout& l, double weights, double busy, double largest) {
   const int ranks = l.dp * l.cp;
   const LinkSpec& link = group_link(cx.cluster, l.tp, ranks);
-  const double windows = cx.cfg.parallel.shard_reuse == "keep" ? 1.0 : 2.0 * l.microbatches;
+  const double windows = l.shard_keep ? 1.0 : 2.0 * l.microbatches;
   const double total = windows * allgather_seconds(weights, ranks, link);
+  if (l.shard_prefetch == 0) return total;
   return allgather_seconds(largest, ranks, link) + std::max(0.0, total - busy);
 }
 

@@ -145,9 +145,7 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
     in.in_flight = kScattersInFlight * h.largest_piece;
     in.whole_gradients = (one_pass ? 2.0 * h.largest_piece : h.params) + in.in_flight;
     if (l.shard == ShardLevel::Weights)
-      in.whole_weights = cfg.parallel.shard_reuse == "keep"
-                             ? h.params
-                             : std::min(h.params, (cfg.parallel.shard_prefetch + 2.0) * h.largest_piece);
+      in.whole_weights = l.shard_keep ? h.params : std::min(h.params, (l.shard_prefetch + 2.0) * h.largest_piece);
   }
   in.bf16 = bf16;
   in.widened = h.widened;

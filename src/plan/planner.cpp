@@ -84,7 +84,9 @@ RankMemory sharded_memory(const Context& cx, const Costed& k) {
   const Layout& l = k.layout;
   const Schedule& s = k.built->schedule;
   ProgramRecipe recipe = program_recipe(model, l, s.num_stages, INT_MAX, false);
-  recipe.shard = shard_placement(cx.cfg.parallel, l.shard);
+  ParallelConfig placed = cx.cfg.parallel;
+  placed.shard_reuse = l.shard_keep ? "keep" : "regather", placed.shard_prefetch = l.shard_prefetch;
+  recipe.shard = shard_placement(placed, l.shard);
   const auto split = stage_split(model, s.num_stages, l.blocks_per_stage, l.vocab_parallel, UnitCosts{});
   recipe.units = shard_units(model, l, s, split);
   const Program prog = build_program(s, recipe);
@@ -99,6 +101,14 @@ RankMemory sharded_memory(const Context& cx, const Costed& k) {
     if (mem.total() > largest.total()) largest = mem;
   }
   return largest;
+}
+
+// cost_layout, with the memory a level's placed program holds where the level places
+// collectives (the bound before placement can be below it).
+Costed cost_placed(const Context& cx, const Layout& l, Built& b) {
+  Costed k = cost_layout(cx, l, b);
+  if (l.shard >= ShardLevel::Gradients) k.memory = sharded_memory(cx, k);
+  return k;
 }
 
 Prediction simulate_layout(const Context& cx, ScheduleCache& cache, Costed& k) {
@@ -218,8 +228,10 @@ std::string reason(const Prediction& a, const Prediction& b, const Layout& secon
 std::string describe(const Layout& l) {
   std::string sched = l.pp == 1 ? "no pipeline" : l.schedule;
   if (l.pp > 1 && l.virtual_stages > 1) sched += fmt::format(" (v {})", l.virtual_stages);
-  const std::string shard = l.shard >= ShardLevel::Gradients ? fmt::format("shard {}", to_string(l.shard))
-                                                             : fmt::format("ZeRO-1 {}", l.zero1 ? "on" : "off");
+  std::string shard = l.shard >= ShardLevel::Gradients ? fmt::format("shard {}", to_string(l.shard))
+                                                       : fmt::format("ZeRO-1 {}", l.zero1 ? "on" : "off");
+  if (l.shard == ShardLevel::Weights)
+    shard += l.shard_keep ? " (keep)" : fmt::format(" (regather, prefetch {})", l.shard_prefetch);
   return fmt::format("dp {} x pp {} x {}tp {}{}, {}, {} x {} seq, recompute {}, {}, {}{}{}", l.dp, l.pp,
                      l.cp > 1 ? fmt::format("cp {} x ", l.cp) : "", l.tp, l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "",
                      sched, l.microbatches, l.microbatch_size, to_string(l.recompute), shard, l.precision,
@@ -236,6 +248,8 @@ Layout layout_of(const Config& cfg) {
   l.recompute = parse_recompute(cfg.train.recompute);
   l.shard = cfg.parallel.replicas() > 1 ? shard_level(cfg.parallel) : ShardLevel::None;
   l.zero1 = l.shard >= ShardLevel::Optimizer;
+  l.shard_keep = cfg.parallel.shard_reuse == "keep";
+  l.shard_prefetch = cfg.parallel.shard_prefetch;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
   l.sequence_parallel = sequence_parallel_on(cfg);
@@ -276,22 +290,27 @@ Config planned_config(const std::string& path, const std::vector<std::string>& o
 }
 
 std::vector<std::string> layout_overrides(const Layout& l) {
-  return {fmt::format("parallel.dp={}", l.dp),
-          fmt::format("parallel.pp={}", l.pp),
-          fmt::format("parallel.tp={}", l.tp),
-          fmt::format("parallel.ep={}", l.ep),
-          fmt::format("parallel.cp={}", l.cp),
-          fmt::format("parallel.virtual_stages={}", l.virtual_stages),
-          "parallel.layers_per_stage=auto",
-          fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
-          fmt::format("parallel.shard={}", to_string(l.shard)),
-          fmt::format("schedule.name={}", l.schedule),
-          fmt::format("train.microbatches={}", l.microbatches),
-          fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
-          fmt::format("train.recompute={}", to_string(l.recompute)),
-          fmt::format("train.precision={}", l.precision),
-          fmt::format("parallel.vocab_parallel={}", l.vocab_parallel ? "true" : "false"),
-          fmt::format("parallel.sequence_parallel={}", l.sequence_parallel ? "true" : "false")};
+  std::vector<std::string> out = {fmt::format("parallel.dp={}", l.dp),
+                                  fmt::format("parallel.pp={}", l.pp),
+                                  fmt::format("parallel.tp={}", l.tp),
+                                  fmt::format("parallel.ep={}", l.ep),
+                                  fmt::format("parallel.cp={}", l.cp),
+                                  fmt::format("parallel.virtual_stages={}", l.virtual_stages),
+                                  "parallel.layers_per_stage=auto",
+                                  fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
+                                  fmt::format("parallel.shard={}", to_string(l.shard)),
+                                  fmt::format("schedule.name={}", l.schedule),
+                                  fmt::format("train.microbatches={}", l.microbatches),
+                                  fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
+                                  fmt::format("train.recompute={}", to_string(l.recompute)),
+                                  fmt::format("train.precision={}", l.precision),
+                                  fmt::format("parallel.vocab_parallel={}", l.vocab_parallel ? "true" : "false"),
+                                  fmt::format("parallel.sequence_parallel={}", l.sequence_parallel ? "true" : "false")};
+  if (l.shard == ShardLevel::Weights) {
+    out.push_back(fmt::format("parallel.shard_reuse={}", l.shard_keep ? "keep" : "regather"));
+    out.push_back(fmt::format("parallel.shard_prefetch={}", l.shard_prefetch));
+  }
+  return out;
 }
 
 Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout, int global_batch) {
@@ -308,7 +327,7 @@ Prediction predict(const Config& cfg, const ClusterSpec& cluster, Layout& layout
   if (!b.ok)
     fail("schedule {} cannot run {} ranks x {} stages, {} microbatches", layout.schedule, layout.pp,
          layout.virtual_stages, layout.microbatches);
-  Costed k = cost_layout(cx, layout, b);
+  Costed k = cost_placed(cx, layout, b);
   layout.blocks_per_stage = k.layout.blocks_per_stage;
   return simulate_layout(cx, cache, k);
 }
@@ -344,9 +363,30 @@ std::vector<ShardLevel> shard_levels(const Context& cx, const PlanOptions& o) {
   return out;
 }
 
+// Under "weights", the windows tried: each unit regathered for every run of work with its
+// gather posted one layer of work ahead or none (a layer less held), or kept for the step
+// (gathered once); one placement for the other levels.
+std::vector<std::pair<bool, int>> weight_windows(ShardLevel level) {
+  if (level != ShardLevel::Weights) return {{false, 1}};
+  return {{false, 1}, {false, 0}, {true, 1}};
+}
+
+// One layout: costed, kept in `fits` where it fits in memory, and the smallest of all
+// remembered for the error that none fits.
+void add_variant(const Context& cx, const Layout& v, Built& b, PlanResult& res, std::vector<Costed>& fits) {
+  ++res.candidates;
+  Costed k = cost_placed(cx, v, b);
+  const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
+  if (res.smallest_memory == 0 || need < res.smallest_memory) res.smallest = k.layout, res.smallest_memory = need;
+  if (k.memory.total() > res.usable_memory) {
+    ++res.pruned_memory;
+    return;
+  }
+  fits.push_back(std::move(k));
+}
+
 // The layout `l` (its grid, schedule and microbatches set) in each precision, recompute
-// mode, ZeRO-1 and vocabulary-parallel setting asked for: costed, kept in `fits` where it
-// fits in memory, and the smallest of all remembered for the error that none fits.
+// mode, shard level (and its windows) and vocabulary-parallel setting asked for.
 void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std::string>& precisions, const Layout& l,
                   Built& b, PlanResult& res, std::vector<Costed>& fits) {
   const std::vector<bool> vocab = vocab_options(cx, l);
@@ -359,19 +399,10 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
           Layout v = l;
           v.recompute = parse_recompute(rc), v.shard = level, v.zero1 = level >= ShardLevel::Optimizer;
           v.precision = prec, v.vocab_parallel = vp;
-          ++res.candidates;
-          Costed k = cost_layout(cx, std::move(v), b);
-          // What the placed program holds whole, where a level places collectives (the
-          // bound before placement can be below it).
-          if (level >= ShardLevel::Gradients) k.memory = sharded_memory(cx, k);
-          const double need = k.memory.total() + cx.cluster.device.reserve_bytes;
-          if (res.smallest_memory == 0 || need < res.smallest_memory)
-            res.smallest = k.layout, res.smallest_memory = need;
-          if (k.memory.total() > res.usable_memory) {
-            ++res.pruned_memory;
-            continue;
+          for (const auto& [keep, prefetch] : weight_windows(level)) {
+            v.shard_keep = keep, v.shard_prefetch = prefetch;
+            add_variant(cx, v, b, res, fits);
           }
-          fits.push_back(std::move(k));
         }
 }
 

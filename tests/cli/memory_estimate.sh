@@ -43,8 +43,10 @@ plan_mib() {  # NAME MICROBATCHES ZERO1 PLAN-OPTIONS... -- CONFIG...: plan's fig
   python3 - "$tmp/$name.plan" "$m" "$zero1" <<'PY'
 import json, sys
 plan, m, zero1 = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+default_windows = lambda o: "parallel.shard_reuse=keep" not in o and "parallel.shard_prefetch=0" not in o
 picked = [l for l in plan["layouts"] if f"train.microbatches={m}" in l["overrides"]
-          and f"parallel.zero1={zero1}" in l["overrides"] and "parallel.vocab_parallel=false" in l["overrides"]]
+          and f"parallel.zero1={zero1}" in l["overrides"] and "parallel.vocab_parallel=false" in l["overrides"]
+          and default_windows(l["overrides"])]  # the run's: regather, prefetch 1
 assert picked, f"plan ranks no layout of {m} microbatches, zero1 {zero1}"
 print(round(picked[0]["memory_bytes"] / 2**20))
 PY

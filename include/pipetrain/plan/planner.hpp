@@ -54,6 +54,10 @@ struct Layout : GridShape {
   Recompute recompute = Recompute::None;
   bool zero1 = false;                   // the AdamW moments sharded over the replicas (every shard level)
   ShardLevel shard = ShardLevel::None;  // parallel.shard
+  // Under "weights": parallel.shard_reuse = "keep" (each unit gathered once a step) or
+  // "regather", and parallel.shard_prefetch (layers of work a gather is posted ahead).
+  bool shard_keep = false;
+  int shard_prefetch = 1;
   std::string precision = "fp32";
   bool vocab_parallel = false;           // parallel.vocab_parallel: the vocabulary sliced over pp x tp ranks
   // parallel.sequence_parallel: on wherever tp > 1 divides the sequence (the same bytes as
