@@ -164,6 +164,9 @@ StashBytes stage_stash(const ModelConfig& cfg, int first_unit, int last_unit, in
     } else if (p.kind == PieceKind::Head) {
       stored += head;
       stats += head_stats;
+      // Stored below f32, its logits are computed in f32 and rounded, and their gradient
+      // widened again for each product that reads it: one f32 slice while the head works.
+      if (storage != DType::F32) out.working = N * logits * 4.0;
     } else {
       const BlockBytes b = block_stash(cfg, p.kind, p.block, tp, B, T, mode, keeps, sequence_parallel);
       const BlockBytes none = block_stash(cfg, p.kind, p.block, tp, B, T, Recompute::None, keeps, sequence_parallel);

@@ -32,13 +32,13 @@ bool carries_a_stash(const Config& cfg, const Layout& l, const Placement& p, int
 // its forward stash, each pending one also the weight pass's gradients and what
 // recomputation rebuilt. A backward holds one layer's gradients in the making on top
 // (bounded by its weight pass's), a B also the one block it rebuilds (`recompute`; it frees
-// each layer after its weight pass).
+// each layer after its weight pass), and any work its f32 working copies (`working`).
 double stash_peak(const std::vector<StashPoint>& points, const Holdings& h, double recompute) {
   double peak = 0;
   for (const StashPoint& x : points) {
-    const double during = x.during == Op::B   ? h.largest_weight_pass + recompute
-                          : x.during == Op::I ? h.largest_weight_pass
-                                              : 0.0;
+    const double during = h.working + (x.during == Op::B   ? h.largest_weight_pass + recompute
+                                       : x.during == Op::I ? h.largest_weight_pass
+                                                           : 0.0);
     peak = std::max(peak, x.live * h.largest_stash + x.pending * h.weight_pass + during);
   }
   return peak;
@@ -88,6 +88,7 @@ Holdings rank_holdings(const ModelConfig& model, const Layout& l, const Placemen
     h.largest_stash = std::max(h.largest_stash, stash.kept);
     h.weight_pass = std::max(h.weight_pass, stash.weight_pass);
     h.largest_weight_pass = std::max(h.largest_weight_pass, stash.largest_weight_pass);
+    h.working = std::max(h.working, stash.working);
     for (const StagePiece& piece : stage_pieces(model, u)) {
       const bool table = piece.kind == UnitKind::Embedding || piece.kind == UnitKind::Head;
       const double params = vp && table ? unit_params(model, piece.kind).replicated

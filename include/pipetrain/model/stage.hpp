@@ -62,6 +62,7 @@ struct StashBytes {
   double kept = 0;                 // from its forward to its backward
   double weight_pass = 0;          // what an input-gradient pass (I) adds until its weight pass (W)
   double largest_weight_pass = 0;  // of one layer: a full backward (B) frees each layer after its weight pass
+  double working = 0;              // f32 working copies while its work runs (bf16: the head's logits)
 };
 StashBytes stage_stash(const ModelConfig& cfg, int first_unit, int last_unit, int tp, int B, int T, DType storage,
                        Recompute mode, AttentionKeeps keeps, bool vocab_parallel, bool sequence_parallel);

@@ -24,7 +24,7 @@ namespace pipetrain {
 // every rank holds its slice of the table(s) instead.
 struct Holdings {
   double params = 0, widened = 0, dense = 0, largest_stash = 0;
-  double weight_pass = 0, largest_weight_pass = 0;  // the largest of its stages' (StageStash)
+  double weight_pass = 0, largest_weight_pass = 0, working = 0;  // the largest of its stages' (StashBytes)
   double experts = 0;  // of params, the routed experts' (expert-parallel under ep > 1)
   double blocks = 0;   // the blocks on the rank (a half-block counts a half)
   double largest_piece = 0;  // the most parameters one of its layers holds
