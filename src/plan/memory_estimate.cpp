@@ -4,6 +4,7 @@
 #include <set>
 
 #include "pipetrain/core/dtype.hpp"
+#include "pipetrain/core/error.hpp"
 #include "pipetrain/plan/vocab_memory.hpp"
 #include "pipetrain/schedule/pair_rule.hpp"
 #include "pipetrain/schedule/simulate.hpp"
@@ -161,9 +162,9 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   }
   const bool carried = carries_a_stash(cfg, l, p, r);  // with its weight pass deferred
   in.peak_inflight = p.peaks[static_cast<size_t>(r)] + (carried ? 1 : 0);
-  const auto points = p.stash_points ? std::vector<std::vector<StashPoint>>{} : stash_points(s);
-  const auto& mine = (p.stash_points ? *p.stash_points : points)[static_cast<size_t>(r)];
-  in.stash_peak = stash_peak(mine, h, in.recompute) + (carried ? h.largest_stash + h.weight_pass : 0.0);
+  if (!p.stash_points) fail("memory_inputs: no stash points for the schedule {}", s.name);
+  in.stash_peak = stash_peak((*p.stash_points)[static_cast<size_t>(r)], h, in.recompute) +
+                  (carried ? h.largest_stash + h.weight_pass : 0.0);
   const double act = static_cast<double>(B) * T * model.d_model * static_cast<double>(dtype_size(storage));
   const bool rows = stage_transfer(tp, l.sequence_parallel) == StageTransfer::Rows;  // a 1/tp share received
   in.activation_bytes = pipeline ? (rows ? act / tp : act) : 0.0;
@@ -174,7 +175,10 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   return in;
 }
 
-RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& p, const Program* program) {
+RankMemory placed_memory(const Config& cfg, const Layout& l, const Placement& placement, const Program* program) {
+  Placement p = placement;
+  std::vector<std::vector<StashPoint>> points;  // once for every rank, where not given
+  if (!p.stash_points) p.stash_points = &(points = stash_points(*p.schedule));
   const int T = cfg.train.seq_len / l.cp;
   const DType storage = storage_of(l);
   std::vector<int> vocab_peaks;  // the placed program's own stashes (backwards may be delayed)

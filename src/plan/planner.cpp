@@ -84,9 +84,7 @@ RankMemory sharded_memory(const Context& cx, const Costed& k) {
   const Layout& l = k.layout;
   const Schedule& s = k.built->schedule;
   ProgramRecipe recipe = program_recipe(model, l, s.num_stages, INT_MAX, false);
-  ParallelConfig placed = cx.cfg.parallel;
-  placed.shard_reuse = l.shard_keep ? "keep" : "regather", placed.shard_prefetch = l.shard_prefetch;
-  recipe.shard = shard_placement(placed, l.shard);
+  recipe.shard = shard_placement(l);
   const auto split = stage_split(model, s.num_stages, l.blocks_per_stage, l.vocab_parallel, UnitCosts{});
   recipe.units = shard_units(model, l, s, split);
   const Program prog = build_program(s, recipe);

@@ -91,7 +91,7 @@ ProgramRecipe program_recipe(const Config& cfg, const RunPlan& plan, int tag_ub,
   r.comms_csv = plan.comms_csv;
   r.file = cfg.schedule.file;
   r.placement = cfg.schedule.placement;
-  r.shard = shard_placement(cfg.parallel, plan.layout.shard);
+  r.shard = shard_placement(plan.layout);
   if (r.shard.any()) {  // (a plan not yet split, `check`'s: the config's split, or the cost model's balance)
     const std::vector<StageUnits> split =
         plan.split.empty() ? stage_split(cfg.model, plan.schedule.num_stages, cfg.parallel.layers_per_stage,

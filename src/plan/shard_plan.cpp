@@ -4,12 +4,12 @@
 
 namespace pipetrain {
 
-ShardPlacement shard_placement(const ParallelConfig& p, ShardLevel level) {
+ShardPlacement shard_placement(const Layout& l) {
   ShardPlacement o;
-  o.gradients = level >= ShardLevel::Gradients;
-  o.weights = level == ShardLevel::Weights;
-  o.prefetch = p.shard_prefetch;
-  o.keep = p.shard_reuse == "keep";
+  o.gradients = l.shard >= ShardLevel::Gradients;
+  o.weights = l.shard == ShardLevel::Weights;
+  o.prefetch = l.shard_prefetch;
+  o.keep = l.shard_keep;
   return o;
 }
 

@@ -74,10 +74,10 @@ void UnitShards::refresh_bf16() {
   if (bf16_) backend_.cast_to_bf16(wb_.bf16_data(), w_.f32(), static_cast<size_t>(w_.numel()));
 }
 
-void UnitShards::post_gather(Unit& u) {
-  if (bf16_) {
+void UnitShards::post_gather(Unit& u, bool values) {
+  if (!values) {
     u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
-    for (Parameter* p : u.params) p->compute_bf16 = u.whole_b.view(p->offset - u.lo, p->shape);
+    bind_bf16(u);
     u.gather = group_.all_gather(wb_.view(u.at, {part(u)}), u.whole_b, backend_.stream());
     return;
   }
@@ -90,7 +90,14 @@ void UnitShards::end_gather(Unit& u) {
   if (!u.gather) return;
   u.gather->wait();
   u.gather.reset();
-  if (!u.whole_b.defined()) return;
+  if (u.whole_b.defined()) widen(u);
+}
+
+void UnitShards::bind_bf16(Unit& u) {
+  for (Parameter* p : u.params) p->compute_bf16 = u.whole_b.view(p->offset - u.lo, p->shape);
+}
+
+void UnitShards::widen(Unit& u) {
   const bool native = backend_.bf16_products_native();
   for (Parameter* p : u.params)
     if (ParameterStore::needs_widened_copy(*p, native)) {
@@ -151,7 +158,7 @@ void UnitShards::run(const Instr& in) {
   switch (in.shard) {
     case ShardOp::GatherW:
       if (!weights_ || gathered(u)) fail("{}: the unit's weights are not sharded, or already gathered", to_string(in));
-      post_gather(u);
+      post_gather(u, !bf16_);
       return;
     case ShardOp::FreeW:
       free_weights(u);
@@ -246,23 +253,15 @@ void UnitShards::gather_all() {
   for (Unit& u : units_) {
     if (u.whole_w.defined()) continue;
     free_weights(u);  // (bf16: the values too, and the copies made from them)
-    u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
-    for (Parameter* p : u.params) p->value = u.whole_w.view(p->offset - u.lo, p->shape);
-    u.gather = group_.all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
+    post_gather(u, true);
   }
-  const bool native = backend_.bf16_products_native();
   for (Unit& u : units_) {
-    if (u.gather) u.gather->wait();
-    u.gather.reset();
+    end_gather(u);
     if (!bf16_ || u.whole_b.defined()) continue;
-    u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
+    u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);  // the copies, from the values
     backend_.cast_to_bf16(u.whole_b.bf16_data(), u.whole_w.f32(), static_cast<size_t>(u.hi - u.lo));
-    for (Parameter* p : u.params) {
-      p->compute_bf16 = u.whole_b.view(p->offset - u.lo, p->shape);
-      if (!ParameterStore::needs_widened_copy(*p, native)) continue;
-      p->compute = Tensor::empty(pool_, p->shape);
-      backend_.cast_to_f32(p->compute.f32(), p->compute_bf16.bf16_data(), static_cast<size_t>(p->numel()));
-    }
+    bind_bf16(u);
+    widen(u);
   }
 }
 

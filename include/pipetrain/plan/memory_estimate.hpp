@@ -49,7 +49,8 @@ struct Placement {
   const std::vector<StageUnits>* units = nullptr;  // the stage split
   std::vector<Recompute> stage_recompute;  // per stage (parallel.recompute_stages); empty: the layout's everywhere
   std::vector<int> peaks;                  // per rank: the schedule's most stashes alive
-  const std::vector<std::vector<StashPoint>>* stash_points = nullptr;  // the schedule's (null: made on demand)
+  const std::vector<std::vector<StashPoint>>* stash_points =
+      nullptr;                             // the schedule's (null: placed_memory makes them)
   bool packed = false;                     // runtime.pack_weights resolved: two f32 copies of the matrices
   bool native_bf16 = false;                // the device multiplies bf16 without widened copies
   std::string device_kind = "cpu";         // what attention keeps for its backward, F&B pairs' turns

@@ -18,8 +18,9 @@
 
 namespace pipetrain {
 
-// What `level` places (nothing below "gradients"), with parallel.shard_prefetch and shard_reuse.
-ShardPlacement shard_placement(const ParallelConfig& p, ShardLevel level);
+// What the layout's level places (nothing below "gradients"), with its prefetch and reuse
+// (parallel.shard_prefetch and shard_reuse: layout_of).
+ShardPlacement shard_placement(const Layout& l);
 
 // Every rank's units of a layout run with schedule `s` and stage split `split`.
 ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule& s,

@@ -99,8 +99,10 @@ class UnitShards {
   };
   int64_t part(const Unit& u) const { return (u.hi - u.lo) / group_.size(); }
   int64_t part_lo(const Unit& u) const { return u.lo + group_.rank() * part(u); }
-  void post_gather(Unit& u);
-  void end_gather(Unit& u);  // waits; bf16: then the widened copies
+  void post_gather(Unit& u, bool values);  // the f32 values, else (bf16) the rounded parts
+  void end_gather(Unit& u);                // waits; bf16: then the widened copies
+  void bind_bf16(Unit& u);                 // the parameters' compute_bf16 into whole_b
+  void widen(Unit& u);                     // their widened f32 copies from the bf16 ones
   bool gathered(const Unit& u) const { return u.whole_w.defined() || u.whole_b.defined(); }
   void free_weights(Unit& u);
   void open_gradient(Unit& u);
