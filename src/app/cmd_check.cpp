@@ -15,6 +15,7 @@
 
 #include "pipetrain/app/commands.hpp"
 #include "pipetrain/app/run_header.hpp"
+#include "pipetrain/backend/bf16_products.hpp"
 #include "pipetrain/core/config.hpp"
 #include "pipetrain/core/error.hpp"
 #include "pipetrain/io/data_blend.hpp"
@@ -90,6 +91,9 @@ ClusterSpec this_node(const Config& cfg, int ranks_per_node) {
   c.device.kind = "cpu";
   c.device.memory_bytes = node_memory_per_rank(MPI_COMM_SELF) / ranks_per_node;
   c.device.peak_flops[cfg.train.precision] = 1;
+  // Whether this CPU multiplies bf16 natively decides which weights keep widened copies
+  // (multiplies_bf16: a bf16 rate above the f32 one); the runtime asks the same question.
+  if (cfg.train.precision == "bf16" && bf16_products() != Bf16Products::kOnednn) c.device.peak_flops["fp32"] = 1;
   c.device.gemm_efficiency = 1;
   c.device.memory_bandwidth = 1;
   c.intra_node = c.inter_node = LinkSpec{1, 0, 0};

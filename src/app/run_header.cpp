@@ -46,16 +46,22 @@ std::string shard_line(const Config& cfg, const Program& program) {
   ShardPeak most;
   for (const ShardPeak& p : program.shard_peak)
     most.weights = std::max(most.weights, p.weights), most.gradients = std::max(most.gradients, p.gradients);
-  const int replicas = cfg.parallel.replicas(),
-            group = cfg.parallel.shard_group > 0 ? cfg.parallel.shard_group : replicas;
+  const int replicas = cfg.parallel.replicas();
+  const ShardSpans spans = shard_spans(cfg.parallel, cfg.parallel.shard_group);
+  const int group = spans.dense;
+  // (Experts one rank of the group holds alone stay whole, in place.)
+  const std::string experts = cfg.parallel.ep == 1 ? ""
+                              : spans.experts > 1  ? fmt::format(" (of the experts 1/{})", spans.experts)
+                                                   : " (the experts whole, in place)";
   const std::string kept = level == ShardLevel::Weights ? "weights, gradients and moments" : "gradients and moments";
   const std::string reuse = level == ShardLevel::Weights ? fmt::format(" ({}, prefetch {})", cfg.parallel.shard_reuse,
                                                                        cfg.parallel.shard_prefetch)
                                                          : "";
   return fmt::format(
-      "  shard {}{}: each rank keeps 1/{} of the {}{}; the program holds at most {:.1f} MiB of weights and {:.1f} "
-      "MiB of gradients whole on one rank",
-      to_string(level), reuse, group, kept, group < replicas ? fmt::format(" (groups of {} replicas)", group) : "",
+      "  shard {}{}: each rank keeps 1/{} of the {}{}{}; the program holds at most {:.1f} MiB of weights and "
+      "{:.1f} MiB of gradients whole on one rank",
+      to_string(level), reuse, group, kept, experts,
+      group < replicas ? fmt::format(" (groups of {} replicas)", group) : "",
       4.0 * static_cast<double>(most.weights) / 1048576.0, 4.0 * static_cast<double>(most.gradients) / 1048576.0);
 }
 

@@ -411,6 +411,11 @@ ShardLevel shard_level(const ParallelConfig& p) {
   return ShardLevel::None;
 }
 
+ShardSpans shard_spans(const GridShape& g, int shard_group) {
+  const int dense = shard_group > 0 ? shard_group : g.replicas();
+  return {dense, std::max(1, dense / g.ep)};
+}
+
 const char* to_string(ShardLevel level) {
   static const char* names[] = {"none", "optimizer", "gradients", "weights"};
   return names[static_cast<int>(level)];

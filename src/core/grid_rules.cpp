@@ -130,7 +130,12 @@ std::string shard_problem(const Config& cfg) {
   const ShardLevel level = shard_level(cfg.parallel);
   if (level < ShardLevel::Gradients) return "";
   const std::string key = fmt::format("parallel.shard = \"{}\"", to_string(level));
-  if (cfg.model.n_experts > 0) return key + " does not shard a mixture of experts' layers yet (\"optimizer\" does)";
+  const int group = cfg.parallel.shard_group, ep = cfg.parallel.ep;
+  if (group > 0 && ep > 1 && group % ep != 0)
+    return fmt::format(
+        "parallel.shard_group ({}) must be a multiple of parallel.ep ({}): each group shards the experts over its "
+        "ranks holding the same ones",
+        group, ep);
   if (cfg.runtime.device != "cpu")
     return fmt::format("{} runs on CPUs only in this version (runtime.device = \"{}\")", key, cfg.runtime.device);
   if (level == ShardLevel::Weights && cfg.runtime.pack_weights == Toggle::On)

@@ -63,11 +63,20 @@ Parameter* ParameterStore::find(const std::string& name) {
 void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayout& layout) {
   const auto padded = [](int64_t n, int64_t align) { return (n + align - 1) / align * align; };
   int64_t at = 0;  // every parameter 16-float aligned
+  const bool units = layout.unit_align > 0;
+  int64_t kept = 0;  // under units: the run of the parameters in none, first (kept whole on every rank)
   for (const bool experts : {false, true}) {
+    for (auto& p : params_)
+      if (units && p.expert_parallel == experts && p.unit < 0) {
+        if (experts) fail("parameter {}: an expert-parallel parameter belongs to no unit", p.name);
+        p.offset = at;
+        at += padded(p.numel(), 16);
+      }
+    if (units && !experts) kept = at = padded(at, layout.unit_align);
     int unit = -1;
     for (auto& p : params_)
-      if (p.expert_parallel == experts) {
-        if (layout.unit_align > 0 && p.unit != unit) {  // a unit's run starts and ends aligned
+      if (p.expert_parallel == experts && (!units || p.unit >= 0)) {
+        if (units && p.unit != unit) {  // a unit's run starts and ends aligned
           if (p.unit < unit)
             fail("parameter {}: its unit {} comes after unit {} (units are declared in order)", p.name, p.unit, unit);
           at = padded(at, layout.unit_align);
@@ -76,13 +85,13 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayo
         p.offset = at;
         at += padded(p.numel(), 16);
       }
-    if (layout.unit_align > 0) at = padded(at, layout.unit_align);
+    if (units) at = padded(at, layout.unit_align);
     if (!experts) at = expert_begin_ = std::max(padded(at, layout.align), layout.align);
   }
   total_ = expert_begin_ + padded(at - expert_begin_, layout.expert_align);
   const bool moments = layout.moments, grads = layout.grads;
   const int64_t n = total_;
-  if (layout.values) values_ = Tensor::empty(pool, {n});
+  if (layout.values || kept > 0) values_ = Tensor::empty(pool, {layout.values ? n : kept});
   if (grads) grads_ = Tensor::empty(pool, {n});
   int64_t moments_n = 0;  // the updated parameters', each 16-float aligned as in the flat buffers
   for (auto& p : params_)
@@ -97,7 +106,7 @@ void ParameterStore::allocate(MemoryPool& pool, Backend& backend, const FlatLayo
   for (const Tensor* t : {&values_, &grads_, &m_, &v_})
     if (t->defined()) backend.fill(t->f32(), 0.0f, static_cast<size_t>(t->numel()));
   for (auto& p : params_) {
-    if (layout.values) p.value = values_.view(p.offset, p.shape);
+    if (layout.values || (units && p.unit < 0)) p.value = values_.view(p.offset, p.shape);
     if (grads) p.grad = grads_.view(p.offset, p.shape);
     if (moments && p.updated) {
       p.m = m_.view(p.moment_offset, p.shape);

@@ -345,8 +345,8 @@ RankMemory rank_memory(const MemoryInputs& in) {
   m.activations =
       std::max(in.largest_stash * in.peak_inflight + in.recompute, in.stash_peak) + in.vocab_stash * in.vocab_inflight;
   m.buffers = in.activation_bytes * in.receive_buffers + in.vocab_buffers;
-  if (in.shard >= ShardLevel::Gradients && in.dp > 1) {  // a dp-th each, and what the program holds whole
-    const double part = in.params / in.dp;
+  if (in.shard >= ShardLevel::Gradients && in.dp > 1) {  // a part each, and what the program holds whole
+    const double part = (in.params - in.experts) / in.spans.dense + in.experts / in.spans.experts;
     // What is whole at once: the program's joint most where it is known.
     const double together = in.whole_together > 0 ? in.whole_together : in.whole_weights + in.whole_gradients;
     const double weights = in.shard == ShardLevel::Weights ? std::min(in.whole_weights, together) : 0.0;

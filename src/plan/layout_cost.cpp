@@ -94,14 +94,18 @@ double dp_exposed_seconds(const Context& cx, const Layout& l, double grads, doub
 // parallel.shard = "weights": each unit's weights all-gathered once per window — once a step
 // under "keep", else for each microbatch's forward and backward. Posted ahead of their work
 // (prefetch ≥ 1): exposed where the gathers outlast the rank's compute, and the first unit's
-// always; posted at their work (prefetch 0): every one waited for.
-double gather_exposed_seconds(const Context& cx, const Layout& l, double weights, double busy, double largest) {
-  const int ranks = l.dp * l.cp;
-  const LinkSpec& link = group_link(cx.cluster, l.tp, ranks);
+// always; posted at their work (prefetch 0): every one waited for. `dense` bytes gather over
+// a shard group, `experts` over its ranks holding the same experts (none where one does).
+double gather_exposed_seconds(const Context& cx, const Layout& l, double dense, double experts, double busy,
+                              double largest) {
+  const ShardSpans spans = shard_spans(l, l.shard_group);
+  const LinkSpec& link = group_link(cx.cluster, l.tp, spans.dense);
   const double windows = l.shard_keep ? 1.0 : 2.0 * l.microbatches;
-  const double total = windows * allgather_seconds(weights, ranks, link);
+  const double total =
+      windows * (allgather_seconds(dense, spans.dense, link) +
+                 allgather_seconds(experts, spans.experts, group_link(cx.cluster, l.tp, spans.experts)));
   if (l.shard_prefetch == 0) return total;
-  return allgather_seconds(largest, ranks, link) + std::max(0.0, total - busy);
+  return allgather_seconds(largest, spans.dense, link) + std::max(0.0, total - busy);
 }
 
 // Vocabulary parallelism: one rank's slice per microbatch (Costs::vocab, EF OF OB EB). OF
@@ -252,7 +256,7 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
   out.tp_comm = out.ep_comm = out.cp_comm = out.dp = out.optimizer = out.other = out.busy;
   for (int r = 0; r < R; ++r) {
     const Holdings h = rank_holdings(model, l, placement, r, T);
-    const double params = h.params;
+    const double params = h.params, experts = l.ep > 1 ? h.experts : 0.0;
     for (int st = 0; st < S; ++st) {
       if (s.stage_to_rank[static_cast<size_t>(st)] != r) continue;
       const auto& pc = out.costs.per_stage[static_cast<size_t>(st)];
@@ -273,10 +277,10 @@ Costed cost_layout(const Context& cx, Layout l, Built& built) {
                                    tied_pair && l.zero1 ? 4.0 * up_head.sharded / tp : 0.0);
     if (l.shard == ShardLevel::Weights && l.dp * l.cp > 1) {  // bf16: the gathers carry the rounded parts
       const double bytes = l.precision == "bf16" ? 2.0 : 4.0;
-      out.dp[r] += gather_exposed_seconds(cx, l, bytes * params, out.busy[r], bytes * h.largest_piece);
+      out.dp[r] += gather_exposed_seconds(cx, l, bytes * (params - experts), bytes * experts, out.busy[r],
+                                          bytes * h.largest_piece);
     }
     const double updated = params - (tied_pair && h.embedding ? up_head.sharded / tp : 0.0);
-    const double experts = l.ep > 1 ? h.experts : 0.0;
     out.optimizer[r] =
         adamw_seconds(l.zero1 && l.dp * l.cp > 1 ? zero1_share(updated, experts, l.dp * l.cp, l.ep) : updated,
                       c.device) +

@@ -138,16 +138,19 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
   in.ep = l.ep;
   in.zero1 = l.zero1;
   in.shard = l.shard;
+  in.spans = shard_spans(l, l.shard_group);
   if (l.shard >= ShardLevel::Gradients) {
     // Before a program is placed, a bound on what it holds whole (placed_memory's program
     // gives the figure): a gradient is open from a unit's first backward of the step to its
     // reduce-scatter after the last, so with more than one microbatch every unit's at once;
     // "regather" holds the layer at work and those prefetched, "keep" every unit.
+    // (Experts one rank of their group holds alone are used in place, never whole.)
     const bool one_pass = l.microbatches == 1 && s.num_stages == 1;
+    const double moved = h.params - (in.spans.experts == 1 ? in.experts : 0.0);
     in.in_flight = kScattersInFlight * h.largest_piece;
-    in.whole_gradients = (one_pass ? 2.0 * h.largest_piece : h.params) + in.in_flight;
+    in.whole_gradients = (one_pass ? 2.0 * h.largest_piece : moved) + in.in_flight;
     if (l.shard == ShardLevel::Weights)
-      in.whole_weights = l.shard_keep ? h.params : std::min(h.params, (l.shard_prefetch + 2.0) * h.largest_piece);
+      in.whole_weights = l.shard_keep ? moved : std::min(moved, (l.shard_prefetch + 2.0) * h.largest_piece);
   }
   in.bf16 = bf16;
   in.widened = h.widened;

@@ -248,6 +248,7 @@ Layout layout_of(const Config& cfg) {
   l.zero1 = l.shard >= ShardLevel::Optimizer;
   l.shard_keep = cfg.parallel.shard_reuse == "keep";
   l.shard_prefetch = cfg.parallel.shard_prefetch;
+  l.shard_group = l.shard >= ShardLevel::Gradients ? cfg.parallel.shard_group : 0;
   l.precision = cfg.train.precision;
   l.vocab_parallel = choose_vocab_parallel(cfg).on;
   l.sequence_parallel = sequence_parallel_on(cfg);
@@ -297,6 +298,7 @@ std::vector<std::string> layout_overrides(const Layout& l) {
                                   "parallel.layers_per_stage=auto",
                                   fmt::format("parallel.zero1={}", l.zero1 ? "true" : "false"),
                                   fmt::format("parallel.shard={}", to_string(l.shard)),
+                                  fmt::format("parallel.shard_group={}", l.shard_group),
                                   fmt::format("schedule.name={}", l.schedule),
                                   fmt::format("train.microbatches={}", l.microbatches),
                                   fmt::format("train.global_batch={}", l.dp * l.microbatches * l.microbatch_size),
@@ -396,6 +398,7 @@ void add_variants(const Context& cx, const PlanOptions& o, const std::vector<std
           if (level >= ShardLevel::Gradients && vp) continue;  // (the slices are not sharded yet)
           Layout v = l;
           v.recompute = parse_recompute(rc), v.shard = level, v.zero1 = level >= ShardLevel::Optimizer;
+          v.shard_group = 0;
           v.precision = prec, v.vocab_parallel = vp;
           for (const auto& [keep, prefetch] : weight_windows(level)) {
             v.shard_keep = keep, v.shard_prefetch = prefetch;

@@ -20,6 +20,7 @@ ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule
   out.elems.resize(static_cast<size_t>(s.num_ranks));
   const bool tied = model.tied() && !l.vocab_parallel;
   const double table = unit_params(model, UnitKind::Head).sharded / l.tp;
+  const ShardSpans spans = shard_spans(l, l.shard_group);
   for (int r = 0; r < s.num_ranks; ++r) {
     auto& layers = out.layers[static_cast<size_t>(r)];
     auto& elems = out.elems[static_cast<size_t>(r)];
@@ -42,10 +43,19 @@ ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule
           }
           own -= table;
         }
-        if (own > 0) {
+        // Expert-parallel experts (ep > 1): a unit of their own, numbered after the table's
+        // place; where one rank alone holds them in its shard group they stay in place (no
+        // whole copy: nothing gathered).
+        const double experts = l.ep > 1 ? unit_params(model, x.kind, x.block).experts / (l.ep * l.tp) : 0.0;
+        if (own - experts > 0) {
           const UnitRef mine{st, static_cast<int>(k)};
-          elems[mine] = static_cast<int64_t>(own);
+          elems[mine] = static_cast<int64_t>(own - experts);
           uses[k].push_back(mine);
+        }
+        if (experts > 0) {
+          const UnitRef theirs = expert_unit(st, static_cast<int>(pieces.size()), static_cast<int>(k));
+          elems[theirs] = spans.experts > 1 ? static_cast<int64_t>(experts) : 0;
+          uses[k].push_back(theirs);
         }
         if (tied && end) uses[k].push_back(table_unit);
       }

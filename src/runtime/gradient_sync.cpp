@@ -17,19 +17,27 @@ GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>&
   Communicator* pair = comms.tied();  // the tied copies' pair, when on two ranks
   if (level >= ShardLevel::Gradients) {
     Communicator* group = &comms.dp();
-    const int g = cfg.parallel.shard_group, replicas = grid.comm("dp-cp").size();
+    Communicator* experts = grid.shape().ep > 1 ? comms.expert_dp() : nullptr;
+    const int g = cfg.parallel.shard_group, replicas = grid.comm("dp-cp").size(), ep = grid.shape().ep;
     if (g > 0 && g < replicas) {  // hybrid: shard over consecutive replicas, all-reduce across the groups
       MPI_Comm mine_group = MPI_COMM_NULL, across = MPI_COMM_NULL;
       const MPI_Comm dp = grid.comm("dp-cp").comm();
       const int r = grid.comm("dp-cp").rank();
       MPI_Comm_split(dp, r / g, r, &mine_group);
-      MPI_Comm_split(dp, r % g, r, &across);
+      MPI_Comm_split(dp, r % g, r, &across);  // (a part's experts too: g takes whole runs of ep ranks)
       shard_group_ = std::make_unique<MpiCommunicator>(mine_group, "dp-shard");
       across_ = std::make_unique<MpiCommunicator>(across, "dp-replicate");
       group = shard_group_.get();
+      if (experts) {  // the group's ranks holding the same experts (cp = 1 beside ep)
+        MPI_Comm mine_experts = MPI_COMM_NULL;
+        MPI_Comm_split(dp, (r / g) * ep + r % ep, r, &mine_experts);
+        expert_group_ = std::make_unique<MpiCommunicator>(mine_experts, "edp-shard");
+        experts = expert_group_.get();
+      }
     }
-    units_ = std::make_unique<UnitShards>(params, std::move(units), *group, across_.get(), level == ShardLevel::Weights,
-                                          parts.pool, parts.backend, cfg.train.precision == "bf16");
+    units_ = std::make_unique<UnitShards>(params, std::move(units), UnitShards::Groups{*group, experts, across_.get()},
+                                          level == ShardLevel::Weights, parts.pool, parts.backend,
+                                          cfg.train.precision == "bf16");
     pair_ = pair;
     for (const auto& [s, stage] : mine) holds_head_ = holds_head_ || stage->has_head();
     return;
@@ -67,10 +75,10 @@ GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>&
 }
 
 void GradientSync::initialize(uint64_t seed) {
-  if (units_ && units_->shards_weights())
-    units_->initialize(seed);
-  else
-    parts_.params.initialize(seed, parts_.backend);
+  if (!units_ || !units_->shards_weights()) return parts_.params.initialize(seed, parts_.backend);
+  units_->initialize(seed);
+  for (Parameter& p : parts_.params.params())  // the state in no unit, whole on every rank
+    if (p.unit < 0) ParameterStore::initialize(p, seed, parts_.backend);
 }
 
 void GradientSync::shard_hooks(ExecutorHooks& hooks) {

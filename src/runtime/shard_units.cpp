@@ -18,23 +18,27 @@ RankUnits number_units(const std::map<int, ModelStage*>& stages, bool tied) {
     auto& layers = stage->layers();
     auto& uses = out.layers[s];
     uses.resize(layers.size());
-    for (size_t l = 0; l < layers.size(); ++l) {
-      int own = -1;  // this layer's unit, made at its first new parameter
+    const int n = static_cast<int>(layers.size());
+    for (int l = 0; l < n; ++l) {
+      int own = -1, experts = -1;  // this layer's units, made at their first new parameter
       std::set<int> touched;
-      for (Parameter* p : layers[l]->parameters()) {
+      for (Parameter* p : layers[static_cast<size_t>(l)]->parameters()) {
+        if (!p->trained) continue;  // state the optimizer never touches stays whole (a router's selection bias)
         if (p->unit < 0) {
-          const bool alone = tied && p->name == "wte";
-          if (alone) {
-            p->unit = add_unit({s, static_cast<int>(layers.size())});
+          if (tied && p->name == "wte") {
+            p->unit = add_unit({s, n});
+          } else if (p->expert_parallel) {
+            if (experts < 0) experts = add_unit(expert_unit(s, n, l));
+            p->unit = experts;
           } else {
-            if (own < 0) own = add_unit({s, static_cast<int>(l)});
+            if (own < 0) own = add_unit({s, l});
             p->unit = own;
           }
           out.params[static_cast<size_t>(p->unit)].push_back(p);
         }
         touched.insert(p->unit);
       }
-      for (int u : touched) uses[l].push_back(out.units[static_cast<size_t>(u)]);
+      for (int u : touched) uses[static_cast<size_t>(l)].push_back(out.units[static_cast<size_t>(u)]);
     }
   }
   return out;

@@ -72,8 +72,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors(bool moments) {
       if (Parameter* p = params_.find(g.name)) {
         t.shard = p->shard;
         UnitShards* units = sync_->units();
-        if (units && (kind != 0 || units->shards_weights())) {
-          // Unit shards: this rank's part of the tensor, written and read where it is.
+        if (units && p->unit >= 0 && (kind != 0 || units->shards_weights())) {
+          // Unit shards: this rank's part of the tensor, written and read where it is (state
+          // in no unit is whole on every rank, as below).
           const UnitShards::Piece x = units->piece(*p);
           if (x.hi > x.lo) {
             t.data = kind == 0 ? x.value : kind == 1 ? x.m : x.v;

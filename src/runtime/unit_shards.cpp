@@ -7,36 +7,45 @@
 
 namespace pipetrain {
 
-UnitShards::UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
-                       MemoryPool& pool, Backend& backend, bool bf16)
+UnitShards::UnitShards(ParameterStore& params, RankUnits units, Groups groups, bool weights, MemoryPool& pool,
+                       Backend& backend, bool bf16)
     : params_(params),
-      group_(group),
-      across_(across),
+      across_(groups.across),
       weights_(weights),
       bf16_(bf16 && weights),
       pool_(pool),
       backend_(backend) {
-  const int64_t align = 16 * static_cast<int64_t>(group.size());
   int64_t at = 0;
+  std::vector<std::pair<int64_t, int64_t>> runs;  // every unit's [lo, hi), to check they do not overlap
   for (size_t i = 0; i < units.units.size(); ++i) {
     Unit u;
     u.ref = units.units[i];
     u.params = units.params[i];
     if (u.params.empty()) fail("sharded data parallelism: unit {}.{} has no parameters", u.ref.stage, u.ref.unit);
+    const bool experts = u.params.front()->expert_parallel;
+    if (experts && !groups.experts)
+      fail("sharded data parallelism: unit {}.{} holds experts but no group shards them", u.ref.stage, u.ref.unit);
+    u.group = experts ? groups.experts : &groups.dense;
+    const int64_t align = 16 * static_cast<int64_t>(u.group->size());
     u.lo = u.params.front()->offset;
     const Parameter* last = u.params.back();
     u.hi = (last->offset + last->numel() + align - 1) / align * align;
     for (const Parameter* p : u.params)
-      if (p->unit != static_cast<int>(i) || p->offset < u.lo || p->offset + p->numel() > u.hi || p->expert_parallel)
+      if (p->unit != static_cast<int>(i) || p->offset < u.lo || p->offset + p->numel() > u.hi ||
+          p->expert_parallel != experts)
         fail("sharded data parallelism: parameter {} lies outside its unit {}.{}'s run of the flat buffers", p->name,
              u.ref.stage, u.ref.unit);
-    if ((u.lo % align) != 0 || (!units_.empty() && u.lo < units_.back().hi))
+    if (u.lo % align != 0)
       fail("sharded data parallelism: unit {}.{} does not start on its own aligned run", u.ref.stage, u.ref.unit);
+    runs.push_back({u.lo, u.hi});
     u.at = at;
     at += part(u);
     index_[u.ref] = static_cast<int>(units_.size());
     units_.push_back(std::move(u));
   }
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].first < runs[i - 1].second) fail("sharded data parallelism: two units share a run of the flat buffers");
   for (const auto& [s, layers] : units.layers)
     for (size_t l = 0; l < layers.size(); ++l)
       for (const UnitRef& r : layers[l]) layers_[{s, static_cast<int>(l)}].push_back(index_.at(r));
@@ -75,15 +84,17 @@ void UnitShards::refresh_bf16() {
 }
 
 void UnitShards::post_gather(Unit& u, bool values) {
+  const bool alone = in_place(u);  // its part is the whole: the parameters point into it
   if (!values) {
-    u.whole_b = Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
+    u.whole_b = alone ? wb_.view(u.at, {u.hi - u.lo}) : Tensor::empty(pool_, {u.hi - u.lo}, DType::BF16);
     bind_bf16(u);
-    u.gather = group_.all_gather(wb_.view(u.at, {part(u)}), u.whole_b, backend_.stream());
+    if (alone) return widen(u);
+    u.gather = u.group->all_gather(wb_.view(u.at, {part(u)}), u.whole_b, backend_.stream());
     return;
   }
-  u.whole_w = Tensor::empty(pool_, {u.hi - u.lo});
+  u.whole_w = alone ? w_.view(u.at, {u.hi - u.lo}) : Tensor::empty(pool_, {u.hi - u.lo});
   for (Parameter* p : u.params) p->value = u.whole_w.view(p->offset - u.lo, p->shape);
-  u.gather = group_.all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
+  if (!alone) u.gather = u.group->all_gather(w_.view(u.at, {part(u)}), u.whole_w, backend_.stream());
 }
 
 void UnitShards::end_gather(Unit& u) {
@@ -114,7 +125,7 @@ void UnitShards::free_weights(Unit& u) {
 }
 
 void UnitShards::open_gradient(Unit& u) {
-  u.whole_g = Tensor::empty(pool_, {u.hi - u.lo});
+  u.whole_g = in_place(u) ? g_.view(u.at, {u.hi - u.lo}) : Tensor::empty(pool_, {u.hi - u.lo});
   backend_.fill(u.whole_g.f32(), 0.0f, static_cast<size_t>(u.hi - u.lo));
   for (Parameter* p : u.params) p->grad = u.whole_g.view(p->offset - u.lo, p->shape);
 }
@@ -125,13 +136,14 @@ void UnitShards::close_gradient(Unit& u) {
 }
 
 void UnitShards::post_scatter(Unit& u) {
-  const int64_t k = part(u), d = group_.size(), q = std::max<int64_t>(16, kScatterChunk / d);
+  if (in_place(u)) return close_gradient(u);  // (summed in its part already)
+  const int64_t k = part(u), d = u.group->size(), q = std::max<int64_t>(16, kScatterChunk / d);
   for (int64_t t = 0; t < k; t += q) {  // chunk t: each rank's piece [t, t + n) of its part
     const int64_t n = std::min(q, k - t);
     Tensor stage = Tensor::empty(pool_, {d * n});
     for (int64_t r = 0; r < d; ++r)
       backend_.copy(stage.f32() + r * n, u.whole_g.f32() + r * k + t, static_cast<size_t>(n) * sizeof(float));
-    u.scatter.push_back(group_.reduce_scatter_sum(stage, g_.view(u.at + t, {n}), backend_.stream()));
+    u.scatter.push_back(u.group->reduce_scatter_sum(stage, g_.view(u.at + t, {n}), backend_.stream()));
     u.staging.push_back(std::move(stage));
   }
   close_gradient(u);
@@ -244,8 +256,9 @@ Tensor UnitShards::grad_part(const Parameter& p) {
 void UnitShards::gather_values() {
   std::vector<std::unique_ptr<CommRequest>> parts;
   for (Unit& u : units_)
-    parts.push_back(group_.all_gather(params_.values().view(part_lo(u), {part(u)}),
-                                      params_.values().view(u.lo, {u.hi - u.lo}), backend_.stream()));
+    if (!in_place(u))
+      parts.push_back(u.group->all_gather(params_.values().view(part_lo(u), {part(u)}),
+                                          params_.values().view(u.lo, {u.hi - u.lo}), backend_.stream()));
   for (auto& r : parts) r->wait();
 }
 
@@ -269,7 +282,7 @@ std::vector<float> UnitShards::whole_gradients() {
   std::vector<float> out(static_cast<size_t>(params_.numel()), 0.0f);
   for (Unit& u : units_) {
     Tensor whole = Tensor::empty(pool_, {u.hi - u.lo});
-    group_.all_gather(g_.view(u.at, {part(u)}), whole, backend_.stream())->wait();
+    u.group->all_gather(g_.view(u.at, {part(u)}), whole, backend_.stream())->wait();
     backend_.to_host(out.data() + u.lo, whole.raw(), whole.bytes());
   }
   return out;

@@ -104,6 +104,12 @@ experts=(--set parallel.dp=2 --set parallel.ep=2)
 h=$(header_mib ep 2 "${moe[@]}" "${experts[@]}"); c=$(check_mib ep "${moe[@]}" "${experts[@]}")
 p=$(plan_mib ep 4 false --pp 1 --tp 1 --ep 2 -- "${moe[@]}")
 same "dp 2, ep 2" ep "$h" "$c" "$p"
+# The experts under sharded weights: with ep = dp each rank holds its experts alone (in place,
+# never gathered); the rest sharded over both ranks.
+experts=(--set parallel.dp=2 --set parallel.ep=2 --set parallel.shard=weights)
+h=$(header_mib ep-weights 2 "${moe[@]}" "${experts[@]}"); c=$(check_mib ep-weights "${moe[@]}" "${experts[@]}")
+p=$(plan_mib ep-weights 4 true --pp 1 --tp 1 --ep 2 --shard weights -- "${moe[@]}")
+same "dp 2, ep 2, shard weights" ep-weights "$h" "$c" "$p"
 # Where the stashes dominate (bytes, 8 microbatches of 8 x 256 tokens, pp 2): what each
 # microbatch keeps from F to its backward, the weight pass's gradients a ZB-H1 cell holds
 # from its I to its W, and the one layer's a full backward holds at a time.

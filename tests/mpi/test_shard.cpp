@@ -128,6 +128,75 @@ TEST(ShardedDataParallel, RecomputationAndContextParallelism) {
   }
 }
 
+// A mixture of experts (4 experts, top 2, one shared, a dense first block, both auxiliary
+// losses on). The load-balancing loss is a microbatch's (not linear in its tokens), so every
+// run's microbatches are one sequence each, the single-rank run's too.
+Config moe_shard_config(GridCase g, const std::string& schedule, const std::string& level, int ep) {
+  Config c = shard_config(g, schedule, level, true);
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.expert_ffn_hidden = 16;
+  c.model.n_shared_experts = 1;
+  c.model.first_dense = 1;
+  c.model.aux_loss_coeff = 0.01;
+  c.model.z_loss_coeff = 0.001;
+  c.parallel.ep = ep;
+  c.train.microbatches = c.train.global_batch / g.dp;
+  return c;
+}
+
+// Experts under "gradients" and "weights": with ep < dp a layer's experts are a unit of
+// their own, sharded over the dp / ep ranks holding them (ep 2 of dp 4: two each); with
+// ep = dp, or a shard group of ep ranks, one rank of the group holds them and uses them in
+// place; with ep = 1 they are in the layer's unit, sharded over every replica. Each gives the
+// single-rank run within the grid suite's bounds, under 1f1b and zb-h1.
+TEST(ShardedDataParallel, MixtureOfExpertsShardsTheExpertsOverTheRanksHoldingThem) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "runs on 2 ranks (dp 2) and 4 (dp 4, dp 2 x pp 2)";
+  const RunResult ref = run(moe_shard_config({1, 1, 1}, "1f1b", "none", 1), MPI_COMM_SELF);
+  struct Case {
+    GridCase g;
+    const char* schedule;
+    const char* level;
+    int ep, group;
+  };
+  const std::vector<Case> cases = world_size() == 2 ? std::vector<Case>{{{2, 1, 1}, "1f1b", "weights", 2, 0},
+                                                                        {{2, 1, 1}, "zb-h1", "gradients", 2, 0},
+                                                                        {{2, 1, 1}, "1f1b", "weights", 1, 0}}
+                                                    : std::vector<Case>{{{4, 1, 1}, "1f1b", "weights", 2, 0},
+                                                                        {{4, 1, 1}, "zb-h1", "gradients", 2, 0},
+                                                                        {{4, 1, 1}, "1f1b", "weights", 2, 2},
+                                                                        {{2, 2, 1}, "zb-h1", "weights", 2, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "experts, grid dp " << c.g.dp << " pp " << c.g.pp << ", " << c.schedule
+                                      << ", shard " << c.level << ", ep " << c.ep << ", group " << c.group);
+    Config cfg = moe_shard_config(c.g, c.schedule, c.level, c.ep);
+    cfg.parallel.shard_group = c.group;
+    expect_same_run(run(cfg, MPI_COMM_WORLD), ref, cfg);
+  }
+}
+
+// A router's selection bias (model.router_bias_rate) is state no optimizer touches: under
+// "weights" every rank keeps it whole, and it moves by the step's loads exactly as in an
+// unsharded run — after one step (the same weights, so the same routing), bit for bit.
+TEST(ShardedDataParallel, TheSelectionBiasStaysWholeUnderShardedWeights) {
+  if (world_size() != 2) GTEST_SKIP() << "runs on 2 ranks (dp 2, ep 2)";
+  Config sharded = moe_shard_config({2, 1, 1}, "1f1b", "weights", 2);
+  sharded.model.router_bias_rate = 0.05;
+  sharded.train.steps = 1;
+  Config whole = sharded;
+  whole.parallel.shard = "none";
+  const RunResult got = run(sharded, MPI_COMM_WORLD), want = run(whole, MPI_COMM_WORLD);
+  int biases = 0;
+  for (int b = sharded.model.first_dense; b < sharded.model.n_layer; ++b) {
+    const std::string name = "h." + std::to_string(b) + ".moe.router.bias";
+    ASSERT_TRUE(got.params.count(name)) << name;
+    EXPECT_EQ(got.params.at(name), want.params.at(name)) << name;
+    EXPECT_GT(l2(want.params.at(name)), 0.0) << name << " did not move";
+    ++biases;
+  }
+  EXPECT_EQ(biases, sharded.model.n_layer - sharded.model.first_dense);
+}
+
 // A run's losses and final weights from step `first` to `last`, resumed from `from` (if
 // given); saved to `save` (if given) at `last` (with no step run when first == last).
 struct Leg {

@@ -112,6 +112,14 @@ enum class ShardLevel { None, Optimizer, Gradients, Weights };
 ShardLevel shard_level(const ParallelConfig& p);
 const char* to_string(ShardLevel level);
 
+// The ranks one part of a unit spans under "gradients" and "weights" (runtime/unit_shards.hpp):
+// parallel.shard_group's replicas (0: every one); an expert-parallel unit's, those of them
+// holding the same experts (a shard group takes whole runs of ep ranks: grid_rules.hpp).
+struct ShardSpans {
+  int dense = 1, experts = 1;
+};
+ShardSpans shard_spans(const GridShape& g, int shard_group);
+
 struct ScheduleConfig {
   std::string name = "1f1b";
   std::string file;  // a schedule CSV; overrides name when set

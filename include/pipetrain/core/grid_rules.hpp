@@ -30,7 +30,7 @@ bool sequence_parallel_on(const Config& cfg);
 bool sequence_parallel_on(Toggle sequence_parallel, const GridShape& g, int seq_len);
 std::string sequence_parallel_problem(const Config& cfg);
 // parallel.shard = "gradients" | "weights": what the unit shards do not take in this version
-// (experts, vocabulary slices, bf16 weights, the GPU).
+// (the GPU, packed weights under "weights") and a shard group that splits a run of ep ranks.
 std::string shard_problem(const Config& cfg);
 // parallel.cp: every sequence cut into 2 cp equal chunks, and what context parallelism
 // does not run with yet (mixtures of experts).

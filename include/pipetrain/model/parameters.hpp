@@ -26,9 +26,12 @@ struct FlatLayout {
   int64_t align = 16;         // the first part's length is a multiple of this
   int64_t expert_align = 16;  // and the expert-parallel part's
   // Sharded data parallelism (parallel.shard): each run of parameters of one unit
-  // (Parameter::unit) starts at, and is padded to, a multiple of this (0: no units).
+  // (Parameter::unit) starts at, and is padded to, a multiple of this (0: no units). The
+  // parameters of none come first, in a run of their own.
   int64_t unit_align = 0;
-  bool values = true;  // without: no whole weights either (sharded: each unit's, while gathered)
+  // Without: no whole weights either (sharded: each unit's, while gathered), but for the
+  // parameters of no unit.
+  bool values = true;
 };
 
 struct Parameter {

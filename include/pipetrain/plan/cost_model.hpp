@@ -172,10 +172,12 @@ struct MemoryInputs {
   double vocab_stash = 0;
   int vocab_inflight = 0;
   double vocab_buffers = 0;
-  // Sharded data parallelism (parallel.shard "gradients" | "weights"): the rank keeps a dp-th
-  // of the gradients and moments (and of the weights under "weights") between steps, plus the
+  // Sharded data parallelism (parallel.shard "gradients" | "weights"): the rank keeps a part
+  // of the gradients and moments (and of the weights under "weights") between steps — the
+  // dense parameters' over spans.dense ranks, the experts' over spans.experts — plus the
   // units the program holds whole at most (schedule/shard_pass.hpp: Program::shard_peak).
   ShardLevel shard = ShardLevel::None;
+  ShardSpans spans;
   double whole_weights = 0, whole_gradients = 0;  // elements (the gradients open or reduce-scattering)
   double in_flight = 0;                           // of those, reduce-scattering (ShardPeak::in_flight): the scratch
   double whole_together = 0;                      // both at the same moment at most (0: their sum)

@@ -58,6 +58,7 @@ struct Layout : GridShape {
   // "regather", and parallel.shard_prefetch (layers of work a gather is posted ahead).
   bool shard_keep = false;
   int shard_prefetch = 1;
+  int shard_group = 0;  // parallel.shard_group (the planner's own layouts: 0, every replica)
   std::string precision = "fp32";
   bool vocab_parallel = false;           // parallel.vocab_parallel: the vocabulary sliced over pp x tp ranks
   // parallel.sequence_parallel: on wherever tp > 1 divides the sequence (the same bytes as

@@ -3,8 +3,9 @@
 // layout and the stage split alone — so the trainer, `check` and the planner build the same
 // program (schedule/shard_pass.hpp) and count the same working set. A unit is one layer's
 // parameters (a stage_pieces entry: the embedding, a block or a half block, the head), a
-// tied table a unit of its own; a rank numbers its units per stage, a layer's by its index,
-// the table after the stage's layers (on the first stage that holds it on that rank). The
+// tied table a unit of its own, and so are a layer's expert-parallel experts (ep > 1); a rank
+// numbers its units per stage as expert_unit says (the table on the first stage that holds it
+// on that rank). The
 // runtime numbers the parameters it declares by the same rule (runtime/shard_units.hpp) and
 // checks that the two agree.
 #pragma once

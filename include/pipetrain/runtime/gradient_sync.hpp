@@ -91,9 +91,10 @@ class GradientSync {
   std::unique_ptr<DataParallelReducer> reducer_;  // dp x cp > 1
   std::unique_ptr<TiedGradientExchange> tied_;    // first and last stage on different ranks, tied head
   std::unique_ptr<OptimizerShards> shards_;       // ZeRO-1
-  // parallel.shard_group below the replicas: the group a part spans, and the ranks holding
-  // the same part in the other groups (declared before units_, which uses them).
-  std::unique_ptr<MpiCommunicator> shard_group_, across_;
+  // parallel.shard_group below the replicas: the group a part spans, its ranks holding the
+  // same experts, and the ranks holding the same part in the other groups (declared before
+  // units_, which uses them).
+  std::unique_ptr<MpiCommunicator> shard_group_, expert_group_, across_;
   std::unique_ptr<UnitShards> units_;  // "gradients" and "weights"
   Communicator* pair_ = nullptr;       // under units_: the tied table's two ranks
   bool holds_head_ = false;            // under units_: this rank's copy of a tied table is the head's

@@ -3,8 +3,10 @@
 // program's collectives (placed from the plan's units) and the rank's flat buffers agree. A
 // unit is the parameters a layer declares; a tied table (the embedding's, which the output
 // layer reads too) is a unit of its own, so its two copies on two pipeline ranks are laid
-// out, and sharded, alike. A rank's units are numbered per stage: a layer's by its index, the
-// tied table after the stage's layers.
+// out, and sharded, alike; so are a layer's expert-parallel experts (sharded over the ranks
+// holding the same experts). A rank's units are numbered per stage as expert_unit says.
+// State the optimizer never touches (a router's selection bias, moved alike on every rank)
+// belongs to no unit: every rank keeps it whole.
 #pragma once
 #include <map>
 #include <vector>

@@ -13,7 +13,10 @@
 //             step takes no page faults for it); beyond kScattersInFlight units in flight
 //             the oldest is waited for.
 // Across shard groups (parallel.shard_group), the parts are then all-reduced over the
-// ranks that hold the same one.
+// ranks that hold the same one. A unit of expert-parallel experts shards over the group's
+// ranks holding the same experts; where one rank holds them alone its part is the whole, used
+// in place: GATHER_W points the parameters into it, its gradient sums there, and neither
+// moves.
 // Under bf16 with "weights" (gather in bf16, reduce in f32) each rank also keeps its part
 // rounded to bf16, and GATHER_W all-gathers those: the unit's parameters get their bf16
 // copies (compute_bf16) and, once the gather is waited for, the widened f32 copies kernels
@@ -45,11 +48,14 @@ class UnitShards {
     int64_t lo = 0, hi = 0;                                               // [lo, hi) of the flat buffers
     float *value = nullptr, *grad = nullptr, *m = nullptr, *v = nullptr;  // at lo
   };
-  // `group`: the ranks one shard spans; `across`: the ranks holding the same part in other
-  // groups (null: one group). `weights`: the weights are sharded too (the store allocated
-  // no whole values).
-  UnitShards(ParameterStore& params, RankUnits units, Communicator& group, Communicator* across, bool weights,
-             MemoryPool& pool, Backend& backend, bool bf16 = false);
+  struct Groups {
+    Communicator& dense;    // the ranks one part spans
+    Communicator* experts;  // an expert-parallel unit's (null: the rank holds no experts)
+    Communicator* across;   // the ranks holding the same part in other groups (null: one group)
+  };
+  // `weights`: the weights are sharded too (the store allocated no whole values).
+  UnitShards(ParameterStore& params, RankUnits units, Groups groups, bool weights, MemoryPool& pool, Backend& backend,
+             bool bf16 = false);
   // (Never waits: a step ended by an error abandons what is in flight, like every request.)
 
   // "weights": each unit's initial values, made whole one unit at a time and cut.
@@ -87,6 +93,7 @@ class UnitShards {
  private:
   struct Unit {
     UnitRef ref;
+    Communicator* group = nullptr;  // the ranks its part spans
     std::vector<Parameter*> params;
     int64_t lo = 0, hi = 0, at = 0;  // its range of the flat buffers; its part's place in the part buffers
     Tensor whole_w, whole_g;
@@ -97,8 +104,9 @@ class UnitShards {
     std::vector<std::unique_ptr<CommRequest>> scatter;
     std::vector<Tensor> staging;
   };
-  int64_t part(const Unit& u) const { return (u.hi - u.lo) / group_.size(); }
-  int64_t part_lo(const Unit& u) const { return u.lo + group_.rank() * part(u); }
+  int64_t part(const Unit& u) const { return (u.hi - u.lo) / u.group->size(); }
+  int64_t part_lo(const Unit& u) const { return u.lo + u.group->rank() * part(u); }
+  bool in_place(const Unit& u) const { return u.group->size() == 1; }
   void post_gather(Unit& u, bool values);  // the f32 values, else (bf16) the rounded parts
   void end_gather(Unit& u);                // waits; bf16: then the widened copies
   void bind_bf16(Unit& u);                 // the parameters' compute_bf16 into whole_b
@@ -112,7 +120,6 @@ class UnitShards {
   void end_scatter(Unit& u);   // waits
 
   ParameterStore& params_;
-  Communicator& group_;
   Communicator* across_;
   bool weights_, bf16_;
   MemoryPool& pool_;

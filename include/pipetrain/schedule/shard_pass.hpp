@@ -28,7 +28,7 @@
 // after its reduce-scatter, each unit is reduce-scattered once per step, nothing stays
 // gathered at the end; and it returns each rank's most gathered weights and open gradients
 // at once (the working set the memory estimate counts).
-// Exports: kScattersInFlight, UnitRef, ShardUnits, uniform_units, ShardPlacement, place_shard_collectives,
+// Exports: kScattersInFlight, UnitRef, expert_unit, ShardUnits, uniform_units, ShardPlacement, place_shard_collectives,
 // validate_shards.
 #pragma once
 #include <compare>
@@ -52,9 +52,15 @@ struct UnitRef {
   auto operator<=>(const UnitRef&) const = default;
 };
 
+// How a rank numbers a stage's units (plan/shard_plan.hpp, runtime/shard_units.hpp): layer k's
+// parameters are unit k, a tied table unit `layers`, and layer k's expert-parallel experts
+// (sharded over the ranks holding the same experts) unit layers + 1 + k.
+inline UnitRef expert_unit(int stage, int layers, int k) { return {stage, layers + 1 + k}; }
+
 // What each rank's layers touch: per rank, per stage it holds, per layer, the units the
 // layer reads and whose gradient it writes (its own and, for a tied table's second user,
-// the table's), and each unit's elements on one rank before sharding.
+// the table's), and each unit's elements on one rank before sharding (0 for a unit one rank
+// of its group holds alone: it is used in place, never whole beside its part).
 struct ShardUnits {
   std::vector<std::map<int, std::vector<std::vector<UnitRef>>>> layers;  // [rank][stage][layer]
   std::vector<std::map<UnitRef, int64_t>> elems;                         // [rank][unit]
