@@ -89,8 +89,10 @@ TEST(ExpertPlanner, EnumeratedPricedAndHiddenInPairs) {
   o.only_ep = {3};
   expect_one_line_error([&] { plan(cfg, c, o); }, {"has ep in [3]: ep must divide dp and model.n_experts (8)"});
   o.only_ep.clear();
-  o.zero1 = {false, true};  // ZeRO-1 beside every ep
-  EXPECT_EQ(plan(cfg, c, o).candidates, 12);
+  // ZeRO-1 beside every ep, and where it may be on, the unit levels: "gradients", and
+  // "weights" in its three windows (the experts sharded over the dp / ep ranks holding them).
+  o.zero1 = {false, true};
+  EXPECT_EQ(plan(cfg, c, o).candidates, 6 * 6);
   o.zero1 = {false};
   // dualpipev's pairs on dp 2 x pp 2 with ep 2 hide part of the exchanges; in order, none.
   c.device.memory_bytes = 16 * 1073741824.0;

@@ -44,6 +44,9 @@ train_fails shard_unknown "$tmp/good.toml" "parallel.shard" "unknown level" -- "
   --set parallel.shard=everything
 train_fails shard_group "$tmp/good.toml" "parallel.shard_group (3) must divide" -- "$tmp/good.toml" \
   --set parallel.dp=4 --set parallel.shard=weights --set parallel.shard_group=3
+train_fails shard_group_ep "$tmp/good.toml" "parallel.shard_group (1) must be a multiple of parallel.ep (2)" -- \
+  "$tmp/good.toml" --set model.arch=llama --set model.n_experts=4 --set parallel.dp=4 --set parallel.ep=2 \
+  --set parallel.shard=weights --set parallel.shard_group=1
 train_fails shard_packed "$tmp/good.toml" 'parallel.shard = "weights"' "no whole weights to pack" -- "$tmp/good.toml" \
   --set parallel.dp=2 --set parallel.shard=weights --set runtime.pack_weights=true
 
