@@ -359,8 +359,9 @@ RankMemory rank_memory(const MemoryInputs& in) {
       m.weights = in.bf16 ? 4.0 * part : 4.0 * (part + weights);
       if (in.bf16) m.compute_copy = 2.0 * part + (2.0 + 4.0 * wide) * weights;
     }
-    // A reduce-scatter's scratch is twice its message (libnbc's), until it completes.
-    if (in.reduction_scratch) m.buffers += 8.0 * in.in_flight;
+    // A reduce-scatter's scratch is twice its message (libnbc's), until it completes; across
+    // hybrid groups the parts' all-reduce takes the parts' size once more.
+    if (in.reduction_scratch) m.buffers += 8.0 * in.in_flight + (in.spans.dense < in.dp ? 4.0 * part : 0.0);
     return m;
   }
   if (in.reduction_scratch) {  // each gradient's reduction over its group of d ranks in flight at once

@@ -38,18 +38,18 @@ ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule
         if (tied && end) {
           if (!have_table) {  // declared at its first layer on this rank, numbered after the stage's layers
             table_unit = {st, static_cast<int>(pieces.size())};
-            elems[table_unit] = static_cast<int64_t>(table);
+            elems[table_unit] = spans.dense > 1 ? static_cast<int64_t>(table) : 0;
             have_table = true;
           }
           own -= table;
         }
         // Expert-parallel experts (ep > 1): a unit of their own, numbered after the table's
-        // place; where one rank alone holds them in its shard group they stay in place (no
-        // whole copy: nothing gathered).
+        // place. A unit one rank of its group holds alone stays in place (no whole copy:
+        // nothing gathered): 0 elements.
         const double experts = l.ep > 1 ? unit_params(model, x.kind, x.block).experts / (l.ep * l.tp) : 0.0;
         if (own - experts > 0) {
           const UnitRef mine{st, static_cast<int>(k)};
-          elems[mine] = static_cast<int64_t>(own - experts);
+          elems[mine] = spans.dense > 1 ? static_cast<int64_t>(own - experts) : 0;
           uses[k].push_back(mine);
         }
         if (experts > 0) {

@@ -74,6 +74,13 @@ GradientSync::GradientSync(const Parts& parts, const std::map<int, ModelStage*>&
   }
 }
 
+double GradientSync::reduction_scratch_peak_bytes() const {
+  double bytes = 0;
+  for (const auto* c : {&shard_group_, &expert_group_, &across_})
+    if (*c) bytes += (*c)->reduction_scratch_peak_bytes();
+  return bytes;
+}
+
 void GradientSync::initialize(uint64_t seed) {
   if (!units_ || !units_->shards_weights()) return parts_.params.initialize(seed, parts_.backend);
   units_->initialize(seed);

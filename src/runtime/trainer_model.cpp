@@ -13,12 +13,12 @@ namespace pipetrain {
 
 double Trainer::peak_memory_bytes() const {
   return static_cast<double>(pool_->stats().peak_in_use_bytes) + static_cast<double>(backend_.packed_weights().bytes) +
-         comms_->reduction_scratch_peak_bytes();
+         comms_->reduction_scratch_peak_bytes() + sync_->reduction_scratch_peak_bytes();
 }
 
 double Trainer::reserved_memory_bytes() const {
   return static_cast<double>(pool_->stats().reserved_bytes) + static_cast<double>(backend_.packed_weights().bytes) +
-         comms_->reduction_scratch_peak_bytes();
+         comms_->reduction_scratch_peak_bytes() + sync_->reduction_scratch_peak_bytes();
 }
 
 // What the executor runs beside the layers: the vocabulary slices, the experts' exchanges,

@@ -91,6 +91,10 @@ for level in gradients weights; do
   p=$(plan_mib "$level" 4 true --pp 1 --tp 1 --shard "$level" -- "${gpt2[@]}")
   same "dp 2, shard $level" "$level" "$h" "$c" "$p"
 done
+# Hybrid: 4 replicas in groups of 2, each part twice as large, its all-reduce across the groups.
+shard=(--set parallel.dp=4 --set parallel.shard=weights --set parallel.shard_group=2 --set train.microbatches=2)
+h=$(header_mib hybrid 4 "${gpt2[@]}" "${shard[@]}"); c=$(check_mib hybrid "${gpt2[@]}" "${shard[@]}")
+same "dp 4, shard weights, groups of 2" hybrid "$h" "$c"
 # bf16 under "weights": the parts rounded too, the gathered units as bf16 and widened copies.
 shard=(--set parallel.dp=2 --set parallel.shard=weights --set train.precision=bf16)
 h=$(header_mib weights-bf16 2 "${gpt2[@]}" "${shard[@]}"); c=$(check_mib weights-bf16 "${gpt2[@]}" "${shard[@]}")

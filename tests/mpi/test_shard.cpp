@@ -67,6 +67,7 @@ TEST(ShardedDataParallel, EveryLevelOnEveryGridMatchesTheSingleRankRun) {
       std::vector<Case> cases = {
           {"1f1b", "gradients", "regather"}, {"1f1b", "weights", "regather"}, {"zb-h1", "weights", "keep"}};
       if (g.dp == 4) cases.insert(cases.end(), {{"1f1b", "weights", "regather", 2}, {"zb-h1", "gradients", "keep", 2}});
+      if (g.dp == 2 && g.pp == 1) cases.push_back({"1f1b", "weights", "keep", 1});  // groups of one: in place
       if (g.pp == 2)
         cases.insert(cases.end(), {{"dualpipev", "weights", "regather"}, {"interleaved-1f1b", "gradients", "keep"}});
       for (const Case& c : cases) {

@@ -84,6 +84,9 @@ class GradientSync {
   // rank: ZeRO-1 and the unit shards), or repeated on every replica.
   bool partitions_norm() const { return shards_ || units_; }
   const DataParallelReducer* reducer() const { return reducer_.get(); }
+  // The transport scratch of the communicators made here (hybrid sharding's groups) at its
+  // most (DeviceComms counts the grid's).
+  double reduction_scratch_peak_bytes() const;
   const TiedGradientExchange* tied() const { return tied_.get(); }
 
  private:
