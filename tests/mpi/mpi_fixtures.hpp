@@ -14,6 +14,18 @@ inline void make_tiny_llama(Config& c) {
   c.model.rope_theta = 10000;
 }
 
+// Its blocks as a mixture of experts (after a dense first block): 4 experts of width 16, top
+// 2, one shared expert, the load-balancing and z-losses on.
+inline void make_tiny_moe(Config& c) {
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.expert_ffn_hidden = 16;
+  c.model.n_shared_experts = 1;
+  c.model.first_dense = 1;
+  c.model.aux_loss_coeff = 0.01;
+  c.model.z_loss_coeff = 0.001;
+}
+
 inline Config tiny_run_config() {
   Config c;
   c.source = "test";

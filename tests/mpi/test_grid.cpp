@@ -167,17 +167,10 @@ TEST(GridMatchesSingleRank, PackedDocumentsOnEveryGrid) {
   }
 }
 
-// Llama with a dense first block, then MoE blocks of 4 experts, top 2, one shared expert,
-// both auxiliary losses on.
+// Llama with a dense first block, then MoE blocks (make_tiny_moe).
 Config moe_config(GridCase g, const std::string& sched, bool zero1, int v) {
   Config c = llama_config(g, sched, false, zero1, v);
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.expert_ffn_hidden = 16;
-  c.model.n_shared_experts = 1;
-  c.model.first_dense = 1;
-  c.model.aux_loss_coeff = 0.01;
-  c.model.z_loss_coeff = 0.001;
+  make_tiny_moe(c);
   c.train.microbatches = g.dp == 4 ? 2 : 4;  // dualpipev: at least 2 per rank
   return c;
 }

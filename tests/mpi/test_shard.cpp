@@ -1,7 +1,8 @@
 // Sharded data parallelism (parallel.shard = "gradients" | "weights"): every level on every
 // dp x pp x tp grid of the world's size, under 1f1b, zb-h1 (its split weight-gradient work),
-// dualpipev and interleaved placements, GPT-2 (tied table on two ranks) and Llama, hybrid
-// groups, recomputation and context parallelism, gives the single-rank run's losses,
+// dualpipev and interleaved placements, GPT-2 (tied table on two ranks), Llama and a mixture
+// of experts (its experts sharded over the ranks holding them), hybrid groups, recomputation
+// and context parallelism, gives the single-rank run's losses,
 // gradients and parameters within the grid suite's bounds; a run saved at one level resumes
 // at any other bit for bit; and the weights a rank stores under "weights" are its shard.
 #include <gtest/gtest.h>
@@ -129,18 +130,11 @@ TEST(ShardedDataParallel, RecomputationAndContextParallelism) {
   }
 }
 
-// A mixture of experts (4 experts, top 2, one shared, a dense first block, both auxiliary
-// losses on). The load-balancing loss is a microbatch's (not linear in its tokens), so every
+// A mixture of experts (make_tiny_moe). The load-balancing loss is a microbatch's (not linear in its tokens), so every
 // run's microbatches are one sequence each, the single-rank run's too.
 Config moe_shard_config(GridCase g, const std::string& schedule, const std::string& level, int ep) {
   Config c = shard_config(g, schedule, level, true);
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.expert_ffn_hidden = 16;
-  c.model.n_shared_experts = 1;
-  c.model.first_dense = 1;
-  c.model.aux_loss_coeff = 0.01;
-  c.model.z_loss_coeff = 0.001;
+  make_tiny_moe(c);
   c.parallel.ep = ep;
   c.train.microbatches = c.train.global_batch / g.dp;
   return c;
