@@ -144,9 +144,9 @@ MemoryInputs memory_inputs(const Config& cfg, const Layout& l, const Placement& 
     // gives the figure): a gradient is open from a unit's first backward of the step to its
     // reduce-scatter after the last, so with more than one microbatch every unit's at once;
     // "regather" holds the layer at work and those prefetched, "keep" every unit.
-    // (A unit one rank of its group holds alone is used in place, never whole.)
     const bool one_pass = l.microbatches == 1 && s.num_stages == 1;
-    const double moved = (in.spans.dense > 1 ? h.params - in.experts : 0.0) + (in.spans.experts > 1 ? in.experts : 0.0);
+    const double moved = ShardSpans::gathered(h.params - in.experts, in.spans.dense) +
+                         ShardSpans::gathered(in.experts, in.spans.experts);
     in.in_flight = kScattersInFlight * h.largest_piece;
     in.whole_gradients = (one_pass ? 2.0 * h.largest_piece : moved) + in.in_flight;
     if (l.shard == ShardLevel::Weights)

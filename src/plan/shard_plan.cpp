@@ -38,23 +38,22 @@ ShardUnits shard_units(const ModelConfig& model, const Layout& l, const Schedule
         if (tied && end) {
           if (!have_table) {  // declared at its first layer on this rank, numbered after the stage's layers
             table_unit = {st, static_cast<int>(pieces.size())};
-            elems[table_unit] = spans.dense > 1 ? static_cast<int64_t>(table) : 0;
+            elems[table_unit] = static_cast<int64_t>(ShardSpans::gathered(table, spans.dense));
             have_table = true;
           }
           own -= table;
         }
         // Expert-parallel experts (ep > 1): a unit of their own, numbered after the table's
-        // place. A unit one rank of its group holds alone stays in place (no whole copy:
-        // nothing gathered): 0 elements.
+        // place. (A unit one rank of its group holds alone counts 0: ShardSpans::gathered.)
         const double experts = l.ep > 1 ? unit_params(model, x.kind, x.block).experts / (l.ep * l.tp) : 0.0;
         if (own - experts > 0) {
           const UnitRef mine{st, static_cast<int>(k)};
-          elems[mine] = spans.dense > 1 ? static_cast<int64_t>(own - experts) : 0;
+          elems[mine] = static_cast<int64_t>(ShardSpans::gathered(own - experts, spans.dense));
           uses[k].push_back(mine);
         }
         if (experts > 0) {
           const UnitRef theirs = expert_unit(st, static_cast<int>(pieces.size()), static_cast<int>(k));
-          elems[theirs] = spans.experts > 1 ? static_cast<int64_t>(experts) : 0;
+          elems[theirs] = static_cast<int64_t>(ShardSpans::gathered(experts, spans.experts));
           uses[k].push_back(theirs);
         }
         if (tied && end) uses[k].push_back(table_unit);

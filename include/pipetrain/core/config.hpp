@@ -117,6 +117,9 @@ const char* to_string(ShardLevel level);
 // holding the same experts (a shard group takes whole runs of ep ranks: grid_rules.hpp).
 struct ShardSpans {
   int dense = 1, experts = 1;
+  // What a unit of `elems` over `ranks` holds whole beside its part at most: none where one
+  // rank holds it alone (its part is the whole, used in place).
+  static double gathered(double elems, int ranks) { return ranks > 1 ? elems : 0.0; }
 };
 ShardSpans shard_spans(const GridShape& g, int shard_group);
 
